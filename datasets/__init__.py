@@ -1,0 +1,1 @@
+"""Workload and trace readers, synthetic generators and throughput tables."""

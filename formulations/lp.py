@@ -1,0 +1,149 @@
+"""Thin, solver-neutral LP plumbing: a sparse LP in inequality form solved by Clarabel
+(interior point) or HiGHS (dual simplex), returning primal values and row duals.
+
+Form: maximize c @ x  subject to  A @ x <= b,  x >= 0.  Duals returned are >= 0 (the
+multipliers of the rows in the maximization's Lagrangian).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from importlib.metadata import version
+
+import numpy as np
+import scipy.sparse as sp
+
+from apportion.solver.model import FloatArray, SolverPreference
+
+
+@dataclass(frozen=True)
+class LPResult:
+    status: str
+    """"optimal", "infeasible", "unbounded", "time_limit", "error" (solver words mapped)."""
+    x: FloatArray
+    row_dual: FloatArray
+    objective: float
+    solver: str
+    solver_version: str
+    solve_time_s: float
+    detail: str = ""
+
+
+def solve_lp(
+    c: FloatArray,
+    a_matrix: sp.csc_matrix,
+    b: FloatArray,
+    solver: SolverPreference = SolverPreference.CLARABEL,
+    time_limit_s: float = 0.0,
+    threads: int = 0,
+) -> LPResult:
+    """Solve max c@x s.t. A@x <= b, x >= 0."""
+    if solver is SolverPreference.HIGHS:
+        return _solve_highs(c, a_matrix, b, time_limit_s, threads)
+    return _solve_clarabel(c, a_matrix, b, time_limit_s)
+
+
+def _solve_clarabel(
+    c: FloatArray, a_matrix: sp.csc_matrix, b: FloatArray, time_limit_s: float
+) -> LPResult:
+    import clarabel
+
+    rows, cols = a_matrix.shape
+    g = sp.vstack([a_matrix, -sp.identity(cols, format="csc")], format="csc")
+    h = np.concatenate([b, np.zeros(cols)])
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    settings.presolve_enable = False
+    settings.tol_gap_abs = 1e-10
+    settings.tol_gap_rel = 1e-10
+    settings.tol_feas = 1e-10
+    settings.tol_ktratio = 1e-8
+    if time_limit_s > 0:
+        settings.time_limit = time_limit_s
+    started = time.perf_counter()
+    solver = clarabel.DefaultSolver(
+        sp.csc_matrix((cols, cols)), -c, g, h, [clarabel.NonnegativeConeT(rows + cols)], settings
+    )
+    solution = solver.solve()
+    elapsed = time.perf_counter() - started
+    status_text = str(solution.status)
+    if "AlmostSolved" in status_text or status_text.endswith("Solved"):
+        status = "optimal"
+    elif "PrimalInfeasible" in status_text:
+        status = "infeasible"
+    elif "DualInfeasible" in status_text:
+        status = "unbounded"
+    elif "MaxTime" in status_text:
+        status = "time_limit"
+    else:
+        status = "error"
+    x = np.asarray(solution.x, dtype=np.float64)
+    z = np.asarray(solution.z, dtype=np.float64)
+    return LPResult(
+        status=status,
+        x=x,
+        row_dual=z[:rows],
+        objective=float(c @ x) if x.size else 0.0,
+        solver="clarabel",
+        solver_version=version("clarabel"),
+        solve_time_s=elapsed,
+        detail=status_text,
+    )
+
+
+def _solve_highs(
+    c: FloatArray, a_matrix: sp.csc_matrix, b: FloatArray, time_limit_s: float, threads: int
+) -> LPResult:
+    import highspy
+
+    rows, cols = a_matrix.shape
+    highs = highspy.Highs()
+    highs.setOptionValue("output_flag", False)
+    highs.setOptionValue("solver", "simplex")
+    if time_limit_s > 0:
+        highs.setOptionValue("time_limit", float(time_limit_s))
+    if threads > 0:
+        highs.setOptionValue("threads", int(threads))
+    lp = highspy.HighsLp()
+    lp.num_col_ = cols
+    lp.num_row_ = rows
+    lp.col_cost_ = -c
+    lp.col_lower_ = np.zeros(cols)
+    lp.col_upper_ = np.full(cols, highspy.kHighsInf)
+    lp.row_lower_ = np.full(rows, -highspy.kHighsInf)
+    lp.row_upper_ = b
+    csc = sp.csc_matrix(a_matrix)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = csc.indptr
+    lp.a_matrix_.index_ = csc.indices
+    lp.a_matrix_.value_ = csc.data
+    highs.passModel(lp)
+    started = time.perf_counter()
+    highs.run()
+    elapsed = time.perf_counter() - started
+    model_status = highs.getModelStatus()
+    text = highs.modelStatusToString(model_status)
+    mapping = {
+        highspy.HighsModelStatus.kOptimal: "optimal",
+        highspy.HighsModelStatus.kInfeasible: "infeasible",
+        highspy.HighsModelStatus.kUnbounded: "unbounded",
+        highspy.HighsModelStatus.kTimeLimit: "time_limit",
+    }
+    status = mapping.get(model_status, "error")
+    solution = highs.getSolution()
+    x = np.asarray(solution.col_value, dtype=np.float64)
+    duals = -np.asarray(solution.row_dual, dtype=np.float64)
+    if x.size != cols:
+        x = np.zeros(cols)
+        duals = np.zeros(rows)
+    return LPResult(
+        status=status,
+        x=x,
+        row_dual=duals,
+        objective=float(c @ x),
+        solver="highs",
+        solver_version=version("highspy"),
+        solve_time_s=elapsed,
+        detail=text,
+    )

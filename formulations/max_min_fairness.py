@@ -1,0 +1,435 @@
+"""Heterogeneity-aware weighted max-min fairness (Gavel's LAS), formulations.md A2.1.
+
+    maximize t  s.t.  t <= sum_j a[i,j] X[i,j]   (every job i; dual y_i)
+                      sum_i s_i X[i,j] <= W[j]   (every type j; dual pi_j)
+                      sum_j X[i,j] <= 1          (every job i; dual sigma_i),  X >= 0
+    with a[i,j] = s_i T[i,j] / (w_i prop_i) and X[i,j] = 0 on cells the job cannot use (B4).
+
+How it is solved fast and exactly:
+
+1. **Aggregation.** Jobs with identical (a[i,:], s_i) are interchangeable: the LP's constraints
+   and objective are invariant under permuting them, so averaging any optimal X over those
+   permutations is optimal and gives them identical rows. The LP over classes (capacity rows
+   weighted by the class size k_c) therefore has the same optimum, and per-job duals are the
+   class duals divided by k_c. Catalog workloads collapse from 10^5 jobs to ~10^2 classes.
+2. **Pattern pricing (active set).** Given capacity prices pi and the level t, each job's
+   cheapest way to reach level t is a *pattern*: one type j at time t/a_j, or two types at
+   full time (the per-job LP has two rows, so a basic optimum has at most two non-zeros).
+   Jobs whose best pattern is clear are eliminated: their device use is affine in t and enters
+   the capacity rows as one column. Only "ambiguous" jobs (near ties) stay as variables. After
+   each reduced solve, every eliminated job is re-priced; one whose pattern is no longer
+   optimal joins the ambiguous set, until none is. The stationarity of an optimal pattern is
+   exactly dual feasibility of the full LP for that job (y_i = s_i pi_j / a_j, sigma_i = 0 for
+   a single type; y_i = s_i (pi_2-pi_1)/(a_2-a_1), sigma_i = y_i a_1 - s_i pi_1 for a pair), so
+   the final duals certify the full LP.
+3. **Certificate, independent of the method.** The returned X is repaired onto the feasible
+   set (clip, scale rows and columns) and its minimum level recomputed; the duals are repaired
+   onto the dual feasible set (y normalized, sigma recomputed as the smallest feasible value),
+   and their objective is a proven upper bound. The gap between the two is reported; the
+   status is OPTIMAL only when it is within tolerance (default 1e-6 relative).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import NDArray
+
+from apportion.formulations.lp import LPResult, solve_lp
+from apportion.formulations.normalizers import proportional_throughput
+from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions, SolverPreference
+from apportion.solver.parameters import Canonicalization, MaxMinFairnessParameters
+from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Termination
+
+DEFAULT_GAP = 1e-6
+SAMPLE_CLASSES = 2000
+"""Class count above which the active-set method is used (below: one LP over all classes)."""
+
+
+@dataclass(frozen=True)
+class LevelProblem:
+    """The LP data per job (or per class): a (m, n) >= 0 level coefficients (0 = cell not
+    allowed), s (m,) devices per job, W (n,) devices per type, k (m,) multiplicity."""
+
+    a: FloatArray
+    s: FloatArray
+    W: FloatArray
+    k: FloatArray
+
+
+@dataclass(frozen=True)
+class LevelSolution:
+    t: float
+    X: FloatArray
+    pi: FloatArray
+    y: FloatArray
+    """Per-row (job or class) duals of the level rows (class dual, not divided by k)."""
+    status: str
+    solver: str
+    solver_version: str
+    solve_time_s: float
+    variables: int
+    constraints: int
+    nonzeros: int
+    method: str
+    detail: str = ""
+
+
+def level_coefficients(
+    problem: Problem, agnostic: bool, compat: Compat
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(a, prop, throughput used): a[i,j] = s_i T[i,j] / (w_i prop_i) on allowed cells, 0 elsewhere.
+
+    Allowed cells: T > 0, and s_i <= W[j] unless compat is gavel (A1.2 B4). The agnostic variant
+    uses T = 1 on every type the job can run on."""
+    jobs = problem.jobs
+    count = problem.cluster.count.astype(np.float64)
+    thr = (jobs.throughput > 0).astype(np.float64) if agnostic else jobs.throughput
+    allowed = thr > 0
+    if compat is not Compat.GAVEL:
+        allowed &= jobs.scale_factor[:, None] <= problem.cluster.count[None, :]
+    prop = proportional_throughput(thr, count)
+    scale = jobs.scale_factor / (jobs.priority_weight * np.where(prop > 0, prop, 1.0))
+    a = np.where(allowed, scale[:, None] * thr, 0.0)
+    return a, prop, thr
+
+
+def aggregate(a: FloatArray, s: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, IntArray]:
+    """Classes of identical (a row, s): (class a, class s, class size k, job -> class index)."""
+    key = np.concatenate([a, s[:, None]], axis=1)
+    uniq, inverse, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+    return uniq[:, :-1], uniq[:, -1], counts.astype(np.float64), inverse.reshape(-1)
+
+
+def _build_full(lp: LevelProblem, fixed_cap: FloatArray | None = None) -> tuple[
+    FloatArray, sp.csc_matrix, FloatArray, NDArray[np.int64], NDArray[np.int64]
+]:
+    """max t over classes; variables X[cells] then t. Rows: level (m), capacity (n), budget (m).
+    `fixed_cap` (n,) adds a t-coefficient to the capacity rows (eliminated jobs)."""
+    m, n = lp.a.shape
+    ii, jj = np.nonzero(lp.a > 0)
+    nv = ii.size
+    t_col = np.full(m, nv)
+    rows = [ii, m + jj, m + n + ii, np.arange(m)]
+    cols = [np.arange(nv)] * 3 + [t_col]
+    vals = [-lp.a[ii, jj], lp.k[ii] * lp.s[ii], np.ones(nv), np.ones(m)]
+    if fixed_cap is not None:
+        nz = np.nonzero(fixed_cap)[0]
+        rows.append(m + nz)
+        cols.append(np.full(nz.size, nv))
+        vals.append(fixed_cap[nz])
+    matrix = sp.csc_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+        shape=(2 * m + n, nv + 1),
+    )
+    c = np.zeros(nv + 1)
+    c[-1] = 1.0
+    return c, matrix, np.zeros(0), ii, jj
+
+
+def _solve_classes(
+    lp: LevelProblem,
+    solver: SolverPreference,
+    time_limit_s: float,
+    threads: int,
+    rhs_capacity: FloatArray | None = None,
+    fixed_cap: FloatArray | None = None,
+) -> tuple[LPResult, FloatArray, FloatArray, FloatArray, FloatArray, int, int]:
+    """Solve the LP over the rows of `lp`; returns (result, t, X, pi, y, rows, nnz)."""
+    m, n = lp.a.shape
+    c, matrix, _, ii, jj = _build_full(lp, fixed_cap)
+    capacity = lp.W if rhs_capacity is None else rhs_capacity
+    b = np.concatenate([np.zeros(m), capacity, np.ones(m)])
+    result = solve_lp(c, matrix, b, solver=solver, time_limit_s=time_limit_s, threads=threads)
+    X = np.zeros((m, n))
+    if result.x.size:
+        X[ii, jj] = result.x[:-1]
+    t = float(result.x[-1]) if result.x.size else 0.0
+    duals = result.row_dual if result.row_dual.size else np.zeros(2 * m + n)
+    return result, t, X, duals[m : m + n], duals[:m], matrix.shape[0], matrix.nnz
+
+
+def _patterns(a: FloatArray, s: FloatArray, pi: FloatArray, t: float) -> tuple[
+    FloatArray, NDArray[np.int64], NDArray[np.int64]
+]:
+    """Per-row cost of every pattern at prices pi and level t (inf where not valid).
+
+    Patterns: p < n is type p alone (time t/a_p <= 1); then every pair (j1, j2), j1 < j2, at
+    full time with levels bracketing t. Returns (cost (m, P), first type, second type)."""
+    m, n = a.shape
+    pos = a > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        single = np.where(pos & (a >= t), s[:, None] * pi[None, :] * t / np.where(pos, a, 1.0), np.inf)
+    j1, j2 = np.triu_indices(n, k=1)
+    lo = np.minimum(a[:, j1], a[:, j2])
+    hi = np.maximum(a[:, j1], a[:, j2])
+    valid = pos[:, j1] & pos[:, j2] & (lo < t) & (t < hi)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac_hi = np.where(valid, (t - lo) / np.where(valid, hi - lo, 1.0), 0.0)
+    pi_lo = np.where(a[:, j1] <= a[:, j2], pi[j1][None, :], pi[j2][None, :])
+    pi_hi = np.where(a[:, j1] <= a[:, j2], pi[j2][None, :], pi[j1][None, :])
+    pair = np.where(valid, s[:, None] * (pi_lo * (1 - frac_hi) + pi_hi * frac_hi), np.inf)
+    first = np.concatenate([np.arange(n), j1])
+    second = np.concatenate([np.arange(n), j2])
+    return np.concatenate([single, pair], axis=1), first, second
+
+
+def _pattern_use(a: FloatArray, s: FloatArray, k: FloatArray, pattern: NDArray[np.int64],
+                 first: NDArray[np.int64], second: NDArray[np.int64], n: int
+                 ) -> tuple[FloatArray, FloatArray]:
+    """Device use of rows fixed to `pattern`, affine in t: (constant (n,), slope (n,))."""
+    rows = np.arange(a.shape[0])
+    j1, j2 = first[pattern], second[pattern]
+    single = j1 == j2
+    ks = k * s
+    slope = np.zeros(n)
+    const = np.zeros(n)
+    np.add.at(slope, j1[single], ks[single] / a[rows[single], j1[single]])
+    pr = ~single
+    a1, a2 = a[rows[pr], j1[pr]], a[rows[pr], j2[pr]]
+    lo_j = np.where(a1 <= a2, j1[pr], j2[pr])
+    hi_j = np.where(a1 <= a2, j2[pr], j1[pr])
+    lo, hi = np.minimum(a1, a2), np.maximum(a1, a2)
+    d = ks[pr] / (hi - lo)
+    np.add.at(const, lo_j, d * hi)
+    np.add.at(slope, lo_j, -d)
+    np.add.at(const, hi_j, -d * lo)
+    np.add.at(slope, hi_j, d)
+    return const, slope
+
+
+def _pattern_time(a: FloatArray, pattern: NDArray[np.int64], first: NDArray[np.int64],
+                  second: NDArray[np.int64], t: float, n: int) -> FloatArray:
+    """Time shares of rows fixed to `pattern` at level t."""
+    m = a.shape[0]
+    rows = np.arange(m)
+    X = np.zeros((m, n))
+    j1, j2 = first[pattern], second[pattern]
+    single = j1 == j2
+    X[rows[single], j1[single]] = t / a[rows[single], j1[single]]
+    pr = ~single
+    a1, a2 = a[rows[pr], j1[pr]], a[rows[pr], j2[pr]]
+    w2 = (t - a1) / (a2 - a1)
+    X[rows[pr], j1[pr]] = 1 - w2
+    X[rows[pr], j2[pr]] = w2
+    return X
+
+
+def solve_levels(
+    lp: LevelProblem,
+    solver: SolverPreference = SolverPreference.AUTO,
+    time_limit_s: float = 0.0,
+    threads: int = 0,
+    seed: int = 0,
+) -> LevelSolution:
+    """Solve the max-min LP over rows of `lp` (jobs or classes). AUTO = active set (exact)."""
+    if solver is not SolverPreference.AUTO or lp.a.shape[0] <= SAMPLE_CLASSES:
+        chosen = SolverPreference.CLARABEL if solver is SolverPreference.AUTO else solver
+        res, t, X, pi, y, rows, nnz = _solve_classes(lp, chosen, time_limit_s, threads)
+        return LevelSolution(t, X, pi, y, res.status, res.solver, res.solver_version,
+                             res.solve_time_s, X.size + 1, rows, nnz, "full LP", res.detail)
+    return _active_set(lp, time_limit_s, threads, seed)
+
+
+def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) -> LevelSolution:
+    started = time.perf_counter()
+    m, n = lp.a.shape
+    rng = np.random.default_rng(seed)
+    # Initial prices: the LP on a sample of rows with proportionally scaled capacity.
+    total = lp.k.sum()
+    sample = rng.choice(m, size=SAMPLE_CLASSES, replace=False, p=lp.k / total)
+    sub = LevelProblem(lp.a[sample], lp.s[sample], lp.W, lp.k[sample])
+    scale = sub.k.sum() / total
+    res, t, _, pi, _, _, _ = _solve_classes(sub, SolverPreference.CLARABEL, 0.0, threads,
+                                            rhs_capacity=lp.W * scale)
+    pi = pi / scale  # prices per device of the full cluster
+    solve_time = res.solve_time_s
+    band = 0.02
+    cost, first, second = _patterns(lp.a, lp.s, pi, t)
+    order = np.sort(cost, axis=1)
+    best = order[:, 0]
+    ambiguous = ~np.isfinite(best) | (order[:, 1] <= best * (1 + band) + 1e-300)
+    ambiguous |= _near_boundary(lp.a, t, band)
+    pattern = np.argmin(cost, axis=1)
+    iterations = 0
+    while True:
+        iterations += 1
+        amb = np.nonzero(ambiguous)[0]
+        fix = np.nonzero(~ambiguous)[0]
+        const, slope = _pattern_use(lp.a[fix], lp.s[fix], lp.k[fix], pattern[fix], first, second, n)
+        reduced = LevelProblem(lp.a[amb], lp.s[amb], lp.W, lp.k[amb])
+        remaining = 0.0
+        if time_limit_s > 0:
+            remaining = max(1e-3, time_limit_s - (time.perf_counter() - started))
+        res, t, Xa, pi, ya, rows, nnz = _solve_classes(
+            reduced, SolverPreference.CLARABEL, remaining, threads,
+            rhs_capacity=lp.W - const, fixed_cap=slope,
+        )
+        solve_time += res.solve_time_s
+        if res.status != "optimal" or iterations >= 8:
+            break
+        cost, first, second = _patterns(lp.a[fix], lp.s[fix], pi, t)
+        best = cost.min(axis=1)
+        mine = cost[np.arange(fix.size), pattern[fix]]
+        violated = ~np.isfinite(mine) | (mine > best * (1 + 1e-9) + 1e-12)
+        violated |= _near_boundary(lp.a[fix], t, 1e-9)
+        if not violated.any():
+            break
+        ambiguous[fix[violated]] = True
+    X = np.zeros((m, n))
+    X[amb] = Xa
+    X[fix] = _pattern_time(lp.a[fix], pattern[fix], first, second, t, n)
+    y = np.zeros(m)
+    y[amb] = ya
+    # Eliminated rows: y from the stationarity of their pattern (class dual = k * job dual).
+    rows_f = np.arange(fix.size)
+    j1, j2 = first[pattern[fix]], second[pattern[fix]]
+    af = lp.a[fix]
+    single = j1 == j2
+    yf = np.zeros(fix.size)
+    yf[single] = lp.s[fix][single] * pi[j1[single]] / af[rows_f[single], j1[single]]
+    a1, a2 = af[rows_f, j1], af[rows_f, j2]
+    pr = ~single
+    yf[pr] = lp.s[fix][pr] * (pi[j2[pr]] - pi[j1[pr]]) / (a2[pr] - a1[pr])
+    y[fix] = yf * lp.k[fix]
+    return LevelSolution(
+        t, X, pi, y, res.status, res.solver, res.solver_version, solve_time,
+        int(np.count_nonzero(reduced.a)) + 1, rows, nnz,
+        f"active set ({iterations} reduced LPs, {amb.size} of {m} rows explicit)", res.detail,
+    )
+
+
+def _near_boundary(a: FloatArray, t: float, band: float) -> NDArray[np.bool_]:
+    """Rows with an allowed cell whose level a[i,j] is within `band` (relative) of t."""
+    return np.asarray(((a > 0) & (np.abs(a - t) <= band * max(t, 1e-300))).any(axis=1))
+
+
+@dataclass(frozen=True)
+class CertifiedLevels:
+    X: FloatArray
+    levels: FloatArray
+    objective: float
+    bound: float | None
+    y: FloatArray
+    pi: FloatArray
+    max_violation: float
+
+
+def certify(a: FloatArray, s: FloatArray, W: FloatArray, X: FloatArray, y: FloatArray,
+            pi: FloatArray) -> CertifiedLevels:
+    """Repair X onto the feasible set and (y, pi) onto the dual feasible set of the per-job LP;
+    return the primal objective (min level) and the dual bound (A2.1 dual)."""
+    allowed = a > 0
+    X = np.where(allowed, np.clip(X, 0.0, 1.0), 0.0)
+    X[X < 1e-12] = 0.0
+    X /= np.maximum(1.0, X.sum(axis=1, keepdims=True))
+    use = s @ X
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(use > W, W / np.where(use > 0, use, 1.0), 1.0)
+    X *= factor[None, :]
+    levels = np.einsum("ij,ij->i", a, X)
+    violation = max(
+        float(np.max(s @ X - W, initial=0.0)),
+        float(np.max(X.sum(axis=1) - 1.0, initial=0.0)),
+    )
+    objective = float(levels.min()) if levels.size else 0.0
+    y = np.maximum(y, 0.0)
+    pi = np.maximum(pi, 0.0)
+    bound: float | None = None
+    if y.sum() > 0:
+        y = y / y.sum()
+        sigma = np.max(np.where(allowed, y[:, None] * a - s[:, None] * pi[None, :], 0.0), axis=1)
+        sigma = np.maximum(sigma, 0.0)
+        bound = float(W @ pi + sigma.sum())
+    return CertifiedLevels(X, levels, objective, bound, y, pi, violation)
+
+
+def solve_policy(
+    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+) -> Plan:
+    """Entry point registered as `weighted_max_min_fairness`."""
+    params = parameters if isinstance(parameters, MaxMinFairnessParameters) else MaxMinFairnessParameters()
+    started = time.perf_counter()
+    m, n = problem.jobs.num_jobs, problem.cluster.num_types
+    tolerance = options.relative_gap or DEFAULT_GAP
+    formulation = "max-min fairness LP (A2.1)" + (", heterogeneity-agnostic" if params.heterogeneity_agnostic else "")
+    if m == 0:
+        cert = Certificate(Termination.OPTIMAL, True, None, None, formulation=formulation,
+                           detail="no jobs")
+        return Plan.empty(0, n, cert)
+    a, prop, thr = level_coefficients(problem, params.heterogeneity_agnostic, compat)
+    s = problem.jobs.scale_factor.astype(np.float64)
+    W = problem.cluster.count.astype(np.float64)
+    ca, cs, ck, inverse = aggregate(a, s)
+    build_time = time.perf_counter() - started
+    lp = LevelProblem(ca, cs, W, ck)
+    sol = solve_levels(lp, options.solver, options.time_limit_s, options.threads, options.seed)
+    X = sol.X[inverse]
+    y = sol.y[inverse] / ck[inverse]
+    cert_started = time.perf_counter()
+    levels_cert = certify(a, s, W, X, y, sol.pi)
+    X = levels_cert.X
+    if params.canonicalize is Canonicalization.SUM and sol.status == "optimal":
+        X = _maximize_sum(a, s, W, levels_cert.objective, options) if m else X
+        levels_cert = certify(a, s, W, X, levels_cert.y, levels_cert.pi)
+    gap_cert = Certificate(Termination.OPTIMAL, True, levels_cert.objective, levels_cert.bound)
+    gap = gap_cert.gap
+    if sol.status == "optimal":
+        termination = Termination.OPTIMAL if gap is not None and gap <= tolerance else Termination.OPTIMAL_INACCURATE
+    elif sol.status == "time_limit":
+        termination = Termination.FEASIBLE if levels_cert.objective > 0 else Termination.NO_SOLUTION
+    elif sol.status == "infeasible":
+        termination = Termination.INFEASIBLE
+    else:
+        termination = Termination.ERROR
+    post_time = time.perf_counter() - cert_started
+    cert = Certificate(
+        termination=termination,
+        maximize=True,
+        objective=levels_cert.objective,
+        bound=levels_cert.bound,
+        solver=sol.solver,
+        solver_version=sol.solver_version,
+        formulation=f"{formulation}; {sol.method}; {lp.a.shape[0]} classes of {m} jobs",
+        build_time_s=build_time + post_time,
+        solve_time_s=sol.solve_time_s,
+        model_size=ModelSize(sol.variables, sol.constraints, sol.nonzeros, 0),
+        max_violation=levels_cert.max_violation,
+        detail=sol.detail,
+    )
+    effective = np.einsum("ij,ij->i", thr, X)
+    normalized = np.divide(effective, prop, out=np.zeros(m), where=prop > 0)
+    return Plan(
+        time_share=X,
+        effective_throughput=np.einsum("ij,ij->i", problem.jobs.throughput, X),
+        normalized_throughput=normalized,
+        objective_value=levels_cert.levels,
+        job_dual=levels_cert.y,
+        accelerator_prices=levels_cert.pi,
+        certificate=cert,
+        job_status=(JobStatus.ALLOCATED,) * m,
+        job_reason=("",) * m,
+    )
+
+
+def _maximize_sum(a: FloatArray, s: FloatArray, W: FloatArray, t_star: float,
+                  options: SolveOptions) -> FloatArray:
+    """Second stage: maximize sum of levels with every level >= (1 - 1e-7) t*."""
+    m, n = a.shape
+    ii, jj = np.nonzero(a > 0)
+    nv = ii.size
+    matrix = sp.csc_matrix(
+        (np.concatenate([-a[ii, jj], s[ii], np.ones(nv)]),
+         (np.concatenate([ii, m + jj, m + n + ii]), np.concatenate([np.arange(nv)] * 3))),
+        shape=(2 * m + n, nv),
+    )
+    b = np.concatenate([np.full(m, -(1 - 1e-7) * t_star), W, np.ones(m)])
+    c = a[ii, jj].copy()
+    result = solve_lp(c, matrix, b, solver=SolverPreference.CLARABEL, time_limit_s=options.time_limit_s)
+    X = np.zeros((m, n))
+    if result.status == "optimal":
+        X[ii, jj] = result.x
+    return X
