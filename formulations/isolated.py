@@ -11,7 +11,9 @@ from apportion.solver.model import Compat, Problem, SolveOptions
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 
 
-def solve_policy(problem: Problem, parameters: object, compat: Compat, options: SolveOptions) -> Plan:
+def solve_policy(
+    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+) -> Plan:
     """X^iso; cells a job cannot use stay idle unless compat is gavel. Objective: the smallest
     normalized throughput thr_i/prop_i (reported for comparison with max-min fairness)."""
     started = time.perf_counter()

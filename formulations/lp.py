@@ -98,7 +98,7 @@ def _solve_highs(
     import highspy
 
     rows, cols = a_matrix.shape
-    highs = highspy.Highs()
+    highs = highspy.Highs()  # type: ignore[no-untyped-call]
     highs.setOptionValue("output_flag", False)
     highs.setOptionValue("solver", "simplex")
     if time_limit_s > 0:

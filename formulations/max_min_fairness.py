@@ -40,13 +40,26 @@ from numpy.typing import NDArray
 
 from apportion.formulations.lp import LPResult, solve_lp
 from apportion.formulations.normalizers import proportional_throughput
-from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions, SolverPreference
+from apportion.solver.model import (
+    Compat,
+    FloatArray,
+    IntArray,
+    Problem,
+    SolveOptions,
+    SolverPreference,
+)
 from apportion.solver.parameters import Canonicalization, MaxMinFairnessParameters
 from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Termination
 
 DEFAULT_GAP = 1e-6
 SAMPLE_CLASSES = 2000
 """Class count above which the active-set method is used (below: one LP over all classes)."""
+MAX_ACTIVE_SET_ROUNDS = 8
+"""Reduced LPs before falling back to the full LP."""
+INITIAL_BAND = 0.02
+"""Relative cost band within which a row counts as a near tie at the sampled prices."""
+MAX_EXPLICIT_FRACTION = 0.5
+"""Above this share of explicit rows the full LP is solved instead."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +117,9 @@ def aggregate(a: FloatArray, s: FloatArray) -> tuple[FloatArray, FloatArray, Flo
     return uniq[:, :-1], uniq[:, -1], counts.astype(np.float64), inverse.reshape(-1)
 
 
-def _build_full(lp: LevelProblem, fixed_cap: FloatArray | None = None) -> tuple[
-    FloatArray, sp.csc_matrix, FloatArray, NDArray[np.int64], NDArray[np.int64]
-]:
+def _build_full(
+    lp: LevelProblem, fixed_cap: FloatArray | None = None
+) -> tuple[FloatArray, sp.csc_matrix, FloatArray, NDArray[np.int64], NDArray[np.int64]]:
     """max t over classes; variables X[cells] then t. Rows: level (m), capacity (n), budget (m).
     `fixed_cap` (n,) adds a t-coefficient to the capacity rows (eliminated jobs)."""
     m, n = lp.a.shape
@@ -137,7 +150,7 @@ def _solve_classes(
     threads: int,
     rhs_capacity: FloatArray | None = None,
     fixed_cap: FloatArray | None = None,
-) -> tuple[LPResult, FloatArray, FloatArray, FloatArray, FloatArray, int, int]:
+) -> tuple[LPResult, float, FloatArray, FloatArray, FloatArray, int, int]:
     """Solve the LP over the rows of `lp`; returns (result, t, X, pi, y, rows, nnz)."""
     m, n = lp.a.shape
     c, matrix, _, ii, jj = _build_full(lp, fixed_cap)
@@ -149,20 +162,22 @@ def _solve_classes(
         X[ii, jj] = result.x[:-1]
     t = float(result.x[-1]) if result.x.size else 0.0
     duals = result.row_dual if result.row_dual.size else np.zeros(2 * m + n)
-    return result, t, X, duals[m : m + n], duals[:m], matrix.shape[0], matrix.nnz
+    return result, t, X, duals[m : m + n], duals[:m], int(matrix.shape[0]), int(matrix.nnz)
 
 
-def _patterns(a: FloatArray, s: FloatArray, pi: FloatArray, t: float) -> tuple[
-    FloatArray, NDArray[np.int64], NDArray[np.int64]
-]:
+def _patterns(
+    a: FloatArray, s: FloatArray, pi: FloatArray, t: float
+) -> tuple[FloatArray, NDArray[np.int64], NDArray[np.int64]]:
     """Per-row cost of every pattern at prices pi and level t (inf where not valid).
 
     Patterns: p < n is type p alone (time t/a_p <= 1); then every pair (j1, j2), j1 < j2, at
     full time with levels bracketing t. Returns (cost (m, P), first type, second type)."""
-    m, n = a.shape
+    n = a.shape[1]
     pos = a > 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        single = np.where(pos & (a >= t), s[:, None] * pi[None, :] * t / np.where(pos, a, 1.0), np.inf)
+        single = np.where(
+            pos & (a >= t), s[:, None] * pi[None, :] * t / np.where(pos, a, 1.0), np.inf
+        )
     j1, j2 = np.triu_indices(n, k=1)
     lo = np.minimum(a[:, j1], a[:, j2])
     hi = np.maximum(a[:, j1], a[:, j2])
@@ -177,9 +192,15 @@ def _patterns(a: FloatArray, s: FloatArray, pi: FloatArray, t: float) -> tuple[
     return np.concatenate([single, pair], axis=1), first, second
 
 
-def _pattern_use(a: FloatArray, s: FloatArray, k: FloatArray, pattern: NDArray[np.int64],
-                 first: NDArray[np.int64], second: NDArray[np.int64], n: int
-                 ) -> tuple[FloatArray, FloatArray]:
+def _pattern_use(
+    a: FloatArray,
+    s: FloatArray,
+    k: FloatArray,
+    pattern: NDArray[np.int64],
+    first: NDArray[np.int64],
+    second: NDArray[np.int64],
+    n: int,
+) -> tuple[FloatArray, FloatArray]:
     """Device use of rows fixed to `pattern`, affine in t: (constant (n,), slope (n,))."""
     rows = np.arange(a.shape[0])
     j1, j2 = first[pattern], second[pattern]
@@ -201,8 +222,14 @@ def _pattern_use(a: FloatArray, s: FloatArray, k: FloatArray, pattern: NDArray[n
     return const, slope
 
 
-def _pattern_time(a: FloatArray, pattern: NDArray[np.int64], first: NDArray[np.int64],
-                  second: NDArray[np.int64], t: float, n: int) -> FloatArray:
+def _pattern_time(
+    a: FloatArray,
+    pattern: NDArray[np.int64],
+    first: NDArray[np.int64],
+    second: NDArray[np.int64],
+    t: float,
+    n: int,
+) -> FloatArray:
     """Time shares of rows fixed to `pattern` at level t."""
     m = a.shape[0]
     rows = np.arange(m)
@@ -229,8 +256,21 @@ def solve_levels(
     if solver is not SolverPreference.AUTO or lp.a.shape[0] <= SAMPLE_CLASSES:
         chosen = SolverPreference.CLARABEL if solver is SolverPreference.AUTO else solver
         res, t, X, pi, y, rows, nnz = _solve_classes(lp, chosen, time_limit_s, threads)
-        return LevelSolution(t, X, pi, y, res.status, res.solver, res.solver_version,
-                             res.solve_time_s, X.size + 1, rows, nnz, "full LP", res.detail)
+        return LevelSolution(
+            t,
+            X,
+            pi,
+            y,
+            res.status,
+            res.solver,
+            res.solver_version,
+            res.solve_time_s,
+            X.size + 1,
+            rows,
+            nnz,
+            "full LP",
+            res.detail,
+        )
     return _active_set(lp, time_limit_s, threads, seed)
 
 
@@ -243,42 +283,77 @@ def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) 
     sample = rng.choice(m, size=SAMPLE_CLASSES, replace=False, p=lp.k / total)
     sub = LevelProblem(lp.a[sample], lp.s[sample], lp.W, lp.k[sample])
     scale = sub.k.sum() / total
-    res, t, _, pi, _, _, _ = _solve_classes(sub, SolverPreference.CLARABEL, 0.0, threads,
-                                            rhs_capacity=lp.W * scale)
+    res, t, _, pi, _, _, _ = _solve_classes(
+        sub, SolverPreference.CLARABEL, 0.0, threads, rhs_capacity=lp.W * scale
+    )
     pi = pi / scale  # prices per device of the full cluster
     solve_time = res.solve_time_s
-    band = 0.02
+    band = INITIAL_BAND
+    forced = np.zeros(m, dtype=bool)
     cost, first, second = _patterns(lp.a, lp.s, pi, t)
-    order = np.sort(cost, axis=1)
-    best = order[:, 0]
-    ambiguous = ~np.isfinite(best) | (order[:, 1] <= best * (1 + band) + 1e-300)
-    ambiguous |= _near_boundary(lp.a, t, band)
-    pattern = np.argmin(cost, axis=1)
     iterations = 0
-    while True:
+    settled = False
+    while iterations < MAX_ACTIVE_SET_ROUNDS:
         iterations += 1
+        pattern = np.argmin(cost, axis=1)
+        order = np.sort(cost, axis=1)
+        best = order[:, 0]
+        runner_up = order[:, 1] if order.shape[1] > 1 else np.full(m, np.inf)
+        ambiguous = forced | ~np.isfinite(best) | (runner_up <= best * (1 + band) + 1e-300)
+        ambiguous |= _near_boundary(lp.a, t, band)
         amb = np.nonzero(ambiguous)[0]
         fix = np.nonzero(~ambiguous)[0]
+        if amb.size > MAX_EXPLICIT_FRACTION * m:
+            break
         const, slope = _pattern_use(lp.a[fix], lp.s[fix], lp.k[fix], pattern[fix], first, second, n)
         reduced = LevelProblem(lp.a[amb], lp.s[amb], lp.W, lp.k[amb])
         remaining = 0.0
         if time_limit_s > 0:
             remaining = max(1e-3, time_limit_s - (time.perf_counter() - started))
         res, t, Xa, pi, ya, rows, nnz = _solve_classes(
-            reduced, SolverPreference.CLARABEL, remaining, threads,
-            rhs_capacity=lp.W - const, fixed_cap=slope,
+            reduced,
+            SolverPreference.CLARABEL,
+            remaining,
+            threads,
+            rhs_capacity=lp.W - const,
+            fixed_cap=slope,
         )
         solve_time += res.solve_time_s
-        if res.status != "optimal" or iterations >= 8:
+        if res.status == "time_limit":
+            settled = True  # report what we have; the certificate says how good it is
             break
-        cost, first, second = _patterns(lp.a[fix], lp.s[fix], pi, t)
+        if res.status != "optimal":
+            break  # e.g. a wrong set of two-type patterns made the reduced LP infeasible
+        # Re-price every row at the new (pi, t); an eliminated row whose pattern is no longer
+        # optimal (or no longer valid at t) violates dual feasibility and becomes explicit.
+        cost, first, second = _patterns(lp.a, lp.s, pi, t)
         best = cost.min(axis=1)
-        mine = cost[np.arange(fix.size), pattern[fix]]
-        violated = ~np.isfinite(mine) | (mine > best * (1 + 1e-9) + 1e-12)
+        mine = cost[fix, pattern[fix]]
+        violated = ~np.isfinite(mine) | (mine > best[fix] * (1 + 1e-9) + 1e-12)
         violated |= _near_boundary(lp.a[fix], t, 1e-9)
         if not violated.any():
+            settled = True
             break
-        ambiguous[fix[violated]] = True
+        forced[fix[violated]] = True
+        band = max(band / 10, 1e-4)
+    if not settled:
+        # Did not settle: solve the whole LP (still exact, only slower).
+        full = solve_levels(lp, SolverPreference.CLARABEL, time_limit_s, threads)
+        return LevelSolution(
+            full.t,
+            full.X,
+            full.pi,
+            full.y,
+            full.status,
+            full.solver,
+            full.solver_version,
+            solve_time + full.solve_time_s,
+            full.variables,
+            full.constraints,
+            full.nonzeros,
+            f"full LP after {iterations} active-set rounds",
+            full.detail,
+        )
     X = np.zeros((m, n))
     X[amb] = Xa
     X[fix] = _pattern_time(lp.a[fix], pattern[fix], first, second, t, n)
@@ -296,9 +371,19 @@ def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) 
     yf[pr] = lp.s[fix][pr] * (pi[j2[pr]] - pi[j1[pr]]) / (a2[pr] - a1[pr])
     y[fix] = yf * lp.k[fix]
     return LevelSolution(
-        t, X, pi, y, res.status, res.solver, res.solver_version, solve_time,
-        int(np.count_nonzero(reduced.a)) + 1, rows, nnz,
-        f"active set ({iterations} reduced LPs, {amb.size} of {m} rows explicit)", res.detail,
+        t,
+        X,
+        pi,
+        y,
+        res.status,
+        res.solver,
+        res.solver_version,
+        solve_time,
+        int(np.count_nonzero(reduced.a)) + 1,
+        rows,
+        nnz,
+        f"active set ({iterations} reduced LPs, {amb.size} of {m} rows explicit)",
+        res.detail,
     )
 
 
@@ -318,8 +403,9 @@ class CertifiedLevels:
     max_violation: float
 
 
-def certify(a: FloatArray, s: FloatArray, W: FloatArray, X: FloatArray, y: FloatArray,
-            pi: FloatArray) -> CertifiedLevels:
+def certify(
+    a: FloatArray, s: FloatArray, W: FloatArray, X: FloatArray, y: FloatArray, pi: FloatArray
+) -> CertifiedLevels:
     """Repair X onto the feasible set and (y, pi) onto the dual feasible set of the per-job LP;
     return the primal objective (min level) and the dual bound (A2.1 dual)."""
     allowed = a > 0
@@ -351,14 +437,21 @@ def solve_policy(
     problem: Problem, parameters: object, compat: Compat, options: SolveOptions
 ) -> Plan:
     """Entry point registered as `weighted_max_min_fairness`."""
-    params = parameters if isinstance(parameters, MaxMinFairnessParameters) else MaxMinFairnessParameters()
+    params = (
+        parameters
+        if isinstance(parameters, MaxMinFairnessParameters)
+        else MaxMinFairnessParameters()
+    )
     started = time.perf_counter()
     m, n = problem.jobs.num_jobs, problem.cluster.num_types
     tolerance = options.relative_gap or DEFAULT_GAP
-    formulation = "max-min fairness LP (A2.1)" + (", heterogeneity-agnostic" if params.heterogeneity_agnostic else "")
+    formulation = "max-min fairness LP (A2.1)" + (
+        ", heterogeneity-agnostic" if params.heterogeneity_agnostic else ""
+    )
     if m == 0:
-        cert = Certificate(Termination.OPTIMAL, True, None, None, formulation=formulation,
-                           detail="no jobs")
+        cert = Certificate(
+            Termination.OPTIMAL, True, None, None, formulation=formulation, detail="no jobs"
+        )
         return Plan.empty(0, n, cert)
     a, prop, thr = level_coefficients(problem, params.heterogeneity_agnostic, compat)
     s = problem.jobs.scale_factor.astype(np.float64)
@@ -378,7 +471,11 @@ def solve_policy(
     gap_cert = Certificate(Termination.OPTIMAL, True, levels_cert.objective, levels_cert.bound)
     gap = gap_cert.gap
     if sol.status == "optimal":
-        termination = Termination.OPTIMAL if gap is not None and gap <= tolerance else Termination.OPTIMAL_INACCURATE
+        termination = (
+            Termination.OPTIMAL
+            if gap is not None and gap <= tolerance
+            else Termination.OPTIMAL_INACCURATE
+        )
     elif sol.status == "time_limit":
         termination = Termination.FEASIBLE if levels_cert.objective > 0 else Termination.NO_SOLUTION
     elif sol.status == "infeasible":
@@ -415,20 +512,25 @@ def solve_policy(
     )
 
 
-def _maximize_sum(a: FloatArray, s: FloatArray, W: FloatArray, t_star: float,
-                  options: SolveOptions) -> FloatArray:
+def _maximize_sum(
+    a: FloatArray, s: FloatArray, W: FloatArray, t_star: float, options: SolveOptions
+) -> FloatArray:
     """Second stage: maximize sum of levels with every level >= (1 - 1e-7) t*."""
     m, n = a.shape
     ii, jj = np.nonzero(a > 0)
     nv = ii.size
     matrix = sp.csc_matrix(
-        (np.concatenate([-a[ii, jj], s[ii], np.ones(nv)]),
-         (np.concatenate([ii, m + jj, m + n + ii]), np.concatenate([np.arange(nv)] * 3))),
+        (
+            np.concatenate([-a[ii, jj], s[ii], np.ones(nv)]),
+            (np.concatenate([ii, m + jj, m + n + ii]), np.concatenate([np.arange(nv)] * 3)),
+        ),
         shape=(2 * m + n, nv),
     )
     b = np.concatenate([np.full(m, -(1 - 1e-7) * t_star), W, np.ones(m)])
     c = a[ii, jj].copy()
-    result = solve_lp(c, matrix, b, solver=SolverPreference.CLARABEL, time_limit_s=options.time_limit_s)
+    result = solve_lp(
+        c, matrix, b, solver=SolverPreference.CLARABEL, time_limit_s=options.time_limit_s
+    )
     X = np.zeros((m, n))
     if result.status == "optimal":
         X[ii, jj] = result.x

@@ -96,7 +96,9 @@ def _cluster(msg: snapshot_pb.Cluster, violations: list[Violation]) -> Cluster:
             violations.append(Violation(f"{p}.name", "must be non-empty"))
         elif acc.name in first:
             violations.append(
-                Violation(f"{p}.name", f"duplicate name {acc.name!r} (first at [{first[acc.name]}])")
+                Violation(
+                    f"{p}.name", f"duplicate name {acc.name!r} (first at [{first[acc.name]}])"
+                )
             )
         else:
             first[acc.name] = idx
@@ -127,7 +129,9 @@ def _cluster(msg: snapshot_pb.Cluster, violations: list[Violation]) -> Cluster:
         for fname in ("cpus", "memory_gib"):
             value = getattr(node, fname)
             if not (_finite(value) and value >= 0):
-                violations.append(Violation(f"{p}.{fname}", f"must be finite and >= 0, got {value}"))
+                violations.append(
+                    Violation(f"{p}.{fname}", f"must be finite and >= 0, got {value}")
+                )
         node_totals[node.accelerator_type] = node_totals.get(node.accelerator_type, 0) + max(
             node.devices, 0
         )
@@ -152,9 +156,7 @@ def _cluster(msg: snapshot_pb.Cluster, violations: list[Violation]) -> Cluster:
     )
 
 
-def _jobs(
-    msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation]
-) -> Jobs:
+def _jobs(msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation]) -> Jobs:
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
     m, n = len(msg.jobs), cluster.num_types
     max_count = int(cluster.count.max()) if n else 0
@@ -172,7 +174,9 @@ def _jobs(
             violations.append(Violation(f"{p}.id", "must be non-empty"))
         elif job.id in first:
             violations.append(
-                Violation(f"{p}.id", f"duplicate job id {job.id!r} (first at jobs[{first[job.id]}])")
+                Violation(
+                    f"{p}.id", f"duplicate job id {job.id!r} (first at jobs[{first[job.id]}])"
+                )
             )
         else:
             first[job.id] = i
@@ -192,22 +196,31 @@ def _jobs(
         if job.HasField("priority_weight"):
             w = job.priority_weight
             if not (_finite(w) and w > 0):
-                violations.append(Violation(f"{p}.priority_weight", f"must be finite and > 0, got {w}"))
+                violations.append(
+                    Violation(f"{p}.priority_weight", f"must be finite and > 0, got {w}")
+                )
             else:
                 weight[i] = w
         for name, value in job.throughput.items():
             fp = f"{p}.throughput{_key(name)}"
             if name not in type_index:
                 violations.append(
-                    Violation(fp, f"unknown accelerator type {name!r}; the cluster has "
-                              f"{', '.join(cluster.type_names) or 'none'}")
+                    Violation(
+                        fp,
+                        f"unknown accelerator type {name!r}; the cluster has "
+                        f"{', '.join(cluster.type_names) or 'none'}",
+                    )
                 )
             elif not (_finite(value) and value >= 0):
                 violations.append(Violation(fp, f"must be finite and >= 0, got {value}"))
             else:
                 throughput[i, type_index[name]] = value
         usable = (throughput[i] > 0) & (cluster.count >= scale[i])
-        if n and not usable.any() and not any(v.field.startswith(f"{p}.throughput") for v in violations):
+        if (
+            n
+            and not usable.any()
+            and not any(v.field.startswith(f"{p}.throughput") for v in violations)
+        ):
             violations.append(
                 Violation(
                     f"{p}.throughput",
@@ -222,11 +235,15 @@ def _jobs(
         prog = job.progress
         if not (_finite(prog.steps_done) and prog.steps_done >= 0):
             violations.append(
-                Violation(f"{p}.progress.steps_done", f"must be finite and >= 0, got {prog.steps_done}")
+                Violation(
+                    f"{p}.progress.steps_done", f"must be finite and >= 0, got {prog.steps_done}"
+                )
             )
         elif not (_finite(prog.total_steps) and prog.total_steps >= 0):
             violations.append(
-                Violation(f"{p}.progress.total_steps", f"must be finite and >= 0, got {prog.total_steps}")
+                Violation(
+                    f"{p}.progress.total_steps", f"must be finite and >= 0, got {prog.total_steps}"
+                )
             )
         elif prog.total_steps and prog.total_steps < prog.steps_done:
             violations.append(
@@ -274,7 +291,9 @@ def _history(
     hist = msg.history
     elapsed = hist.elapsed_since_reset_s
     if not (_finite(elapsed) and elapsed >= 0):
-        violations.append(Violation("snapshot.history.elapsed_since_reset_s", "must be finite and >= 0"))
+        violations.append(
+            Violation("snapshot.history.elapsed_since_reset_s", "must be finite and >= 0")
+        )
         elapsed = 0.0
     seen: dict[str, int] = {}
     for k, entry in enumerate(hist.jobs):
@@ -285,7 +304,10 @@ def _history(
             continue
         if entry.job_id in seen:
             violations.append(
-                Violation(f"{p}.job_id", f"duplicate entry for {entry.job_id!r} (first at [{seen[entry.job_id]}])")
+                Violation(
+                    f"{p}.job_id",
+                    f"duplicate entry for {entry.job_id!r} (first at [{seen[entry.job_id]}])",
+                )
             )
             continue
         seen[entry.job_id] = k
@@ -304,11 +326,15 @@ def _history(
         for name in entry.previous_time_share:
             if name not in type_index:
                 violations.append(
-                    Violation(f"{p}.previous_time_share{_key(name)}", f"unknown accelerator type {name!r}")
+                    Violation(
+                        f"{p}.previous_time_share{_key(name)}", f"unknown accelerator type {name!r}"
+                    )
                 )
         c = entry.cumulative_isolated_time_s
         if not (_finite(c) and c >= 0):
-            violations.append(Violation(f"{p}.cumulative_isolated_time_s", "must be finite and >= 0"))
+            violations.append(
+                Violation(f"{p}.cumulative_isolated_time_s", "must be finite and >= 0")
+            )
         else:
             isolated[i] = c
         if entry.restarts < 0:
@@ -366,7 +392,9 @@ def _policy(msg: policy_pb.Policy, violations: list[Violation]) -> PolicyRequest
         )
         if mmf.canonicalize not in _CANONICALIZATION:
             violations.append(
-                Violation("policy.max_min_fairness.canonicalize", f"unknown value {mmf.canonicalize}")
+                Violation(
+                    "policy.max_min_fairness.canonicalize", f"unknown value {mmf.canonicalize}"
+                )
             )
     if msg.compat not in _COMPAT:
         violations.append(Violation("policy.compat", f"unknown value {msg.compat}"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import Problem, SolveOptions
@@ -119,5 +119,5 @@ def resolve_parameters(spec: PolicySpec, requested_name: str, parameters: object
     params = spec.parameters_type() if parameters is None else parameters
     forced = spec.aliases.get(requested_name)
     if forced:
-        params = replace(params, **forced)
+        params = replace(cast(Any, params), **forced)
     return params
