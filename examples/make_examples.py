@@ -1,0 +1,166 @@
+"""Write the example snapshot files (proto3 canonical JSON of `apportion.v1.SolveRequest`).
+
+Deterministic: run it again and the files come out byte-identical (a test checks this).
+
+    python examples/make_examples.py          # rewrite examples/*.json
+    python examples/make_examples.py --check  # exit 1 if a committed file is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from google.protobuf import json_format
+
+from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1 import snapshot_pb2 as snapshot_pb
+
+EXAMPLES = Path(__file__).resolve().parent
+SEED = 20240601
+TYPES = ("v100", "p100", "k80")
+
+# Single-device throughput (steps/s) per type, in the spirit of Gavel's measured table:
+# k80 is always the slowest, v100 the fastest, and the speed-up varies a lot by model.
+MODELS: dict[str, tuple[float, float, float]] = {
+    "resnet18": (13.6, 8.9, 3.5),
+    "resnet50": (3.1, 1.3, 0.42),
+    "transformer": (5.2, 3.3, 1.1),
+    "lm": (4.1, 3.0, 1.5),
+    "recommendation": (8.3, 6.6, 4.1),
+    "a3c": (1.35, 1.22, 1.02),
+    "cyclegan": (2.6, 1.45, 0.52),
+}
+
+
+def _request(policy: str) -> service_pb.SolveRequest:
+    request = service_pb.SolveRequest()
+    request.policy.name = policy
+    return request
+
+
+def _add_type(request: service_pb.SolveRequest, name: str, count: int) -> None:
+    accelerator = request.snapshot.cluster.accelerator_types.add()
+    accelerator.name = name
+    accelerator.count = count
+
+
+def _add_job(
+    request: service_pb.SolveRequest,
+    job_id: str,
+    throughput: dict[str, float],
+    scale_factor: int | None = None,
+    priority_weight: float | None = None,
+) -> snapshot_pb.Job:
+    job = request.snapshot.jobs.add()
+    job.id = job_id
+    if scale_factor is not None:
+        job.scale_factor = scale_factor
+    if priority_weight is not None:
+        job.priority_weight = priority_weight
+    job.throughput.update(throughput)
+    return job
+
+
+def four_jobs() -> service_pb.SolveRequest:
+    """4 jobs on 4 v100 + 4 p100 + 4 k80; mixed scale factors, one job with weight 2."""
+    request = _request("weighted_max_min_fairness")
+    for name in TYPES:
+        _add_type(request, name, 4)
+    _add_job(request, "resnet50", {"v100": 3.1, "p100": 1.3, "k80": 0.42})
+    _add_job(request, "transformer", {"v100": 9.4, "p100": 6.0, "k80": 2.0}, scale_factor=2)
+    _add_job(request, "a3c", {"v100": 1.35, "p100": 1.22, "k80": 1.02}, priority_weight=2.0)
+    _add_job(request, "recommendation", {"v100": 27.0, "p100": 21.5, "k80": 13.0}, scale_factor=4)
+    return request
+
+
+def cluster_32_jobs(seed: int = SEED) -> service_pb.SolveRequest:
+    """32 jobs drawn (seeded) from MODELS on 16 v100 + 16 p100 + 24 k80."""
+    rng = random.Random(seed)
+    request = _request("weighted_max_min_fairness")
+    for name, count in zip(TYPES, (16, 16, 24), strict=True):
+        _add_type(request, name, count)
+    for i in range(32):
+        model = rng.choice(sorted(MODELS))
+        scale = rng.choices((1, 2, 4, 8), weights=(0.55, 0.25, 0.13, 0.07))[0]
+        efficiency = scale**0.9  # imperfect multi-device scaling
+        throughput = {
+            name: round(base * efficiency * rng.lognormvariate(0.0, 0.05), 3)
+            for name, base in zip(TYPES, MODELS[model], strict=True)
+        }
+        weight = rng.choices((1.0, 2.0, 0.5), weights=(0.8, 0.12, 0.08))[0]
+        job = _add_job(
+            request,
+            f"job-{i:02d}-{model}",
+            throughput,
+            scale_factor=scale if scale > 1 else None,
+            priority_weight=weight if weight != 1.0 else None,
+        )
+        job.arrival_time_s = float(60 * i)
+    request.snapshot.time_s = 3600.0
+    return request
+
+
+def invalid() -> service_pb.SolveRequest:
+    """A deliberately malformed snapshot: NaN and negative throughputs, an unknown type,
+    a duplicate job id and a zero scale factor."""
+    request = _request("weighted_max_min_fairness")
+    _add_type(request, "v100", 2)
+    _add_type(request, "k80", 2)
+    _add_job(request, "a", {"v100": float("nan"), "k80": 1.0})
+    _add_job(request, "b", {"v100": 2.0, "k80": -1.0, "h100": 5.0})
+    _add_job(request, "a", {"v100": 2.0})
+    _add_job(request, "d", {"k80": 1.0}, scale_factor=0)
+    return request
+
+
+BUILDERS: dict[str, Callable[[], service_pb.SolveRequest]] = {
+    "four_jobs.json": four_jobs,
+    "cluster_32_jobs.json": cluster_32_jobs,
+    "invalid.json": invalid,
+}
+
+
+def render(request: service_pb.SolveRequest) -> str:
+    """Canonical proto3 JSON (camelCase field names), two-space indent, trailing newline.
+
+    Protobuf map iteration order is not stable between processes, so every job's throughput
+    map is written in the cluster's type order (names not in the cluster last, sorted).
+    """
+    data = json_format.MessageToDict(request)
+    snapshot = data.get("snapshot", {})
+    order = [t["name"] for t in snapshot.get("cluster", {}).get("acceleratorTypes", [])]
+    for job in snapshot.get("jobs", []):
+        throughput: dict[str, object] = job.get("throughput", {})
+        keys = [k for k in order if k in throughput]
+        keys += sorted(k for k in throughput if k not in order)
+        job["throughput"] = {k: throughput[k] for k in keys}
+    return json.dumps(data, indent=2) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--check", action="store_true", help="only compare, write nothing")
+    args = parser.parse_args(argv)
+    stale = []
+    for filename, build in BUILDERS.items():
+        path = EXAMPLES / filename
+        text = render(build())
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(filename)
+        else:
+            path.write_text(text)
+            print(f"wrote {path}")
+    if stale:
+        print(f"out of date: {', '.join(stale)} (run python examples/make_examples.py)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""The `apportion` command line: solve / validate a snapshot file, list policies, serve gRPC.
+
+Exit codes: 0 success (including a solve that ends infeasible or at its time limit: the
+termination is printed), 2 invalid input (unreadable file, bad JSON, unknown field, every
+validation violation as ``field: description`` on stderr, usage errors), 3 internal failure.
+
+Importing this module must stay cheap (`apportion --help` answers instantly): numpy, cvxpy,
+gRPC and the generated protobuf modules are imported inside the subcommand functions only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from apportion.v1 import allocation_service_pb2 as service_pb
+
+EXIT_OK = 0
+EXIT_INVALID_INPUT = 2
+EXIT_INTERNAL = 3
+
+PROG = "apportion"
+
+
+class InputError(Exception):
+    """The input cannot be used (unreadable file, malformed JSON, ...). Exit code 2."""
+
+
+# --------------------------------------------------------------------------- input
+
+
+def load_request(path: str) -> service_pb.SolveRequest:
+    """Read a snapshot file: the proto3 canonical JSON of `apportion.v1.SolveRequest`.
+
+    Raises `InputError` naming the file for an unreadable file, invalid JSON or an unknown
+    field.
+    """
+    from google.protobuf import json_format
+
+    from apportion.v1 import allocation_service_pb2 as service_pb
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InputError(f"{path}: cannot read file: {reason}") from exc
+    try:
+        return json_format.Parse(text, service_pb.SolveRequest(), ignore_unknown_fields=False)
+    except json_format.ParseError as exc:
+        raise InputError(f"{path}: not a valid SolveRequest JSON: {exc}") from exc
+
+
+def _apply_overrides(
+    request: service_pb.SolveRequest, policy: str | None, time_limit: float | None
+) -> None:
+    """Command-line options take precedence over the file."""
+    if policy is not None:
+        request.policy.name = policy
+    if time_limit is not None:
+        request.options.time_limit_s = time_limit
+
+
+# --------------------------------------------------------------------------- subcommands
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    """`apportion solve FILE`: solve and print the plan (table or JSON)."""
+    from google.protobuf import json_format
+
+    from apportion.server import render
+    from apportion.server.pipeline import solve_request
+
+    request = load_request(args.file)
+    _apply_overrides(request, args.policy, args.time_limit)
+    response = solve_request(request)
+    if args.json:
+        print(json_format.MessageToJson(response, preserving_proto_field_name=False))
+    else:
+        type_names = [t.name for t in request.snapshot.cluster.accelerator_types]
+        max_rows = 0 if args.all else render.DEFAULT_MAX_ROWS
+        print(render.solve_report(response, type_names, max_rows))
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """`apportion validate FILE`: parse and validate without solving."""
+    from apportion.server.convert import request_to_model
+
+    request = load_request(args.file)
+    _apply_overrides(request, args.policy, None)
+    problem, policy, _ = request_to_model(request)
+    alias = (
+        f" (requested as {policy.requested_name!r})"
+        if (policy.requested_name and policy.requested_name != policy.name)
+        else ""
+    )
+    print(
+        f"ok: {problem.jobs.num_jobs} jobs, {problem.cluster.num_types} accelerator types, "
+        f"policy {policy.name}{alias}"
+    )
+    return EXIT_OK
+
+
+def cmd_policies(args: argparse.Namespace) -> int:
+    """`apportion policies`: the policy registry."""
+    from apportion.server.render import policy_list
+    from apportion.solver.registry import policies
+
+    print(policy_list(policies()))
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """`apportion serve`: run the gRPC server (arguments defined by apportion.server.app)."""
+    from apportion.server.app import run_from_args  # type: ignore[import-not-found,unused-ignore]
+
+    code: int = run_from_args(args)
+    return code
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("apportion")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a subcommand's --debug must not reset one given before the subcommand.
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print a traceback on internal errors",
+    )
+
+
+def _add_input(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "file", metavar="FILE", help="snapshot JSON (canonical JSON of SolveRequest)"
+    )
+    parser.add_argument(
+        "--policy", metavar="NAME", help="policy name or alias (overrides the file)"
+    )
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The top-level parser and its `serve` subparser (whose options are added lazily)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Optimization-based allocation of shared, heterogeneous GPU clusters.",
+        epilog="Exit codes: 0 ok (also infeasible / time-limit solves), 2 invalid input, "
+        "3 internal error.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--debug", action="store_true", help="print a traceback on internal errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    solve = sub.add_parser("solve", help="solve a snapshot file and print the plan")
+    _add_input(solve)
+    solve.add_argument(
+        "--time-limit", metavar="SECONDS", type=float, help="solver time limit (overrides the file)"
+    )
+    solve.add_argument("--json", action="store_true", help="print the SolveResponse as JSON")
+    solve.add_argument("--all", action="store_true", help="print every job (default: first 50)")
+    solve.set_defaults(handler=cmd_solve)
+
+    validate = sub.add_parser("validate", help="check a snapshot file without solving")
+    _add_input(validate)
+    validate.set_defaults(handler=cmd_validate)
+
+    listing = sub.add_parser("policies", help="list the registered policies")
+    listing.set_defaults(handler=cmd_policies)
+
+    serve = sub.add_parser(
+        "serve",
+        help="run the gRPC allocation service",
+        description="Run the apportion.v1.AllocationService gRPC server (plus health and "
+        "reflection) until SIGINT/SIGTERM.",
+        add_help=False,
+    )
+    serve.set_defaults(handler=cmd_serve)
+
+    for subparser in (solve, validate, listing, serve):
+        _add_common(subparser)
+    return parser, serve
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse the command line. The `serve` options come from `apportion.server.app`, which
+    imports gRPC, so that module is loaded only when the command is `serve`."""
+    parser, serve = build_parser()
+    first, _ = parser.parse_known_args(argv)
+    if first.command == "serve":
+        # (ignore: lets mypy pass while app.py is being written; harmless once it exists)
+        from apportion.server.app import add_serve_arguments  # type: ignore[import-not-found,unused-ignore]
+
+        serve.add_argument("-h", "--help", action="help", help="show this help message and exit")
+        add_serve_arguments(serve)
+    return parser.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a subcommand, mapping exceptions to exit codes and messages on stderr."""
+    from apportion.solver.errors import ValidationError
+
+    try:
+        return handler(args)
+    except InputError as exc:
+        _err(f"{PROG}: error: {exc}")
+        return EXIT_INVALID_INPUT
+    except ValidationError as exc:
+        _err(str(exc))  # one `field: description` line per violation
+        return EXIT_INVALID_INPUT
+    except KeyboardInterrupt:
+        _err(f"{PROG}: interrupted")
+        return 130
+    except Exception as exc:
+        if args.debug:
+            traceback.print_exc()
+        else:
+            _err(
+                f"{PROG}: internal error: {type(exc).__name__}: {exc} "
+                "(run with --debug for a traceback)"
+            )
+        return EXIT_INTERNAL
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point; returns the exit code."""
+    try:
+        args = parse_args(argv)
+    except ImportError as exc:  # `serve` without apportion.server.app / grpc
+        _err(f"{PROG}: error: the gRPC server is not available: {exc}")
+        return EXIT_INTERNAL
+    except SystemExit as exc:  # --help, --version (0) and usage errors (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_INVALID_INPUT
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return run(handler, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

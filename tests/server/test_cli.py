@@ -1,0 +1,256 @@
+"""The `apportion` command line, run as a subprocess like a user would (plus a few in-process
+checks of the rendering and error mapping)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+
+from apportion.server import cli, render
+from apportion.server.pipeline import solve_request
+from apportion.solver.registry import known_names
+from apportion.v1 import allocation_service_pb2 as service_pb
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+FOUR_JOBS = EXAMPLES / "four_jobs.json"
+CLUSTER_32 = EXAMPLES / "cluster_32_jobs.json"
+INVALID = EXAMPLES / "invalid.json"
+
+
+def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """`python -m apportion.server.cli ARGS` from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-m", "apportion.server.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
+def load(path: Path) -> service_pb.SolveRequest:
+    return json_format.Parse(path.read_text(), service_pb.SolveRequest())
+
+
+# --------------------------------------------------------------------------- solve
+
+
+def test_solve_four_jobs_prints_table_and_stats() -> None:
+    result = run_cli("solve", FOUR_JOBS)
+    assert result.returncode == 0, result.stderr
+    for job in load(FOUR_JOBS).snapshot.jobs:
+        assert job.id in result.stdout
+    for type_name in ("v100", "p100", "k80"):
+        assert type_name in result.stdout
+    assert "optimal" in result.stdout
+    assert "weighted_max_min_fairness" in result.stdout
+    assert result.stderr == ""
+
+
+def test_solve_json_matches_in_process_pipeline() -> None:
+    result = run_cli("solve", FOUR_JOBS, "--json")
+    assert result.returncode == 0, result.stderr
+    response = json_format.Parse(result.stdout, service_pb.SolveResponse())
+    assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+    assert [j.job_id for j in response.plan.jobs] == [j.id for j in load(FOUR_JOBS).snapshot.jobs]
+    expected = solve_request(load(FOUR_JOBS))
+    assert math.isclose(response.stats.objective, expected.stats.objective, rel_tol=1e-9)
+    assert "preserving" not in result.stdout and "jobId" in result.stdout  # camelCase JSON
+
+
+def test_solve_32_jobs_with_time_limit_override() -> None:
+    result = run_cli("solve", CLUSTER_32, "--time-limit", "30")
+    assert result.returncode == 0, result.stderr
+    assert "optimal" in result.stdout
+    assert "limit 30 s" in result.stdout
+    assert "job-31-" in result.stdout
+
+
+def test_solve_policy_override_by_alias() -> None:
+    result = run_cli("solve", FOUR_JOBS, "--policy", "max_min_fairness_perf", "--json")
+    assert result.returncode == 0, result.stderr
+    response = json_format.Parse(result.stdout, service_pb.SolveResponse())
+    assert response.stats.policy == "weighted_max_min_fairness"
+
+
+def test_unknown_policy_exits_2_listing_known_policies() -> None:
+    result = run_cli("solve", FOUR_JOBS, "--policy", "nope")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "policy.name: unknown policy 'nope'" in result.stderr
+    for name in known_names():
+        assert name in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_negative_time_limit_is_invalid_input() -> None:
+    result = run_cli("solve", FOUR_JOBS, "--time-limit", "-1")
+    assert result.returncode == 2
+    assert "options.time_limit_s" in result.stderr
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def test_validate_ok() -> None:
+    result = run_cli("validate", FOUR_JOBS)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "ok: 4 jobs, 3 accelerator types, policy weighted_max_min_fairness"
+    )
+
+
+def test_validate_invalid_example_lists_every_violation() -> None:
+    result = run_cli("validate", INVALID)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    expected_fields = {
+        'snapshot.jobs[0].throughput["v100"]',  # NaN
+        'snapshot.jobs[1].throughput["k80"]',  # negative
+        'snapshot.jobs[1].throughput["h100"]',  # unknown type
+        "snapshot.jobs[2].id",  # duplicate
+        "snapshot.jobs[3].scale_factor",  # 0
+    }
+    assert {line.split(": ", 1)[0] for line in lines} == expected_fields
+    assert len(lines) == len(expected_fields)
+
+
+def test_solve_invalid_example_same_errors_as_validate() -> None:
+    solved, validated = run_cli("solve", INVALID), run_cli("validate", INVALID)
+    assert solved.returncode == validated.returncode == 2
+    assert sorted(solved.stderr.splitlines()) == sorted(validated.stderr.splitlines())
+
+
+def test_malformed_json_exits_2_naming_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "broken_snapshot.json"
+    bad.write_text('{"snapshot": {"jobs": [}')
+    result = run_cli("solve", bad)
+    assert result.returncode == 2
+    assert "broken_snapshot.json" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_field_exits_2_naming_file_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "typo.json"
+    bad.write_text(json.dumps({"snapshot": {"jobz": []}}))
+    result = run_cli("validate", bad)
+    assert result.returncode == 2
+    assert "typo.json" in result.stderr and "jobz" in result.stderr
+
+
+def test_missing_file_exits_2(tmp_path: Path) -> None:
+    result = run_cli("validate", tmp_path / "absent.json")
+    assert result.returncode == 2
+    assert "absent.json" in result.stderr
+
+
+def test_usage_error_exits_2() -> None:
+    result = run_cli("solve")
+    assert result.returncode == 2
+    assert "usage:" in result.stderr
+
+
+# --------------------------------------------------------------------------- others
+
+
+def test_policies_lists_registry() -> None:
+    result = run_cli("policies")
+    assert result.returncode == 0, result.stderr
+    assert "weighted_max_min_fairness" in result.stdout
+    assert "apportion.v1.MaxMinFairnessParameters" in result.stdout
+    assert "jobs[].throughput" in result.stdout
+
+
+def test_help_and_version() -> None:
+    helped = run_cli("--help")
+    assert helped.returncode == 0
+    for command in ("solve", "validate", "policies", "serve"):
+        assert command in helped.stdout
+    version = run_cli("--version")
+    assert version.returncode == 0
+    assert version.stdout.startswith("apportion ")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("apportion.server.app") is None, reason="server app not present"
+)
+def test_serve_help() -> None:
+    result = run_cli("serve", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "usage: apportion serve" in result.stdout
+
+
+def test_import_is_light() -> None:
+    """`apportion --help` must be instant: importing the CLI loads no heavy module."""
+    heavy = ["numpy", "scipy", "cvxpy", "grpc", "google.protobuf", "apportion.v1"]
+    code = (
+        "import json, sys\n"
+        "import apportion.server.cli\n"
+        f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
+
+
+def test_internal_error_exits_3_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    def boom(args: argparse.Namespace) -> int:
+        raise RuntimeError("solver exploded")
+
+    code = cli.run(boom, argparse.Namespace(debug=False))
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "solver exploded" in err and "Traceback" not in err
+
+    code = cli.run(boom, argparse.Namespace(debug=True))
+    assert code == 3
+    assert "Traceback" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- render
+
+
+def _response(num_jobs: int) -> service_pb.SolveResponse:
+    response = service_pb.SolveResponse()
+    response.stats.termination = service_pb.TERMINATION_REASON_OPTIMAL
+    for i in range(num_jobs):
+        job = response.plan.jobs.add(job_id=f"job{i}", status=service_pb.JOB_STATUS_ALLOCATED)
+        job.time_share["a"] = 0.5
+    return response
+
+
+def test_table_truncates_long_plans() -> None:
+    table = render.plan_table(_response(60), ["a", "b"], max_rows=50)
+    assert "job49" in table and "job50" not in table
+    assert "... 10 more jobs" in table
+    full = render.plan_table(_response(60), ["a", "b"], max_rows=0)
+    assert "job59" in full and "more jobs" not in full
+
+
+def test_report_flags_non_optimal_termination() -> None:
+    response = service_pb.SolveResponse()
+    response.stats.termination = service_pb.TERMINATION_REASON_INFEASIBLE
+    text = render.solve_report(response, ["a"])
+    assert "no plan" in text
+    assert "termination    infeasible" in text
+    assert "not a proven optimum" in text
+
+
+def test_unservable_jobs_show_their_reason() -> None:
+    response = _response(2)
+    response.plan.jobs[1].status = service_pb.JOB_STATUS_UNSERVABLE
+    response.plan.jobs[1].reason = "needs 16 devices"
+    table = render.plan_table(response, ["a"])
+    assert "unservable: needs 16 devices" in table
