@@ -101,6 +101,8 @@ def _solve_highs(
     highs = highspy.Highs()  # type: ignore[no-untyped-call]
     highs.setOptionValue("output_flag", False)
     highs.setOptionValue("solver", "simplex")
+    highs.setOptionValue("primal_feasibility_tolerance", 1e-10)
+    highs.setOptionValue("dual_feasibility_tolerance", 1e-10)
     if time_limit_s > 0:
         highs.setOptionValue("time_limit", float(time_limit_s))
     if threads > 0:

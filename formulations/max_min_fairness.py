@@ -410,7 +410,7 @@ def certify(
     return the primal objective (min level) and the dual bound (A2.1 dual)."""
     allowed = a > 0
     X = np.where(allowed, np.clip(X, 0.0, 1.0), 0.0)
-    X[X < 1e-12] = 0.0
+    X[X < 1e-9] = 0.0  # A1.4: tiny entries are solver noise
     X /= np.maximum(1.0, X.sum(axis=1, keepdims=True))
     use = s @ X
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -466,8 +466,11 @@ def solve_policy(
     levels_cert = certify(a, s, W, X, y, sol.pi)
     X = levels_cert.X
     if params.canonicalize is Canonicalization.SUM and sol.status == "optimal":
-        X = _maximize_sum(a, s, W, levels_cert.objective, options) if m else X
-        levels_cert = certify(a, s, W, X, levels_cert.y, levels_cert.pi)
+        second = certify(a, s, W, _maximize_sum(a, s, W, levels_cert.objective, options),
+                         levels_cert.y, levels_cert.pi)
+        if second.objective >= (1 - 1e-6) * levels_cert.objective:  # else keep stage one
+            levels_cert = second
+        X = levels_cert.X
     gap_cert = Certificate(Termination.OPTIMAL, True, levels_cert.objective, levels_cert.bound)
     gap = gap_cert.gap
     if sol.status == "optimal":
