@@ -1,0 +1,123 @@
+"""The apportion.v1.AllocationService implementation (grpc.aio).
+
+`Solve` receives the raw request bytes (no deserializer) so it can enforce its own message
+size limit and hand the bytes to a worker process untouched; the worker parses, validates
+and solves. The time limit passed to the worker is the call deadline minus a margin (the
+request's own `options.time_limit_s` still applies when smaller: the pipeline takes the
+minimum). A worker still busy shortly after the deadline is terminated.
+"""
+
+from __future__ import annotations
+
+import grpc
+import grpc.aio
+
+from apportion.server.errors import abort, abort_with, bad_request_status, validation_status
+from apportion.server.workers import (
+    PoolClosedError,
+    PoolExhaustedError,
+    WorkerFailedError,
+    WorkerPool,
+)
+from apportion.solver.errors import ValidationError, Violation
+from apportion.solver.registry import policies
+from apportion.v1 import allocation_service_pb2 as service_pb
+
+SERVICE_NAME: str = service_pb.DESCRIPTOR.services_by_name["AllocationService"].full_name
+"""``apportion.v1.AllocationService``."""
+MARGIN_FRACTION = 0.1
+MARGIN_MAX_S = 0.2
+MARGIN_MIN_S = 0.05
+"""Solver time-limit margin before the deadline: 10% of the remaining time, at most 0.2 s
+and at least 0.05 s."""
+HARD_TIMEOUT_GRACE_S = 0.5
+"""A worker still busy this long (s) after the call deadline is terminated."""
+
+
+def time_limits(remaining_s: float | None) -> tuple[float, float | None]:
+    """(solver time-limit cap, hard timeout) in seconds for a call with `remaining_s` seconds
+    left before its deadline; (0.0 = no cap, None = no timeout) for a call without one."""
+    if remaining_s is None:
+        return 0.0, None
+    remaining_s = max(remaining_s, 0.0)
+    margin = max(MARGIN_MIN_S, min(MARGIN_MAX_S, MARGIN_FRACTION * remaining_s))
+    cap = max(remaining_s - margin, 0.5 * remaining_s, 1e-3)
+    return cap, remaining_s + HARD_TIMEOUT_GRACE_S
+
+
+def list_policies_response() -> service_pb.ListPoliciesResponse:
+    """Every registered policy, canonical order."""
+    response = service_pb.ListPoliciesResponse()
+    for spec in policies():
+        response.policies.add(
+            name=spec.name,
+            aliases=list(spec.aliases),
+            description=spec.description,
+            parameters_message=spec.parameters_message,
+            required_inputs=list(spec.required_inputs),
+            maximize=spec.maximize,
+        )
+    return response
+
+
+class AllocationServiceServicer:
+    """Solve and ListPolicies; register with `generic_handler`."""
+
+    def __init__(self, pool: WorkerPool, max_message_bytes: int) -> None:
+        """`max_message_bytes`: largest accepted request (bytes); larger ones are rejected
+        with a field violation on ``request``."""
+        self._pool = pool
+        self._max_message_bytes = max_message_bytes
+
+    async def Solve(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        """Serialized SolveRequest in, serialized SolveResponse out."""
+        if len(request) > self._max_message_bytes:
+            await abort_with(
+                context,
+                bad_request_status(
+                    [
+                        Violation(
+                            "request",
+                            f"{len(request)} bytes exceeds the limit of "
+                            f"{self._max_message_bytes} bytes",
+                        )
+                    ]
+                ),
+            )
+        cap_s, timeout_s = time_limits(context.time_remaining())
+        try:
+            return await self._pool.submit(request, cap_s, timeout_s)
+        except ValidationError as exc:
+            await abort_with(context, validation_status(exc))
+        except PoolExhaustedError as exc:
+            await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+        except TimeoutError:
+            await abort(
+                context,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "the solve did not finish before the deadline",
+            )
+        except PoolClosedError as exc:
+            await abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+        except WorkerFailedError as exc:
+            await abort(context, grpc.StatusCode.INTERNAL, f"solver failure: {exc}")
+
+    async def ListPolicies(
+        self, request: service_pb.ListPoliciesRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb.ListPoliciesResponse:
+        return list_policies_response()
+
+
+def generic_handler(servicer: AllocationServiceServicer) -> grpc.GenericRpcHandler:
+    """The service's method handlers; Solve takes and returns raw bytes."""
+    return grpc.method_handlers_generic_handler(
+        SERVICE_NAME,
+        {
+            "Solve": grpc.unary_unary_rpc_method_handler(servicer.Solve),
+            "ListPolicies": grpc.unary_unary_rpc_method_handler(
+                servicer.ListPolicies,
+                request_deserializer=service_pb.ListPoliciesRequest.FromString,
+                response_serializer=service_pb.ListPoliciesResponse.SerializeToString,
+            ),
+        },
+    )
