@@ -139,13 +139,9 @@ async def serve(
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         print(f"apportion listening on {_address(host, bound)}", flush=True)
         await stop.wait()
-        print('DBG stop', file=sys.stderr, flush=True)
         await health_servicer.enter_graceful_shutdown()
-        print('DBG health', file=sys.stderr, flush=True)
         await server.stop(GRACE_S)
-        print('DBG stopped', file=sys.stderr, flush=True)
         await pool.close()
-        print('DBG closed', file=sys.stderr, flush=True)
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
