@@ -209,7 +209,7 @@ class WorkerPool:
         try:
             message = await asyncio.wrap_future(worker.io)
         except (EOFError, OSError) as exc:
-            worker.process.join(STOP_TIMEOUT_S)
+            await self._reap(worker)
             raise WorkerFailedError(
                 f"solver worker exited during start-up (exit code {worker.process.exitcode})"
             ) from exc
