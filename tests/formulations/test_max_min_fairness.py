@@ -144,7 +144,9 @@ def instances(
     in [0.1, 300], scale factors in {1,2,4,8} with at least one usable cell per job,
     weights in [0.5, 4]."""
     n = draw(st.integers(min_types, max_types))
-    counts = draw(st.lists(st.integers(0, 16), min_size=n, max_size=n))
+    # Half of the clusters are small (counts <= 4) so that capacity binds and prices are > 0.
+    top = draw(st.sampled_from([4, 16]))
+    counts = draw(st.lists(st.integers(0, top), min_size=n, max_size=n))
     if max(counts) == 0:
         counts[draw(st.integers(0, n - 1))] = draw(st.integers(1, 16))
     W = np.array(counts, dtype=np.float64)
