@@ -54,11 +54,17 @@ from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Ter
 DEFAULT_GAP = 1e-6
 SAMPLE_CLASSES = 2000
 """Class count above which the active-set method is used (below: one LP over all classes)."""
-MAX_ACTIVE_SET_ROUNDS = 8
+MAX_ACTIVE_SET_ROUNDS = 40
 """Reduced LPs before falling back to the full LP."""
 INITIAL_BAND = 0.02
 """Relative cost band within which a row counts as a near tie at the sampled prices."""
 MAX_EXPLICIT_FRACTION = 0.5
+MAX_RELAXED_ROWS = 5000
+OWNER_BAND = 1e-3
+MIN_BAND = 2e-3
+"""Smallest near-tie band in later rounds."""
+"""Rows within this relative band of an exchange column's bound are made explicit with it."""
+"""Explicit rows up to which a stalled round is settled with exchange columns."""
 """Above this share of explicit rows the full LP is solved instead."""
 
 
@@ -118,29 +124,52 @@ def aggregate(a: FloatArray, s: FloatArray) -> tuple[FloatArray, FloatArray, Flo
 
 
 def _build_full(
-    lp: LevelProblem, fixed_cap: FloatArray | None = None
-) -> tuple[FloatArray, sp.csc_matrix, FloatArray, NDArray[np.int64], NDArray[np.int64]]:
-    """max t over classes; variables X[cells] then t. Rows: level (m), capacity (n), budget (m).
-    `fixed_cap` (n,) adds a t-coefficient to the capacity rows (eliminated jobs)."""
+    lp: LevelProblem,
+    fixed_cap: FloatArray | None = None,
+    exchange: FloatArray | None = None,
+) -> tuple[FloatArray, sp.csc_matrix, NDArray[np.int64], NDArray[np.int64]]:
+    """max t over classes; variables X[cells], then t, then exchange columns.
+
+    Rows: level (m), capacity (n), budget (m). `fixed_cap` (n,) adds a t-coefficient to the
+    capacity rows (eliminated jobs); `exchange` (n, q) adds q columns with objective 0 and
+    these capacity coefficients (see `_exchange_columns`)."""
     m, n = lp.a.shape
     ii, jj = np.nonzero(lp.a > 0)
     nv = ii.size
-    t_col = np.full(m, nv)
+    q = 0 if exchange is None else exchange.shape[1]
     rows = [ii, m + jj, m + n + ii, np.arange(m)]
-    cols = [np.arange(nv)] * 3 + [t_col]
+    cols = [np.arange(nv)] * 3 + [np.full(m, nv)]
     vals = [-lp.a[ii, jj], lp.k[ii] * lp.s[ii], np.ones(nv), np.ones(m)]
     if fixed_cap is not None:
         nz = np.nonzero(fixed_cap)[0]
         rows.append(m + nz)
         cols.append(np.full(nz.size, nv))
         vals.append(fixed_cap[nz])
+    if exchange is not None:
+        er, ec = np.nonzero(exchange)
+        rows.append(m + er)
+        cols.append(nv + 1 + ec)
+        vals.append(exchange[er, ec])
     matrix = sp.csc_matrix(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-        shape=(2 * m + n, nv + 1),
+        shape=(2 * m + n, nv + 1 + q),
     )
-    c = np.zeros(nv + 1)
-    c[-1] = 1.0
-    return c, matrix, np.zeros(0), ii, jj
+    c = np.zeros(nv + 1 + q)
+    c[nv] = 1.0
+    return c, matrix, ii, jj
+
+
+@dataclass(frozen=True)
+class ClassLPResult:
+    result: LPResult
+    t: float
+    X: FloatArray
+    pi: FloatArray
+    y: FloatArray
+    exchange: FloatArray
+    """Values of the exchange columns (0 when none)."""
+    rows: int
+    nonzeros: int
 
 
 def _solve_classes(
@@ -150,19 +179,98 @@ def _solve_classes(
     threads: int,
     rhs_capacity: FloatArray | None = None,
     fixed_cap: FloatArray | None = None,
-) -> tuple[LPResult, float, FloatArray, FloatArray, FloatArray, int, int]:
-    """Solve the LP over the rows of `lp`; returns (result, t, X, pi, y, rows, nnz)."""
+    exchange: FloatArray | None = None,
+) -> ClassLPResult:
+    """Solve the LP over the rows of `lp`."""
     m, n = lp.a.shape
-    c, matrix, _, ii, jj = _build_full(lp, fixed_cap)
+    c, matrix, ii, jj = _build_full(lp, fixed_cap, exchange)
     capacity = lp.W if rhs_capacity is None else rhs_capacity
     b = np.concatenate([np.zeros(m), capacity, np.ones(m)])
     result = solve_lp(c, matrix, b, solver=solver, time_limit_s=time_limit_s, threads=threads)
+    nv = ii.size
+    x = result.x if result.x.size else np.zeros(matrix.shape[1])
     X = np.zeros((m, n))
-    if result.x.size:
-        X[ii, jj] = result.x[:-1]
-    t = float(result.x[-1]) if result.x.size else 0.0
+    X[ii, jj] = x[:nv]
     duals = result.row_dual if result.row_dual.size else np.zeros(2 * m + n)
-    return result, t, X, duals[m : m + n], duals[:m], int(matrix.shape[0]), int(matrix.nnz)
+    return ClassLPResult(
+        result, float(x[nv]), X, duals[m : m + n], duals[:m], x[nv + 1 :],
+        int(matrix.shape[0]), int(matrix.nnz),
+    )
+
+
+def _exchange_columns(
+    lp: LevelProblem, pattern: NDArray[np.int64], first: NDArray[np.int64],
+    second: NDArray[np.int64], t: float,
+) -> tuple[FloatArray, list[NDArray[np.int64]], list[FloatArray]]:
+    """Dual feasibility of the eliminated rows, compressed to O(n^3) constraints on pi.
+
+    A row eliminated on type j alone is dual feasible iff pi_k >= pi_j a_k/a_j for every other
+    allowed k; over all such rows only the largest ratio binds. A row eliminated on the pair
+    (L, H), a_L < t < a_H at full time, is dual feasible iff pi_H >= pi_L a_H/a_L (sigma >= 0)
+    and pi_k >= (1-b) pi_L + b pi_H with b = (a_k-a_L)/(a_H-a_L) for every other allowed k;
+    again only the largest ratio / b binds (given pi_H >= pi_L). A dual constraint g.pi >= 0 is
+    a primal column with capacity coefficients g and objective 0, so adding these columns makes
+    the reduced LP's prices dual feasible for every eliminated row at once.
+
+    Returns the columns (n, q) and, per column, its rows from the one attaining the bound
+    downwards with how much of the column each could carry (devices), so that a column in use
+    makes just enough of its rows explicit."""
+    a, n = lp.a, lp.a.shape[1]
+    devices = lp.k * lp.s
+    rows = np.arange(a.shape[0])
+    j1, j2 = first[pattern], second[pattern]
+    a1, a2 = a[rows, j1], a[rows, j2]
+    low = np.where(a1 <= a2, j1, j2)
+    high = np.where(a1 <= a2, j2, j1)
+    key = low * n + high  # single type j: key j*n + j
+    columns: list[FloatArray] = []
+    owners: list[NDArray[np.int64]] = []
+    movable: list[FloatArray] = []
+
+    def add(col: FloatArray, ratio: FloatArray, sub: NDArray[np.int64], amount: FloatArray) -> None:
+        ranked = np.argsort(-ratio, kind="stable")
+        columns.append(col)
+        owners.append(sub[ranked])
+        movable.append(amount[ranked])
+
+    order = np.argsort(key, kind="stable")
+    uniq, starts = np.unique(key[order], return_index=True)
+    bounds = np.append(starts, order.size)
+    for g, group_key in enumerate(uniq):
+        members = order[bounds[g] : bounds[g + 1]]
+        lo, hi = int(group_key) // n, int(group_key) % n
+        a_lo, a_hi = a[members, lo], a[members, hi]
+        if lo != hi:  # sigma >= 0: pi_H >= pi_L a_H/a_L
+            ratio = a_hi / a_lo
+            best = float(ratio.max())
+            col = np.zeros(n)
+            col[hi], col[lo] = 1.0, -best
+            add(col, ratio, members, devices[members] * (a_hi - t) / (a_hi - a_lo))
+        for k in range(n):
+            if k in (lo, hi):
+                continue
+            allowed = a[members, k] > 0
+            if not allowed.any():
+                continue
+            sub = members[allowed]
+            if lo == hi:
+                ratio = a[sub, k] / a[sub, lo]
+                best = float(ratio.max())
+                col = np.zeros(n)
+                col[k], col[lo] = 1.0, -best
+                amount = devices[sub] * t / a[sub, k]
+            else:
+                ratio = (a[sub, k] - a[sub, lo]) / (a[sub, hi] - a[sub, lo])
+                best = float(ratio.max())
+                col = np.zeros(n)
+                col[k] = 1.0
+                col[lo] -= 1.0 - best
+                col[hi] -= best
+                amount = devices[sub]
+            add(col, ratio, sub, amount)
+    if not columns:
+        return np.zeros((n, 0)), [], []
+    return np.stack(columns, axis=1), owners, movable
 
 
 def _patterns(
@@ -253,25 +361,59 @@ def solve_levels(
     seed: int = 0,
 ) -> LevelSolution:
     """Solve the max-min LP over rows of `lp` (jobs or classes). AUTO = active set (exact)."""
+    if solver is SolverPreference.AUTO:
+        uncongested = _solve_uncongested(lp)
+        if uncongested is not None:
+            return uncongested
     if solver is not SolverPreference.AUTO or lp.a.shape[0] <= SAMPLE_CLASSES:
         chosen = SolverPreference.CLARABEL if solver is SolverPreference.AUTO else solver
-        res, t, X, pi, y, rows, nnz = _solve_classes(lp, chosen, time_limit_s, threads)
+        out = _solve_classes(lp, chosen, time_limit_s, threads)
+        res = out.result
         return LevelSolution(
-            t,
-            X,
-            pi,
-            y,
+            out.t,
+            out.X,
+            out.pi,
+            out.y,
             res.status,
             res.solver,
             res.solver_version,
             res.solve_time_s,
-            X.size + 1,
-            rows,
-            nnz,
+            int(np.count_nonzero(lp.a)) + 1,
+            out.rows,
+            out.nonzeros,
             "full LP",
             res.detail,
         )
     return _active_set(lp, time_limit_s, threads, seed)
+
+
+def _solve_uncongested(lp: LevelProblem) -> LevelSolution | None:
+    """The case where capacity does not bind, solved in closed form.
+
+    No row can exceed its best single level, so t* <= u := min_i max_j a[i,j] (budget row).
+    If giving every row exactly level u on its best type fits every type's capacity, that
+    plan is optimal: the dual y = e_(bottleneck row), pi = 0, sigma_(bottleneck) = u proves
+    it (A2.1 dual objective = u). Returns None when the plan does not fit."""
+    started = time.perf_counter()
+    m, n = lp.a.shape
+    best_type = np.argmax(lp.a, axis=1)
+    best_level = lp.a[np.arange(m), best_type]
+    bottleneck = int(np.argmin(best_level))
+    u = float(best_level[bottleneck])
+    if u <= 0:
+        return None
+    share = u / best_level
+    use = np.bincount(best_type, weights=lp.k * lp.s * share, minlength=n)
+    if np.any(use > lp.W * (1 - 1e-12)):
+        return None
+    X = np.zeros((m, n))
+    X[np.arange(m), best_type] = share
+    y = np.zeros(m)
+    y[bottleneck] = 1.0
+    return LevelSolution(
+        u, X, np.zeros(n), y, "optimal", "closed form", "", time.perf_counter() - started,
+        0, 0, 0, "closed form (capacity does not bind)",
+    )
 
 
 def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) -> LevelSolution:
@@ -283,11 +425,13 @@ def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) 
     sample = rng.choice(m, size=SAMPLE_CLASSES, replace=False, p=lp.k / total)
     sub = LevelProblem(lp.a[sample], lp.s[sample], lp.W, lp.k[sample])
     scale = sub.k.sum() / total
-    res, t, _, pi, _, _, _ = _solve_classes(
+    first_out = _solve_classes(
         sub, SolverPreference.CLARABEL, 0.0, threads, rhs_capacity=lp.W * scale
     )
-    pi = pi / scale  # prices per device of the full cluster
-    solve_time = res.solve_time_s
+    t = first_out.t
+    pi = first_out.pi / scale  # prices per device of the full cluster
+    solve_time = first_out.result.solve_time_s
+    used_tolerance = 1e-7 * max(1.0, float(lp.W.max()))
     band = INITIAL_BAND
     forced = np.zeros(m, dtype=bool)
     cost, first, second = _patterns(lp.a, lp.s, pi, t)
@@ -310,7 +454,7 @@ def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) 
         remaining = 0.0
         if time_limit_s > 0:
             remaining = max(1e-3, time_limit_s - (time.perf_counter() - started))
-        res, t, Xa, pi, ya, rows, nnz = _solve_classes(
+        out = _solve_classes(
             reduced,
             SolverPreference.CLARABEL,
             remaining,
@@ -318,24 +462,56 @@ def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) 
             rhs_capacity=lp.W - const,
             fixed_cap=slope,
         )
+        res, t, Xa, pi, ya = out.result, out.t, out.X, out.pi, out.y
         solve_time += res.solve_time_s
         if res.status == "time_limit":
             settled = True  # report what we have; the certificate says how good it is
             break
         if res.status != "optimal":
             break  # e.g. a wrong set of two-type patterns made the reduced LP infeasible
-        # Re-price every row at the new (pi, t); an eliminated row whose pattern is no longer
-        # optimal (or no longer valid at t) violates dual feasibility and becomes explicit.
-        cost, first, second = _patterns(lp.a, lp.s, pi, t)
-        best = cost.min(axis=1)
-        mine = cost[fix, pattern[fix]]
-        violated = ~np.isfinite(mine) | (mine > best[fix] * (1 + 1e-9) + 1e-12)
-        violated |= _near_boundary(lp.a[fix], t, 1e-9)
+        # Re-price every row at the new (pi, t): an eliminated row whose pattern is no longer
+        # optimal (or valid at t) violates dual feasibility of the full LP.
+        violated = _violations(lp, fix, pattern, pi, t)
         if not violated.any():
             settled = True
             break
-        forced[fix[violated]] = True
-        band = max(band / 10, 1e-4)
+        # The restricted LP's prices are loosely pinned. Re-solve with the eliminated rows'
+        # dual constraints as exchange columns: its duals are feasible for the full LP, so its
+        # value is a proven upper bound; if the restricted plan reaches it, we are done.
+        if amb.size > MAX_RELAXED_ROWS:  # large: cheaper to make the violators explicit
+            forced[fix[violated]] = True
+            cost, first, second = _patterns(lp.a, lp.s, pi, t)
+            band = max(band / 10, MIN_BAND)
+            continue
+        fixed = LevelProblem(lp.a[fix], lp.s[fix], lp.W, lp.k[fix])
+        exchange, owners, movable = _exchange_columns(fixed, pattern[fix], first, second, t)
+        relaxed = _solve_classes(
+            reduced,
+            SolverPreference.CLARABEL,
+            remaining,
+            threads,
+            rhs_capacity=lp.W - const,
+            fixed_cap=slope,
+            exchange=exchange,
+        )
+        solve_time += relaxed.result.solve_time_s
+        relaxed_ok = relaxed.result.status == "optimal"
+        certified = relaxed_ok and t >= relaxed.t * (1 - 0.1 * DEFAULT_GAP)
+        if certified and not _violations(lp, fix, pattern, relaxed.pi, relaxed.t).any():
+            pi, ya = relaxed.pi, relaxed.y
+            settled = True
+            break
+        if relaxed_ok:
+            # The relaxed prices are pinned by every row; the rows that would move (those
+            # binding an exchange column in use) become explicit.
+            for q in np.nonzero(relaxed.exchange > used_tolerance)[0]:
+                enough = np.searchsorted(np.cumsum(movable[q]), 2 * relaxed.exchange[q]) + 1
+                forced[fix[owners[q][:enough]]] = True
+            pi = relaxed.pi
+        else:
+            forced[fix[violated]] = True
+        cost, first, second = _patterns(lp.a, lp.s, pi, t)
+        band = max(band / 10, MIN_BAND)
     if not settled:
         # Did not settle: solve the whole LP (still exact, only slower).
         full = solve_levels(lp, SolverPreference.CLARABEL, time_limit_s, threads)
@@ -380,11 +556,23 @@ def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) 
         res.solver_version,
         solve_time,
         int(np.count_nonzero(reduced.a)) + 1,
-        rows,
-        nnz,
+        out.rows,
+        out.nonzeros,
         f"active set ({iterations} reduced LPs, {amb.size} of {m} rows explicit)",
         res.detail,
     )
+
+
+def _violations(
+    lp: LevelProblem, fix: NDArray[np.int64], pattern: NDArray[np.int64], pi: FloatArray, t: float
+) -> NDArray[np.bool_]:
+    """Eliminated rows whose pattern is not a cheapest valid one at (pi, t), i.e. whose
+    stationarity-derived duals are not feasible for the full LP."""
+    cost, _, _ = _patterns(lp.a[fix], lp.s[fix], pi, t)
+    best = cost.min(axis=1)
+    mine = cost[np.arange(fix.size), pattern[fix]]
+    violated = ~np.isfinite(mine) | (mine > best * (1 + 1e-9) + 1e-12)
+    return np.asarray(violated | _near_boundary(lp.a[fix], t, 1e-9))
 
 
 def _near_boundary(a: FloatArray, t: float, band: float) -> NDArray[np.bool_]:

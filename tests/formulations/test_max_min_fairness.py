@@ -287,7 +287,10 @@ def assert_active_set_ran(plan: Plan) -> None:
 
 
 def _active_set_plan(inst: Instance, agnostic: bool = False) -> Plan:
-    with mock.patch.object(mmf, "SAMPLE_CLASSES", ACTIVE_SET_CLASSES):
+    # The closed form for uncongested instances would pre-empt the active set; it has its
+    # own test (test_uncongested_closed_form).
+    with mock.patch.object(mmf, "SAMPLE_CLASSES", ACTIVE_SET_CLASSES), \
+            mock.patch.object(mmf, "_solve_uncongested", lambda lp: None):
         plan = run(inst, agnostic=agnostic)
     assert_active_set_ran(plan)
     return plan
@@ -622,3 +625,18 @@ def test_large_instance_active_set(large: _Large) -> None:
     ref = reference_optimum(a, inst.s, inst.W).t
     assert_rel(t_star(plan), ref, OPT_REL, "active set vs reference (3000 jobs)")
     check_dual_certificate(inst, a, plan, ref)
+
+
+@given(inst=instances())
+def test_uncongested_closed_form(inst: Instance) -> None:
+    """With capacity to spare (every job at its best single level fits), the closed form
+    t* = min_i max_j a[i,j] is taken, agrees with the reference, and its certificate holds."""
+    big = Instance(inst.T, inst.W * 1000 + 1000, inst.s, inst.w)
+    a = coefficients(big)
+    plan = run(big)
+    assert "closed form" in plan.certificate.formulation, plan.certificate.formulation
+    expected = float(a.max(axis=1).min())
+    assert_rel(t_star(plan), expected, OPT_REL, "closed form value")
+    assert_rel(t_star(plan), reference_optimum(a, big.s, big.W).t, OPT_REL, "closed form vs cvxpy")
+    assert plan.certificate.bound is not None
+    assert_rel(plan.certificate.bound, expected, OPT_REL, "closed form bound")
