@@ -7,9 +7,12 @@ multipliers of the rows in the maximization's Lagrangian).
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass
 from importlib.metadata import version
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -92,13 +95,39 @@ def _solve_clarabel(
     )
 
 
+_quiet_highs_done = False
+
+
+def new_highs() -> Any:
+    """A highspy.Highs instance. The first construction in a process prints a banner on the C
+    stdout (before any option can be set), which would corrupt `apportion solve --json`; it is
+    sent to /dev/null."""
+    global _quiet_highs_done
+    import highspy
+
+    if _quiet_highs_done:
+        return highspy.Highs()  # type: ignore[no-untyped-call]
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        highs = highspy.Highs()  # type: ignore[no-untyped-call]
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+        _quiet_highs_done = True
+    return highs
+
+
 def _solve_highs(
     c: FloatArray, a_matrix: sp.csc_matrix, b: FloatArray, time_limit_s: float, threads: int
 ) -> LPResult:
     import highspy
 
     rows, cols = a_matrix.shape
-    highs = highspy.Highs()  # type: ignore[no-untyped-call]
+    highs = new_highs()
     highs.setOptionValue("output_flag", False)
     highs.setOptionValue("solver", "simplex")
     highs.setOptionValue("primal_feasibility_tolerance", 1e-10)

@@ -23,7 +23,11 @@ from apportion.solver.model import (
     SolveOptions,
     SolverPreference,
 )
-from apportion.solver.parameters import Canonicalization, MaxMinFairnessParameters
+from apportion.solver.parameters import (
+    AlloxParameters,
+    Canonicalization,
+    MaxMinFairnessParameters,
+)
 from apportion.solver.registry import lookup, resolve_parameters
 from apportion.solver.result import JobStatus, Plan, Termination
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -60,6 +64,7 @@ _JOB_STATUS = {
     JobStatus.ALLOCATED: service_pb.JOB_STATUS_ALLOCATED,
     JobStatus.UNSERVABLE: service_pb.JOB_STATUS_UNSERVABLE,
     JobStatus.FINISHED: service_pb.JOB_STATUS_FINISHED,
+    JobStatus.DEFERRED: service_pb.JOB_STATUS_DEFERRED,
 }
 
 
@@ -153,6 +158,9 @@ def _cluster(msg: snapshot_pb.Cluster, violations: list[Violation]) -> Cluster:
             [t.cost_per_hour if t.HasField("cost_per_hour") else 1.0 for t in types],
             dtype=np.float64,
         ),
+        node_names=tuple(node.name for node in msg.nodes),
+        node_type=np.array([first.get(node.accelerator_type, 0) for node in msg.nodes], np.int64),
+        node_devices=np.array([max(node.devices, 0) for node in msg.nodes], np.int64),
     )
 
 
@@ -288,6 +296,12 @@ def _history(
     received = np.zeros((m, n))
     isolated = np.zeros(m)
     restarts = np.zeros(m, np.int64)
+    current_type = np.full(m, -1, np.int64)
+    current_devices = np.zeros(m, np.int64)
+    busy_until = np.zeros(m)
+    current_nodes: list[tuple[int, ...]] = [()] * m
+    held = np.zeros(n, np.int64)
+    node_index = {name: k for k, name in enumerate(cluster.node_names)}
     hist = msg.history
     elapsed = hist.elapsed_since_reset_s
     if not (_finite(elapsed) and elapsed >= 0):
@@ -341,12 +355,102 @@ def _history(
             violations.append(Violation(f"{p}.restarts", "must be >= 0"))
         else:
             restarts[i] = entry.restarts
+        if entry.HasField("current"):
+            _placement(
+                entry.current,
+                f"{p}.current",
+                i,
+                cluster,
+                jobs,
+                type_index,
+                node_index,
+                violations,
+                current_type,
+                current_devices,
+                busy_until,
+                current_nodes,
+                held,
+            )
     return History(
         received_time_s=received,
         cumulative_isolated_time_s=isolated,
         restarts=restarts,
         elapsed_since_reset_s=float(elapsed),
+        current_type=current_type,
+        current_devices=current_devices,
+        busy_until_s=busy_until,
+        current_nodes=tuple(current_nodes),
     )
+
+
+def _placement(
+    cur: snapshot_pb.Placement,
+    p: str,
+    i: int,
+    cluster: Cluster,
+    jobs: Jobs,
+    type_index: Mapping[str, int],
+    node_index: Mapping[str, int],
+    violations: list[Violation],
+    current_type: np.ndarray,
+    current_devices: np.ndarray,
+    busy_until: np.ndarray,
+    current_nodes: list[tuple[int, ...]],
+    held: np.ndarray,
+) -> None:
+    """Validate a running job's placement and record it (empty accelerator_type = not running)."""
+    if not cur.accelerator_type:
+        if cur.devices or cur.nodes or cur.busy_until_s:
+            violations.append(
+                Violation(f"{p}.accelerator_type", "must name the type of the running job")
+            )
+        return
+    j = type_index.get(cur.accelerator_type)
+    if j is None:
+        violations.append(
+            Violation(
+                f"{p}.accelerator_type",
+                f"unknown accelerator type {cur.accelerator_type!r}; the cluster has "
+                f"{', '.join(cluster.type_names) or 'none'}",
+            )
+        )
+        return
+    ok = True
+    devices = cur.devices or int(jobs.scale_factor[i])
+    if cur.devices < 0:
+        violations.append(Violation(f"{p}.devices", f"must be >= 0, got {cur.devices}"))
+        ok = False
+    elif held[j] + devices > cluster.count[j]:
+        violations.append(
+            Violation(
+                f"{p}.devices",
+                f"running jobs would hold {held[j] + devices} devices of type "
+                f"{cur.accelerator_type!r}, which has {int(cluster.count[j])}",
+            )
+        )
+        ok = False
+    if not _finite(cur.busy_until_s):
+        violations.append(Violation(f"{p}.busy_until_s", "must be finite"))
+        ok = False
+    nodes: list[int] = []
+    for k, name in enumerate(cur.nodes):
+        nid = node_index.get(name)
+        if nid is None:
+            violations.append(Violation(f"{p}.nodes[{k}]", f"unknown node {name!r}"))
+            ok = False
+        elif cluster.node_type[nid] != j:
+            violations.append(
+                Violation(f"{p}.nodes[{k}]", f"node {name!r} holds no {cur.accelerator_type!r}")
+            )
+            ok = False
+        else:
+            nodes.append(nid)
+    if ok:
+        held[j] += devices
+        current_type[i] = j
+        current_devices[i] = devices
+        busy_until[i] = cur.busy_until_s
+        current_nodes[i] = tuple(nodes)
 
 
 def snapshot_to_problem(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> Problem:
@@ -396,6 +500,13 @@ def _policy(msg: policy_pb.Policy, violations: list[Violation]) -> PolicyRequest
                     "policy.max_min_fairness.canonicalize", f"unknown value {mmf.canonicalize}"
                 )
             )
+    elif given == "allox":
+        allox = msg.allox
+        alpha = allox.alpha if allox.HasField("alpha") else 1.0
+        if not (_finite(alpha) and 0 < alpha <= 1):
+            violations.append(Violation("policy.allox.alpha", f"must be in (0, 1], got {alpha}"))
+            alpha = 1.0
+        parameters = AlloxParameters(alpha=alpha)
     if msg.compat not in _COMPAT:
         violations.append(Violation("policy.compat", f"unknown value {msg.compat}"))
     return PolicyRequest(
@@ -504,4 +615,25 @@ def plan_to_response(
         entry.normalized_throughput = float(plan.normalized_throughput[i])
         entry.objective_value = float(plan.objective_value[i])
         entry.dual = float(plan.job_dual[i])
+        placed = plan.job_queue[i] if plan.job_queue else None
+        if placed is not None:
+            queue = entry.queue
+            queue.accelerator_type = names[placed.type_index]
+            queue.devices.extend(placed.devices)
+            queue.nodes.extend(placed.nodes)
+            queue.position = placed.position
+            queue.start_time_s = placed.start_time_s
+            queue.completion_time_s = placed.completion_time_s
+            queue.start_now = placed.start_now
+            queue.running = placed.running
+    ids = problem.jobs.ids
+    for device in plan.device_queues:
+        dq = out.device_queues.add()
+        dq.accelerator_type = names[device.type_index]
+        dq.device = device.device
+        dq.node = device.node
+        dq.free_at_s = device.free_at_s
+        dq.running_job_id = ids[device.running_job] if device.running_job >= 0 else ""
+        dq.job_ids.extend(ids[i] for i in device.jobs)
+        dq.position_duals.extend(device.position_duals)
     return response

@@ -37,6 +37,12 @@ class Cluster:
     """(n,) devices per type, >= 0, not all zero."""
     cost_per_hour: FloatArray
     """(n,) $ per device-hour, finite and >= 0 (default 1)."""
+    node_names: tuple[str, ...] = ()
+    """Unique node names (empty = no node layout given)."""
+    node_type: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """(nodes,) type index of each node's devices."""
+    node_devices: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """(nodes,) devices on each node (>= 0); per type they sum to `count` (validated)."""
 
     @property
     def num_types(self) -> int:
@@ -87,6 +93,21 @@ class History:
     restarts: IntArray
     """(m,) restarts so far."""
     elapsed_since_reset_s: float = 0.0
+    current_type: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """(m,) type index of the job's current placement (`JobHistory.current`), -1 = not running.
+    Empty = no job is running."""
+    current_devices: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """(m,) devices the running job holds (>= 1 when running; 0 otherwise). Empty = none."""
+    busy_until_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) `Placement.busy_until_s` as given (absolute s; 0 = not given). Empty = none."""
+    current_nodes: tuple[tuple[int, ...], ...] = ()
+    """Per job, indices into `Cluster.node_names` of the nodes it occupies. Empty = none."""
+
+    def running(self, m: int) -> NDArray[np.bool_]:
+        """(m,) True for jobs with a current placement."""
+        if self.current_type.size == 0:
+            return np.zeros(m, dtype=bool)
+        return np.asarray(self.current_type >= 0)
 
 
 @dataclass(frozen=True)

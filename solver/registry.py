@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import Problem, SolveOptions
-from apportion.solver.parameters import MaxMinFairnessParameters, NoParameters
+from apportion.solver.parameters import AlloxParameters, MaxMinFairnessParameters, NoParameters
 from apportion.solver.result import Plan
 
 SolveFunction = Callable[[Problem, Any, Any, SolveOptions], Plan]
@@ -82,6 +82,31 @@ _POLICIES: tuple[PolicySpec, ...] = (
         required_inputs=("cluster.accelerator_types[].count", "jobs[].scale_factor"),
         maximize=True,
         entry_point="apportion.formulations.isolated:solve_policy",
+    ),
+    PolicySpec(
+        name="allox",
+        description=(
+            "AlloX (formulations.md A3): non-preemptive min-cost matching of pending jobs to "
+            "(device, k-th-from-last position) slots, minimizing total job completion time "
+            "sum (C_i - a_i); running jobs keep their devices until busy_until_s. Exact: a "
+            "transportation LP over (device group, position) slots with a dual certificate. "
+            "Outputs per-device queues, jobs to start now and predicted completion times."
+        ),
+        parameters_type=AlloxParameters,
+        parameters_message="apportion.v1.AlloxParameters",
+        parameters_field="allox",
+        required_inputs=(
+            "time_s",
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].arrival_time_s",
+            "jobs[].progress.total_steps",
+            "jobs[].progress.steps_done",
+            "history.jobs[].current",
+        ),
+        maximize=False,
+        entry_point="apportion.formulations.allox:solve_policy",
+        # Gavel registers it under the same name, "allox" (alpha = 1 by default).
     ),
 )
 

@@ -27,6 +27,8 @@ class JobStatus(StrEnum):
     ALLOCATED = "allocated"
     UNSERVABLE = "unservable"
     FINISHED = "finished"
+    DEFERRED = "deferred"
+    """Servable but left for a later round by the policy (allox's alpha filter)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,47 @@ class Certificate:
 
 
 @dataclass(frozen=True)
+class QueueAssignment:
+    """Where a job sits in a non-preemptive per-device queue (allox). Times absolute (s)."""
+
+    type_index: int
+    """Accelerator type (column index)."""
+    devices: tuple[int, ...]
+    """Device indices within the type (0-based; node order when nodes are given)."""
+    nodes: tuple[str, ...]
+    """Nodes holding those devices ("" entries / empty when no nodes are given)."""
+    position: int
+    """0 = running now (kept, not preempted); 1 = the first pending job of the device; ..."""
+    start_time_s: float
+    """Planned start (the snapshot time for a running job)."""
+    completion_time_s: float
+    """Predicted completion."""
+    start_now: bool
+    """A pending job that should be started now (head of the queue of a device free now)."""
+    running: bool
+    """Already running (from the history); keeps its devices."""
+
+
+@dataclass(frozen=True)
+class DeviceQueue:
+    """One device's queue (allox): the job holding it, then pending jobs in run order."""
+
+    type_index: int
+    device: int
+    """Index within the type (0-based; node order when nodes are given)."""
+    node: str
+    """Node holding the device ("" when no nodes are given)."""
+    free_at_s: float
+    """When the device can take its first pending job (snapshot time if free now)."""
+    running_job: int
+    """Job index holding the device now, -1 = free."""
+    jobs: tuple[int, ...]
+    """Pending job indices in run order (first runs first)."""
+    position_duals: tuple[float, ...] = ()
+    """Dual v[k-1] <= 0 of slot "k-th from last on this device" (certificate); 0 beyond."""
+
+
+@dataclass(frozen=True)
 class Plan:
     """A policy's answer for m jobs and n types.
 
@@ -87,6 +130,10 @@ class Plan:
     certificate: Certificate
     job_status: tuple[JobStatus, ...] = ()
     job_reason: tuple[str, ...] = ()
+    job_queue: tuple[QueueAssignment | None, ...] = ()
+    """Per job, its queue placement (queue policies such as allox); empty = not applicable."""
+    device_queues: tuple[DeviceQueue, ...] = ()
+    """Per-device queues (queue policies); empty = not applicable."""
 
     @staticmethod
     def empty(m: int, n: int, certificate: Certificate) -> Plan:

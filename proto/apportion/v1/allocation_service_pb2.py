@@ -26,7 +26,7 @@ from apportion.v1 import policy_pb2 as apportion_dot_v1_dot_policy__pb2
 from apportion.v1 import snapshot_pb2 as apportion_dot_v1_dot_snapshot__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%apportion/v1/allocation_service.proto\x12\x0c\x61pportion.v1\x1a\x19\x61pportion/v1/policy.proto\x1a\x1b\x61pportion/v1/snapshot.proto\"\x8b\x01\n\x0cSolveRequest\x12(\n\x08snapshot\x18\x01 \x01(\x0b\x32\x16.apportion.v1.Snapshot\x12$\n\x06policy\x18\x02 \x01(\x0b\x32\x14.apportion.v1.Policy\x12+\n\x07options\x18\x03 \x01(\x0b\x32\x1a.apportion.v1.SolveOptions\"Z\n\rSolveResponse\x12 \n\x04plan\x18\x01 \x01(\x0b\x32\x12.apportion.v1.Plan\x12\'\n\x05stats\x18\x02 \x01(\x0b\x32\x18.apportion.v1.SolveStats\"\xd7\x01\n\x04Plan\x12)\n\x04jobs\x18\x01 \x03(\x0b\x32\x1b.apportion.v1.JobAllocation\x12\x45\n\x12\x61\x63\x63\x65lerator_prices\x18\x02 \x03(\x0b\x32).apportion.v1.Plan.AcceleratorPricesEntry\x12#\n\x06rounds\x18\x03 \x03(\x0b\x32\x13.apportion.v1.Round\x1a\x38\n\x16\x41\x63\x63\x65leratorPricesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xae\x02\n\rJobAllocation\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.apportion.v1.JobStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12>\n\ntime_share\x18\x04 \x03(\x0b\x32*.apportion.v1.JobAllocation.TimeShareEntry\x12\x1c\n\x14\x65\x66\x66\x65\x63tive_throughput\x18\x05 \x01(\x01\x12\x1d\n\x15normalized_throughput\x18\x06 \x01(\x01\x12\x17\n\x0fobjective_value\x18\x07 \x01(\x01\x12\x0c\n\x04\x64ual\x18\x08 \x01(\x01\x1a\x30\n\x0eTimeShareEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"@\n\x05Round\x12\r\n\x05index\x18\x01 \x01(\x05\x12(\n\x06grants\x18\x02 \x03(\x0b\x32\x18.apportion.v1.RoundGrant\"V\n\nRoundGrant\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x61\x63\x63\x65lerator_type\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\x03 \x01(\x05\x12\r\n\x05nodes\x18\x04 \x03(\t\"`\n\tModelSize\x12\x11\n\tvariables\x18\x01 \x01(\x03\x12\x13\n\x0b\x63onstraints\x18\x02 \x01(\x03\x12\x10\n\x08nonzeros\x18\x03 \x01(\x03\x12\x19\n\x11integer_variables\x18\x04 \x01(\x03\"\xd1\x03\n\nSolveStats\x12\x34\n\x0btermination\x18\x01 \x01(\x0e\x32\x1f.apportion.v1.TerminationReason\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12\x16\n\tobjective\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\nbest_bound\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12\x19\n\x0crelative_gap\x18\x05 \x01(\x01H\x02\x88\x01\x01\x12\x10\n\x08maximize\x18\x06 \x01(\x08\x12\x0e\n\x06policy\x18\x07 \x01(\t\x12\x13\n\x0b\x66ormulation\x18\x08 \x01(\t\x12\x0e\n\x06solver\x18\t \x01(\t\x12\x16\n\x0esolver_version\x18\n \x01(\t\x12\x14\n\x0c\x62uild_time_s\x18\x0b \x01(\x01\x12\x14\n\x0csolve_time_s\x18\x0c \x01(\x01\x12\x13\n\x0bwall_time_s\x18\r \x01(\x01\x12+\n\nmodel_size\x18\x0e \x01(\x0b\x32\x17.apportion.v1.ModelSize\x12 \n\x18max_constraint_violation\x18\x0f \x01(\x01\x12\x14\n\x0ctime_limit_s\x18\x10 \x01(\x01\x42\x0c\n\n_objectiveB\r\n\x0b_best_boundB\x0f\n\r_relative_gap\"\x15\n\x13ListPoliciesRequest\"B\n\x14ListPoliciesResponse\x12*\n\x08policies\x18\x01 \x03(\x0b\x32\x18.apportion.v1.PolicyInfo\"\x87\x01\n\nPolicyInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61liases\x18\x02 \x03(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x1a\n\x12parameters_message\x18\x04 \x01(\t\x12\x17\n\x0frequired_inputs\x18\x05 \x03(\t\x12\x10\n\x08maximize\x18\x06 \x01(\x08*u\n\tJobStatus\x12\x1a\n\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14JOB_STATUS_ALLOCATED\x10\x01\x12\x19\n\x15JOB_STATUS_UNSERVABLE\x10\x02\x12\x17\n\x13JOB_STATUS_FINISHED\x10\x03*\xcc\x02\n\x11TerminationReason\x12\"\n\x1eTERMINATION_REASON_UNSPECIFIED\x10\x00\x12\x1e\n\x1aTERMINATION_REASON_OPTIMAL\x10\x01\x12)\n%TERMINATION_REASON_OPTIMAL_INACCURATE\x10\x02\x12\x1f\n\x1bTERMINATION_REASON_FEASIBLE\x10\x03\x12!\n\x1dTERMINATION_REASON_INFEASIBLE\x10\x04\x12 \n\x1cTERMINATION_REASON_UNBOUNDED\x10\x05\x12 \n\x1cTERMINATION_REASON_HEURISTIC\x10\x06\x12\"\n\x1eTERMINATION_REASON_NO_SOLUTION\x10\x07\x12\x1c\n\x18TERMINATION_REASON_ERROR\x10\x08\x32\xac\x01\n\x11\x41llocationService\x12@\n\x05Solve\x12\x1a.apportion.v1.SolveRequest\x1a\x1b.apportion.v1.SolveResponse\x12U\n\x0cListPolicies\x12!.apportion.v1.ListPoliciesRequest\x1a\".apportion.v1.ListPoliciesResponseBS\n\x0fio.apportion.v1P\x01Z>github.com/apportion/apportion/gen/go/apportion/v1;apportionv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%apportion/v1/allocation_service.proto\x12\x0c\x61pportion.v1\x1a\x19\x61pportion/v1/policy.proto\x1a\x1b\x61pportion/v1/snapshot.proto\"\x8b\x01\n\x0cSolveRequest\x12(\n\x08snapshot\x18\x01 \x01(\x0b\x32\x16.apportion.v1.Snapshot\x12$\n\x06policy\x18\x02 \x01(\x0b\x32\x14.apportion.v1.Policy\x12+\n\x07options\x18\x03 \x01(\x0b\x32\x1a.apportion.v1.SolveOptions\"Z\n\rSolveResponse\x12 \n\x04plan\x18\x01 \x01(\x0b\x32\x12.apportion.v1.Plan\x12\'\n\x05stats\x18\x02 \x01(\x0b\x32\x18.apportion.v1.SolveStats\"\x89\x02\n\x04Plan\x12)\n\x04jobs\x18\x01 \x03(\x0b\x32\x1b.apportion.v1.JobAllocation\x12\x45\n\x12\x61\x63\x63\x65lerator_prices\x18\x02 \x03(\x0b\x32).apportion.v1.Plan.AcceleratorPricesEntry\x12#\n\x06rounds\x18\x03 \x03(\x0b\x32\x13.apportion.v1.Round\x12\x30\n\rdevice_queues\x18\x04 \x03(\x0b\x32\x19.apportion.v1.DeviceQueue\x1a\x38\n\x16\x41\x63\x63\x65leratorPricesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x99\x01\n\x0b\x44\x65viceQueue\x12\x18\n\x10\x61\x63\x63\x65lerator_type\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\x05\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x11\n\tfree_at_s\x18\x04 \x01(\x01\x12\x16\n\x0erunning_job_id\x18\x05 \x01(\t\x12\x0f\n\x07job_ids\x18\x06 \x03(\t\x12\x16\n\x0eposition_duals\x18\x07 \x03(\x01\"\xdc\x02\n\rJobAllocation\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.apportion.v1.JobStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12>\n\ntime_share\x18\x04 \x03(\x0b\x32*.apportion.v1.JobAllocation.TimeShareEntry\x12\x1c\n\x14\x65\x66\x66\x65\x63tive_throughput\x18\x05 \x01(\x01\x12\x1d\n\x15normalized_throughput\x18\x06 \x01(\x01\x12\x17\n\x0fobjective_value\x18\x07 \x01(\x01\x12\x0c\n\x04\x64ual\x18\x08 \x01(\x01\x12,\n\x05queue\x18\t \x01(\x0b\x32\x1d.apportion.v1.QueueAssignment\x1a\x30\n\x0eTimeShareEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xb2\x01\n\x0fQueueAssignment\x12\x18\n\x10\x61\x63\x63\x65lerator_type\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\x02 \x03(\x05\x12\r\n\x05nodes\x18\x03 \x03(\t\x12\x10\n\x08position\x18\x04 \x01(\x05\x12\x14\n\x0cstart_time_s\x18\x05 \x01(\x01\x12\x19\n\x11\x63ompletion_time_s\x18\x06 \x01(\x01\x12\x11\n\tstart_now\x18\x07 \x01(\x08\x12\x0f\n\x07running\x18\x08 \x01(\x08\"@\n\x05Round\x12\r\n\x05index\x18\x01 \x01(\x05\x12(\n\x06grants\x18\x02 \x03(\x0b\x32\x18.apportion.v1.RoundGrant\"V\n\nRoundGrant\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10\x61\x63\x63\x65lerator_type\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\x03 \x01(\x05\x12\r\n\x05nodes\x18\x04 \x03(\t\"`\n\tModelSize\x12\x11\n\tvariables\x18\x01 \x01(\x03\x12\x13\n\x0b\x63onstraints\x18\x02 \x01(\x03\x12\x10\n\x08nonzeros\x18\x03 \x01(\x03\x12\x19\n\x11integer_variables\x18\x04 \x01(\x03\"\xd1\x03\n\nSolveStats\x12\x34\n\x0btermination\x18\x01 \x01(\x0e\x32\x1f.apportion.v1.TerminationReason\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12\x16\n\tobjective\x18\x03 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\nbest_bound\x18\x04 \x01(\x01H\x01\x88\x01\x01\x12\x19\n\x0crelative_gap\x18\x05 \x01(\x01H\x02\x88\x01\x01\x12\x10\n\x08maximize\x18\x06 \x01(\x08\x12\x0e\n\x06policy\x18\x07 \x01(\t\x12\x13\n\x0b\x66ormulation\x18\x08 \x01(\t\x12\x0e\n\x06solver\x18\t \x01(\t\x12\x16\n\x0esolver_version\x18\n \x01(\t\x12\x14\n\x0c\x62uild_time_s\x18\x0b \x01(\x01\x12\x14\n\x0csolve_time_s\x18\x0c \x01(\x01\x12\x13\n\x0bwall_time_s\x18\r \x01(\x01\x12+\n\nmodel_size\x18\x0e \x01(\x0b\x32\x17.apportion.v1.ModelSize\x12 \n\x18max_constraint_violation\x18\x0f \x01(\x01\x12\x14\n\x0ctime_limit_s\x18\x10 \x01(\x01\x42\x0c\n\n_objectiveB\r\n\x0b_best_boundB\x0f\n\r_relative_gap\"\x15\n\x13ListPoliciesRequest\"B\n\x14ListPoliciesResponse\x12*\n\x08policies\x18\x01 \x03(\x0b\x32\x18.apportion.v1.PolicyInfo\"\x87\x01\n\nPolicyInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61liases\x18\x02 \x03(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x1a\n\x12parameters_message\x18\x04 \x01(\t\x12\x17\n\x0frequired_inputs\x18\x05 \x03(\t\x12\x10\n\x08maximize\x18\x06 \x01(\x08*\x8e\x01\n\tJobStatus\x12\x1a\n\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14JOB_STATUS_ALLOCATED\x10\x01\x12\x19\n\x15JOB_STATUS_UNSERVABLE\x10\x02\x12\x17\n\x13JOB_STATUS_FINISHED\x10\x03\x12\x17\n\x13JOB_STATUS_DEFERRED\x10\x04*\xcc\x02\n\x11TerminationReason\x12\"\n\x1eTERMINATION_REASON_UNSPECIFIED\x10\x00\x12\x1e\n\x1aTERMINATION_REASON_OPTIMAL\x10\x01\x12)\n%TERMINATION_REASON_OPTIMAL_INACCURATE\x10\x02\x12\x1f\n\x1bTERMINATION_REASON_FEASIBLE\x10\x03\x12!\n\x1dTERMINATION_REASON_INFEASIBLE\x10\x04\x12 \n\x1cTERMINATION_REASON_UNBOUNDED\x10\x05\x12 \n\x1cTERMINATION_REASON_HEURISTIC\x10\x06\x12\"\n\x1eTERMINATION_REASON_NO_SOLUTION\x10\x07\x12\x1c\n\x18TERMINATION_REASON_ERROR\x10\x08\x32\xac\x01\n\x11\x41llocationService\x12@\n\x05Solve\x12\x1a.apportion.v1.SolveRequest\x1a\x1b.apportion.v1.SolveResponse\x12U\n\x0cListPolicies\x12!.apportion.v1.ListPoliciesRequest\x1a\".apportion.v1.ListPoliciesResponseBS\n\x0fio.apportion.v1P\x01Z>github.com/apportion/apportion/gen/go/apportion/v1;apportionv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,36 +38,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PLAN_ACCELERATORPRICESENTRY']._serialized_options = b'8\001'
   _globals['_JOBALLOCATION_TIMESHAREENTRY']._loaded_options = None
   _globals['_JOBALLOCATION_TIMESHAREENTRY']._serialized_options = b'8\001'
-  _globals['_JOBSTATUS']._serialized_start=1817
-  _globals['_JOBSTATUS']._serialized_end=1934
-  _globals['_TERMINATIONREASON']._serialized_start=1937
-  _globals['_TERMINATIONREASON']._serialized_end=2269
+  _globals['_JOBSTATUS']._serialized_start=2251
+  _globals['_JOBSTATUS']._serialized_end=2393
+  _globals['_TERMINATIONREASON']._serialized_start=2396
+  _globals['_TERMINATIONREASON']._serialized_end=2728
   _globals['_SOLVEREQUEST']._serialized_start=112
   _globals['_SOLVEREQUEST']._serialized_end=251
   _globals['_SOLVERESPONSE']._serialized_start=253
   _globals['_SOLVERESPONSE']._serialized_end=343
   _globals['_PLAN']._serialized_start=346
-  _globals['_PLAN']._serialized_end=561
-  _globals['_PLAN_ACCELERATORPRICESENTRY']._serialized_start=505
-  _globals['_PLAN_ACCELERATORPRICESENTRY']._serialized_end=561
-  _globals['_JOBALLOCATION']._serialized_start=564
-  _globals['_JOBALLOCATION']._serialized_end=866
-  _globals['_JOBALLOCATION_TIMESHAREENTRY']._serialized_start=818
-  _globals['_JOBALLOCATION_TIMESHAREENTRY']._serialized_end=866
-  _globals['_ROUND']._serialized_start=868
-  _globals['_ROUND']._serialized_end=932
-  _globals['_ROUNDGRANT']._serialized_start=934
-  _globals['_ROUNDGRANT']._serialized_end=1020
-  _globals['_MODELSIZE']._serialized_start=1022
-  _globals['_MODELSIZE']._serialized_end=1118
-  _globals['_SOLVESTATS']._serialized_start=1121
-  _globals['_SOLVESTATS']._serialized_end=1586
-  _globals['_LISTPOLICIESREQUEST']._serialized_start=1588
-  _globals['_LISTPOLICIESREQUEST']._serialized_end=1609
-  _globals['_LISTPOLICIESRESPONSE']._serialized_start=1611
-  _globals['_LISTPOLICIESRESPONSE']._serialized_end=1677
-  _globals['_POLICYINFO']._serialized_start=1680
-  _globals['_POLICYINFO']._serialized_end=1815
-  _globals['_ALLOCATIONSERVICE']._serialized_start=2272
-  _globals['_ALLOCATIONSERVICE']._serialized_end=2444
+  _globals['_PLAN']._serialized_end=611
+  _globals['_PLAN_ACCELERATORPRICESENTRY']._serialized_start=555
+  _globals['_PLAN_ACCELERATORPRICESENTRY']._serialized_end=611
+  _globals['_DEVICEQUEUE']._serialized_start=614
+  _globals['_DEVICEQUEUE']._serialized_end=767
+  _globals['_JOBALLOCATION']._serialized_start=770
+  _globals['_JOBALLOCATION']._serialized_end=1118
+  _globals['_JOBALLOCATION_TIMESHAREENTRY']._serialized_start=1070
+  _globals['_JOBALLOCATION_TIMESHAREENTRY']._serialized_end=1118
+  _globals['_QUEUEASSIGNMENT']._serialized_start=1121
+  _globals['_QUEUEASSIGNMENT']._serialized_end=1299
+  _globals['_ROUND']._serialized_start=1301
+  _globals['_ROUND']._serialized_end=1365
+  _globals['_ROUNDGRANT']._serialized_start=1367
+  _globals['_ROUNDGRANT']._serialized_end=1453
+  _globals['_MODELSIZE']._serialized_start=1455
+  _globals['_MODELSIZE']._serialized_end=1551
+  _globals['_SOLVESTATS']._serialized_start=1554
+  _globals['_SOLVESTATS']._serialized_end=2019
+  _globals['_LISTPOLICIESREQUEST']._serialized_start=2021
+  _globals['_LISTPOLICIESREQUEST']._serialized_end=2042
+  _globals['_LISTPOLICIESRESPONSE']._serialized_start=2044
+  _globals['_LISTPOLICIESRESPONSE']._serialized_end=2110
+  _globals['_POLICYINFO']._serialized_start=2113
+  _globals['_POLICYINFO']._serialized_end=2248
+  _globals['_ALLOCATIONSERVICE']._serialized_start=2731
+  _globals['_ALLOCATIONSERVICE']._serialized_end=2903
 # @@protoc_insertion_point(module_scope)

@@ -34,6 +34,8 @@ class _JobStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_JobStatus.V
     """the policy cannot serve it; `reason` says why"""
     JOB_STATUS_FINISHED: _JobStatus.ValueType  # 3
     """no remaining work"""
+    JOB_STATUS_DEFERRED: _JobStatus.ValueType  # 4
+    """servable, left for a later round (allox alpha filter)"""
 
 class JobStatus(_JobStatus, metaclass=_JobStatusEnumTypeWrapper): ...
 
@@ -44,6 +46,8 @@ JOB_STATUS_UNSERVABLE: JobStatus.ValueType  # 2
 """the policy cannot serve it; `reason` says why"""
 JOB_STATUS_FINISHED: JobStatus.ValueType  # 3
 """no remaining work"""
+JOB_STATUS_DEFERRED: JobStatus.ValueType  # 4
+"""servable, left for a later round (allox alpha filter)"""
 Global___JobStatus: _TypeAlias = JobStatus  # noqa: Y015
 
 class _TerminationReason:
@@ -176,6 +180,7 @@ class Plan(_message.Message):
     JOBS_FIELD_NUMBER: _builtins.int
     ACCELERATOR_PRICES_FIELD_NUMBER: _builtins.int
     ROUNDS_FIELD_NUMBER: _builtins.int
+    DEVICE_QUEUES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobAllocation]:
         """One entry per job of the snapshot, in the snapshot's order."""
@@ -190,20 +195,83 @@ class Plan(_message.Message):
     def rounds(self) -> _containers.RepeatedCompositeFieldContainer[Global___Round]:
         """The next rounds of the schedule when options.schedule_rounds > 0."""
 
+    @_builtins.property
+    def device_queues(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceQueue]:
+        """Queue policies (allox): one entry per device, in type order then device index. Empty for
+        time-share policies.
+        """
+
     def __init__(
         self,
         *,
         jobs: _abc.Iterable[Global___JobAllocation] | None = ...,
         accelerator_prices: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         rounds: _abc.Iterable[Global___Round] | None = ...,
+        device_queues: _abc.Iterable[Global___DeviceQueue] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "jobs", b"jobs", "rounds", b"rounds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "device_queues", b"device_queues", "jobs", b"jobs", "rounds", b"rounds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Plan: _TypeAlias = Plan  # noqa: Y015
+
+@_typing.final
+class DeviceQueue(_message.Message):
+    """A device's non-preemptive queue (allox)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCELERATOR_TYPE_FIELD_NUMBER: _builtins.int
+    DEVICE_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    FREE_AT_S_FIELD_NUMBER: _builtins.int
+    RUNNING_JOB_ID_FIELD_NUMBER: _builtins.int
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    POSITION_DUALS_FIELD_NUMBER: _builtins.int
+    accelerator_type: _builtins.str
+    device: _builtins.int
+    """Index of the device within its type (0-based). When cluster.nodes is given, devices are
+    numbered through the nodes of the type in the snapshot's node order.
+    """
+    node: _builtins.str
+    """Node holding the device ("" when no nodes are given)."""
+    free_at_s: _builtins.float
+    """When the device can take its first pending job (absolute s; time_s if free now)."""
+    running_job_id: _builtins.str
+    """Job running on the device now, kept (not preempted); "" = free."""
+    @_builtins.property
+    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Pending jobs planned on the device, in run order (the first starts at free_at_s)."""
+
+    @_builtins.property
+    def position_duals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Certificate: dual v[k-1] <= 0 of the slot "k-th from last on this device", k = 1, 2, ...
+        (0 beyond the list). With the per-job `JobAllocation.dual` u_i, every allowed slot has
+        u_i + v[k-1] <= free_at_s - arrival_time_s_i + k * p_i (p_i = remaining steps /
+        throughput on the type), and sum_i u_i + sum over devices and k of v equals
+        stats.best_bound, a lower bound on the total job completion time.
+        """
+
+    def __init__(
+        self,
+        *,
+        accelerator_type: _builtins.str = ...,
+        device: _builtins.int = ...,
+        node: _builtins.str = ...,
+        free_at_s: _builtins.float = ...,
+        running_job_id: _builtins.str = ...,
+        job_ids: _abc.Iterable[_builtins.str] | None = ...,
+        position_duals: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "device", b"device", "free_at_s", b"free_at_s", "job_ids", b"job_ids", "node", b"node", "position_duals", b"position_duals", "running_job_id", b"running_job_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeviceQueue: _TypeAlias = DeviceQueue  # noqa: Y015
 
 @_typing.final
 class JobAllocation(_message.Message):
@@ -237,6 +305,7 @@ class JobAllocation(_message.Message):
     NORMALIZED_THROUGHPUT_FIELD_NUMBER: _builtins.int
     OBJECTIVE_VALUE_FIELD_NUMBER: _builtins.int
     DUAL_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     status: Global___JobStatus.ValueType
     reason: _builtins.str
@@ -252,11 +321,21 @@ class JobAllocation(_message.Message):
     scale_factor / weight * normalized_throughput). Dimension as the objective.
     """
     dual: _builtins.float
-    """Dual multiplier of the job's objective row (certificate; 0 when not applicable)."""
+    """Dual multiplier of the job's objective row (certificate; 0 when not applicable). allox: the
+    job's row dual u_i of the matching (s); see DeviceQueue.position_duals.
+    """
     @_builtins.property
     def time_share(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Fraction of wall-clock time the job should run on each type (X[i,j] in [0,1], summing to
         at most 1); types with share 0 are omitted. While running it holds scale_factor devices.
+        """
+
+    @_builtins.property
+    def queue(self) -> Global___QueueAssignment:
+        """Queue policies (allox): where the job runs, in what order and when it completes. Unset for
+        time-share policies and for jobs that are not planned (unservable, finished, deferred).
+        For allox, time_share is 1 on the type for running jobs and jobs that start now, else
+        empty; objective_value is the job's predicted completion time minus its arrival time (s).
         """
 
     def __init__(
@@ -270,14 +349,70 @@ class JobAllocation(_message.Message):
         normalized_throughput: _builtins.float = ...,
         objective_value: _builtins.float = ...,
         dual: _builtins.float = ...,
+        queue: Global___QueueAssignment | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dual", b"dual", "effective_throughput", b"effective_throughput", "job_id", b"job_id", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "reason", b"reason", "status", b"status", "time_share", b"time_share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dual", b"dual", "effective_throughput", b"effective_throughput", "job_id", b"job_id", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "queue", b"queue", "reason", b"reason", "status", b"status", "time_share", b"time_share"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobAllocation: _TypeAlias = JobAllocation  # noqa: Y015
+
+@_typing.final
+class QueueAssignment(_message.Message):
+    """A job's place in the per-device queues (allox). Times are absolute on the snapshot clock."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCELERATOR_TYPE_FIELD_NUMBER: _builtins.int
+    DEVICES_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    START_TIME_S_FIELD_NUMBER: _builtins.int
+    COMPLETION_TIME_S_FIELD_NUMBER: _builtins.int
+    START_NOW_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    accelerator_type: _builtins.str
+    position: _builtins.int
+    """0 = running now (kept); 1 = first pending job of the device, 2 = the one after it, ..."""
+    start_time_s: _builtins.float
+    """Planned start (time_s for a running job)."""
+    completion_time_s: _builtins.float
+    """Predicted completion time."""
+    start_now: _builtins.bool
+    """A pending job to start now (first in the queue of a device that is free now)."""
+    running: _builtins.bool
+    """Already running (history.jobs[].current); it keeps its devices."""
+    @_builtins.property
+    def devices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Device indices within the type (see DeviceQueue.device); one for a pending job, all the
+        devices it holds for a running job.
+        """
+
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Nodes of those devices, when cluster.nodes is given."""
+
+    def __init__(
+        self,
+        *,
+        accelerator_type: _builtins.str = ...,
+        devices: _abc.Iterable[_builtins.int] | None = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        position: _builtins.int = ...,
+        start_time_s: _builtins.float = ...,
+        completion_time_s: _builtins.float = ...,
+        start_now: _builtins.bool = ...,
+        running: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "completion_time_s", b"completion_time_s", "devices", b"devices", "nodes", b"nodes", "position", b"position", "running", b"running", "start_now", b"start_now", "start_time_s", b"start_time_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueAssignment: _TypeAlias = QueueAssignment  # noqa: Y015
 
 @_typing.final
 class Round(_message.Message):

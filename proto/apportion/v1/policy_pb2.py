@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61pportion/v1/policy.proto\x12\x0c\x61pportion.v1\"\x8e\x01\n\x06Policy\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x06\x63ompat\x18\x02 \x01(\x0e\x32\x14.apportion.v1.Compat\x12\x42\n\x10max_min_fairness\x18\n \x01(\x0b\x32&.apportion.v1.MaxMinFairnessParametersH\x00\x42\x0c\n\nparameters\"p\n\x18MaxMinFairnessParameters\x12\x1e\n\x16heterogeneity_agnostic\x18\x01 \x01(\x08\x12\x34\n\x0c\x63\x61nonicalize\x18\x02 \x01(\x0e\x32\x1e.apportion.v1.Canonicalization\"\xa2\x01\n\x0cSolveOptions\x12\x14\n\x0ctime_limit_s\x18\x01 \x01(\x01\x12\x14\n\x0crelative_gap\x18\x02 \x01(\x01\x12\x0f\n\x07threads\x18\x03 \x01(\x05\x12\x0c\n\x04seed\x18\x04 \x01(\x03\x12.\n\x06solver\x18\x05 \x01(\x0e\x32\x1e.apportion.v1.SolverPreference\x12\x17\n\x0fschedule_rounds\x18\x06 \x01(\x05*X\n\x06\x43ompat\x12\x16\n\x12\x43OMPAT_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x43OMPAT_GAVEL\x10\x01\x12\x14\n\x10\x43OMPAT_SHOCKWAVE\x10\x02\x12\x0e\n\nCOMPAT_SIA\x10\x03*i\n\x10\x43\x61nonicalization\x12 \n\x1c\x43\x41NONICALIZATION_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43\x41NONICALIZATION_NONE\x10\x01\x12\x18\n\x14\x43\x41NONICALIZATION_SUM\x10\x02*r\n\x10SolverPreference\x12!\n\x1dSOLVER_PREFERENCE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aSOLVER_PREFERENCE_CLARABEL\x10\x01\x12\x1b\n\x17SOLVER_PREFERENCE_HIGHS\x10\x02\x42S\n\x0fio.apportion.v1P\x01Z>github.com/apportion/apportion/gen/go/apportion/v1;apportionv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61pportion/v1/policy.proto\x12\x0c\x61pportion.v1\"\xbe\x01\n\x06Policy\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x06\x63ompat\x18\x02 \x01(\x0e\x32\x14.apportion.v1.Compat\x12\x42\n\x10max_min_fairness\x18\n \x01(\x0b\x32&.apportion.v1.MaxMinFairnessParametersH\x00\x12.\n\x05\x61llox\x18\x0b \x01(\x0b\x32\x1d.apportion.v1.AlloxParametersH\x00\x42\x0c\n\nparameters\"p\n\x18MaxMinFairnessParameters\x12\x1e\n\x16heterogeneity_agnostic\x18\x01 \x01(\x08\x12\x34\n\x0c\x63\x61nonicalize\x18\x02 \x01(\x0e\x32\x1e.apportion.v1.Canonicalization\"/\n\x0f\x41lloxParameters\x12\x12\n\x05\x61lpha\x18\x01 \x01(\x01H\x00\x88\x01\x01\x42\x08\n\x06_alpha\"\xa2\x01\n\x0cSolveOptions\x12\x14\n\x0ctime_limit_s\x18\x01 \x01(\x01\x12\x14\n\x0crelative_gap\x18\x02 \x01(\x01\x12\x0f\n\x07threads\x18\x03 \x01(\x05\x12\x0c\n\x04seed\x18\x04 \x01(\x03\x12.\n\x06solver\x18\x05 \x01(\x0e\x32\x1e.apportion.v1.SolverPreference\x12\x17\n\x0fschedule_rounds\x18\x06 \x01(\x05*X\n\x06\x43ompat\x12\x16\n\x12\x43OMPAT_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x43OMPAT_GAVEL\x10\x01\x12\x14\n\x10\x43OMPAT_SHOCKWAVE\x10\x02\x12\x0e\n\nCOMPAT_SIA\x10\x03*i\n\x10\x43\x61nonicalization\x12 \n\x1c\x43\x41NONICALIZATION_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43\x41NONICALIZATION_NONE\x10\x01\x12\x18\n\x14\x43\x41NONICALIZATION_SUM\x10\x02*r\n\x10SolverPreference\x12!\n\x1dSOLVER_PREFERENCE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aSOLVER_PREFERENCE_CLARABEL\x10\x01\x12\x1b\n\x17SOLVER_PREFERENCE_HIGHS\x10\x02\x42S\n\x0fio.apportion.v1P\x01Z>github.com/apportion/apportion/gen/go/apportion/v1;apportionv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,16 +32,18 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'apportion.v1.policy_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017io.apportion.v1P\001Z>github.com/apportion/apportion/gen/go/apportion/v1;apportionv1'
-  _globals['_COMPAT']._serialized_start=467
-  _globals['_COMPAT']._serialized_end=555
-  _globals['_CANONICALIZATION']._serialized_start=557
-  _globals['_CANONICALIZATION']._serialized_end=662
-  _globals['_SOLVERPREFERENCE']._serialized_start=664
-  _globals['_SOLVERPREFERENCE']._serialized_end=778
+  _globals['_COMPAT']._serialized_start=564
+  _globals['_COMPAT']._serialized_end=652
+  _globals['_CANONICALIZATION']._serialized_start=654
+  _globals['_CANONICALIZATION']._serialized_end=759
+  _globals['_SOLVERPREFERENCE']._serialized_start=761
+  _globals['_SOLVERPREFERENCE']._serialized_end=875
   _globals['_POLICY']._serialized_start=44
-  _globals['_POLICY']._serialized_end=186
-  _globals['_MAXMINFAIRNESSPARAMETERS']._serialized_start=188
-  _globals['_MAXMINFAIRNESSPARAMETERS']._serialized_end=300
-  _globals['_SOLVEOPTIONS']._serialized_start=303
-  _globals['_SOLVEOPTIONS']._serialized_end=465
+  _globals['_POLICY']._serialized_end=234
+  _globals['_MAXMINFAIRNESSPARAMETERS']._serialized_start=236
+  _globals['_MAXMINFAIRNESSPARAMETERS']._serialized_end=348
+  _globals['_ALLOXPARAMETERS']._serialized_start=350
+  _globals['_ALLOXPARAMETERS']._serialized_end=397
+  _globals['_SOLVEOPTIONS']._serialized_start=400
+  _globals['_SOLVEOPTIONS']._serialized_end=562
 # @@protoc_insertion_point(module_scope)

@@ -95,6 +95,7 @@ class Policy(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     COMPAT_FIELD_NUMBER: _builtins.int
     MAX_MIN_FAIRNESS_FIELD_NUMBER: _builtins.int
+    ALLOX_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Registered policy name or alias (see ListPolicies), e.g. "max_min_fairness" or Gavel's
     "max_min_fairness_perf". Required.
@@ -105,18 +106,21 @@ class Policy(_message.Message):
     """
     @_builtins.property
     def max_min_fairness(self) -> Global___MaxMinFairnessParameters: ...
+    @_builtins.property
+    def allox(self) -> Global___AlloxParameters: ...
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         compat: Global___Compat.ValueType = ...,
         max_min_fairness: Global___MaxMinFairnessParameters | None = ...,
+        allox: Global___AlloxParameters | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["max_min_fairness", b"max_min_fairness", "parameters", b"parameters"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allox", b"allox", "max_min_fairness", b"max_min_fairness", "parameters", b"parameters"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["compat", b"compat", "max_min_fairness", b"max_min_fairness", "name", b"name", "parameters", b"parameters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allox", b"allox", "compat", b"compat", "max_min_fairness", b"max_min_fairness", "name", b"name", "parameters", b"parameters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["max_min_fairness"]  # noqa: Y015
+    _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["max_min_fairness", "allox"]  # noqa: Y015
     _WhichOneofArgType_parameters: _TypeAlias = _typing.Literal["parameters", b"parameters"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_parameters) -> _WhichOneofReturnType_parameters | None: ...
 
@@ -149,6 +153,41 @@ class MaxMinFairnessParameters(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MaxMinFairnessParameters: _TypeAlias = MaxMinFairnessParameters  # noqa: Y015
+
+@_typing.final
+class AlloxParameters(_message.Message):
+    """AlloX min-cost matching of pending jobs to (device, position) slots (formulations.md A3).
+    Reads time_s, cluster (types, counts, kinds, nodes), jobs[].throughput, arrival_time_s,
+    progress (total_steps > 0 required: remaining work / throughput = processing time),
+    scale_factor (> 1 = unservable) and history.jobs[].current (running jobs keep their devices
+    until busy_until_s). Ignores priority weights (weighted total completion time on unrelated
+    devices is NP-hard; the matching is exact for unit weights).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALPHA_FIELD_NUMBER: _builtins.int
+    alpha: _builtins.float
+    """Fairness knob in (0, 1]. Unset = 1 (pure total job-completion-time optimization). Only
+    the ceil(alpha * |P|) longest-waiting servable pending jobs (earliest arrival_time_s, then
+    id) are matched, and at least as many as there are devices free now; the others are
+    returned as JOB_STATUS_DEFERRED. Semantics: Gavel's oldest-first filter (with compat =
+    COMPAT_GAVEL, floor instead of ceil), not the AlloX simulator's per-user score filter.
+    """
+    def __init__(
+        self,
+        *,
+        alpha: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_alpha", b"_alpha", "alpha", b"alpha"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_alpha", b"_alpha", "alpha", b"alpha"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__alpha: _TypeAlias = _typing.Literal["alpha"]  # noqa: Y015
+    _WhichOneofArgType__alpha: _TypeAlias = _typing.Literal["_alpha", b"_alpha"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__alpha) -> _WhichOneofReturnType__alpha | None: ...
+
+Global___AlloxParameters: _TypeAlias = AlloxParameters  # noqa: Y015
 
 @_typing.final
 class SolveOptions(_message.Message):

@@ -864,11 +864,16 @@ class Placement(_message.Message):
     NODES_FIELD_NUMBER: _builtins.int
     BUSY_UNTIL_S_FIELD_NUMBER: _builtins.int
     accelerator_type: _builtins.str
-    """Accelerator type the job runs on."""
+    """Accelerator type the job runs on (a type of the cluster). Empty = not running."""
     devices: _builtins.int
-    """Devices it holds."""
+    """Devices it holds (0 = scale_factor); all running jobs together hold at most the
+    type's count.
+    """
     busy_until_s: _builtins.float
-    """For allox: when the job's current run ends and its device is free again (absolute, s)."""
+    """For allox: when the job's current run ends and its device is free again (absolute, s).
+    A value not after Snapshot.time_s (e.g. unset) means: estimate it as time_s +
+    remaining steps / throughput on accelerator_type when progress is known, else time_s.
+    """
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Nodes it occupies (names from Cluster.nodes), if known."""
