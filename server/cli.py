@@ -123,6 +123,112 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    """`apportion snapshot`: a trace (+ cluster + throughputs) -> snapshot JSON at time t."""
+    from apportion.datasets.cluster import ClusterSpec
+    from apportion.datasets.errors import TraceFormatError
+    from apportion.datasets.generators import builtin_throughputs
+    from apportion.datasets.readers import read_trace
+    from apportion.datasets.snapshot import build_request, render_request
+
+    try:
+        table = read_trace(args.format, args.trace, tasks=args.tasks, skip_bad=args.skip_bad)
+        if args.openb_nodes:
+            from apportion.datasets.openb import read_openb_nodes
+
+            cluster = read_openb_nodes(args.openb_nodes, skip_bad=args.skip_bad)
+        else:
+            cluster = ClusterSpec.parse(args.cluster)
+        if args.throughputs == "builtin":
+            throughputs = builtin_throughputs(cluster.types)
+        else:
+            from apportion.datasets.throughput import read_gavel_throughputs
+
+            throughputs = read_gavel_throughputs(args.throughputs, pairs=False)
+    except TraceFormatError as exc:
+        raise InputError(str(exc)) from exc
+    except (OSError, ValueError) as exc:
+        raise InputError(str(exc)) from exc
+    if table.report is not None:
+        _err(table.report.summary())
+    request, report = build_request(
+        table,
+        cluster,
+        throughputs,
+        args.time,
+        seed=args.seed,
+        policy=args.policy,
+        round_duration_s=args.round_duration,
+    )
+    _err(report.summary())
+    text = render_request(request)
+    if args.output and args.output != "-":
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _add_snapshot(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    snap = sub.add_parser(
+        "snapshot",
+        help="build a snapshot JSON from a job trace at time T",
+        description="Read a job trace, keep the jobs active at --time (arrived, not finished), "
+        "attach throughputs and write the SolveRequest JSON for `apportion solve`. Read "
+        "problems and excluded jobs are reported on stderr.",
+    )
+    snap.add_argument("trace", metavar="TRACE", help="trace file")
+    snap.add_argument(
+        "--format",
+        required=True,
+        choices=(
+            "helios",
+            "philly-csv",
+            "philly-json",
+            "pai",
+            "openb",
+            "gavel",
+            "shockwave",
+            "sia",
+        ),
+        help="trace format",
+    )
+    snap.add_argument("--tasks", metavar="FILE", help="PAI task table (format pai)")
+    snap.add_argument(
+        "--time",
+        type=float,
+        required=True,
+        metavar="SECONDS",
+        help="snapshot time, s from the trace origin (earliest arrival)",
+    )
+    snap.add_argument(
+        "--cluster",
+        default="v100:36,p100:36,k80:36",
+        metavar="SPEC",
+        help="TYPE:COUNT,... (default Gavel's 36/36/36)",
+    )
+    snap.add_argument("--openb-nodes", metavar="FILE", help="cluster from an openb node list")
+    snap.add_argument(
+        "--throughputs",
+        default="builtin",
+        metavar="FILE",
+        help="Gavel-schema throughput JSON, or 'builtin' (synthetic, default)",
+    )
+    snap.add_argument("--seed", type=int, default=0, help="seed for drawn job types")
+    snap.add_argument("--policy", default="weighted_max_min_fairness", metavar="NAME")
+    snap.add_argument("--round-duration", type=float, default=0.0, metavar="SECONDS")
+    snap.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip malformed rows (counted and reported) instead of failing",
+    )
+    snap.add_argument("-o", "--output", metavar="FILE", help="output file (default stdout)")
+    snap.set_defaults(handler=cmd_snapshot)
+    return snap
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -191,7 +297,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     )
     serve.set_defaults(handler=cmd_serve)
 
-    for subparser in (solve, validate, listing, serve):
+    snapshot = _add_snapshot(sub)
+
+    for subparser in (solve, validate, listing, serve, snapshot):
         _add_common(subparser)
     return parser, serve
 
