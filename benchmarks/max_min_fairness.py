@@ -5,6 +5,8 @@
 Two instance families over 3 accelerator types (apportion.datasets.synthetic):
 * catalog  - throughput rows from 26 job types x 4 scale factors (Gavel-like workloads);
 * distinct - every job's throughput row drawn independently.
+* congested5 - (extra, harder) 5 types, 20% of cells unusable, weights 0.5-3, capacity tight
+  enough that every type is priced.
 The reference is the LP written as Gavel writes it: one vectorized cvxpy variable X,
 maximize min_i sum_j a[i,j] X[i,j], solved with ECOS (or Clarabel). Times are wall seconds of
 the whole call (model build + solve) on this machine; the ratio is reference / apportion.
@@ -20,9 +22,22 @@ import numpy as np
 
 from apportion.datasets.synthetic import catalog_problem, distinct_problem
 from apportion.formulations.max_min_fairness import level_coefficients
-from apportion.solver.model import Compat, PolicyRequest, Problem
+from apportion.solver.model import Compat, PolicyRequest, Problem, make_problem
 from apportion.solver.parameters import MaxMinFairnessParameters
 from apportion.solver.solve import solve
+
+
+def congested_problem(num_jobs: int, seed: int = 0) -> Problem:
+    """5 types, distinct rows spanning 2.6 decades, 20% unusable cells, weights 0.5-3."""
+    rng = np.random.default_rng(seed)
+    n = 5
+    thr = np.exp(rng.uniform(-2, 4, (num_jobs, n)))
+    thr[rng.random((num_jobs, n)) < 0.2] = 0
+    thr[np.arange(num_jobs), rng.integers(0, n, num_jobs)] = 1.0 + rng.random(num_jobs)
+    scale = rng.choice([1, 2, 4], num_jobs)
+    weight = rng.uniform(0.5, 3, num_jobs)
+    count = rng.integers(max(1, num_jobs // 40), max(2, num_jobs // 15), n)
+    return make_problem([f"t{j}" for j in range(n)], count, thr, scale, weight)
 
 
 def reference(problem: Problem, solver: str) -> tuple[float, float]:
@@ -50,11 +65,15 @@ def ours(problem: Problem) -> tuple[float, float, str, float | None]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[2048, 32768, 100000])
-    parser.add_argument("--families", nargs="+", default=["catalog", "distinct"])
+    parser.add_argument("--families", nargs="+", default=["catalog", "distinct", "congested5"])
     parser.add_argument("--reference", default="ECOS", help="cvxpy solver: ECOS or CLARABEL")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    makers = {"catalog": catalog_problem, "distinct": distinct_problem}
+    makers = {
+        "catalog": catalog_problem,
+        "distinct": distinct_problem,
+        "congested5": congested_problem,
+    }
     header = (
         f"{'family':9s} {'jobs':>7s} {'apportion s':>12s} {'reference s':>12s} "
         f"{'ratio':>7s} {'rel. obj diff':>13s} {'status':>8s} {'cert. gap':>9s}"
