@@ -98,27 +98,48 @@ def _solve_clarabel(
 _quiet_highs_done = False
 
 
-def new_highs() -> Any:
-    """A highspy.Highs instance. The first construction in a process prints a banner on the C
-    stdout (before any option can be set), which would corrupt `apportion solve --json`; it is
-    sent to /dev/null."""
+def new_highs(threads: int = 0) -> Any:
+    """A highspy.Highs instance asking for `threads` (0 = HiGHS's default; see `set_threads`).
+
+    Create every HiGHS object through this. The first construction in a process prints a
+    banner on the C stdout (before any option can be set), which would corrupt
+    `apportion solve --json`; it is sent to /dev/null."""
     global _quiet_highs_done
     import highspy
 
     if _quiet_highs_done:
-        return highspy.Highs()  # type: ignore[no-untyped-call]
-    sys.stdout.flush()
-    saved = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
         highs = highspy.Highs()  # type: ignore[no-untyped-call]
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
-        _quiet_highs_done = True
+    else:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 1)
+            highs = highspy.Highs()  # type: ignore[no-untyped-call]
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            os.close(devnull)
+            _quiet_highs_done = True
+    set_threads(highs, threads)
     return highs
+
+
+_scheduler_threads: int | None = None
+
+
+def set_threads(highs: Any, threads: int) -> None:
+    """Ask HiGHS for `threads` (0 = its default). HiGHS keeps one global scheduler per
+    process, and a run asking for a different thread count than the scheduler was started with
+    fails ("Not Set"), so the scheduler is restarted whenever the request changes."""
+    global _scheduler_threads
+    import highspy
+
+    if _scheduler_threads is not None and _scheduler_threads != threads:
+        highspy.Highs.resetGlobalScheduler(True)
+    _scheduler_threads = threads
+    if threads:
+        highs.setOptionValue("threads", int(threads))
 
 
 def _solve_highs(
@@ -134,8 +155,7 @@ def _solve_highs(
     highs.setOptionValue("dual_feasibility_tolerance", 1e-10)
     if time_limit_s > 0:
         highs.setOptionValue("time_limit", float(time_limit_s))
-    if threads > 0:
-        highs.setOptionValue("threads", int(threads))
+    set_threads(highs, threads)
     lp = highspy.HighsLp()
     lp.num_col_ = cols
     lp.num_row_ = rows

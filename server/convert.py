@@ -12,6 +12,15 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from apportion.server.colocation_inputs import colocations, with_job_types
+from apportion.server.gavel_inputs import gavel_input_violations, gavel_parameters
+from apportion.server.market_inputs import (
+    epoch_inputs,
+    fill_market_response,
+    market_input_violations,
+    market_parameters,
+)
+from apportion.server.sia_inputs import fill_sia_response, sia_parameters, sia_problem
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import (
     Cluster,
@@ -22,11 +31,14 @@ from apportion.solver.model import (
     Problem,
     SolveOptions,
     SolverPreference,
+    Tenant,
+    TenantSharing,
 )
 from apportion.solver.parameters import (
     AlloxParameters,
     Canonicalization,
     MaxMinFairnessParameters,
+    WaterFillingParameters,
 )
 from apportion.solver.registry import lookup, resolve_parameters
 from apportion.solver.result import JobStatus, Plan, Termination
@@ -301,6 +313,8 @@ def _history(
     busy_until = np.zeros(m)
     current_nodes: list[tuple[int, ...]] = [()] * m
     held = np.zeros(n, np.int64)
+    prev_iso = np.full(m, np.nan)
+    prev_remaining = np.full(m, np.nan)
     node_index = {name: k for k, name in enumerate(cluster.node_names)}
     hist = msg.history
     elapsed = hist.elapsed_since_reset_s
@@ -355,6 +369,7 @@ def _history(
             violations.append(Violation(f"{p}.restarts", "must be >= 0"))
         else:
             restarts[i] = entry.restarts
+        _ftf_previous(entry, p, i, prev_iso, prev_remaining, violations)
         if entry.HasField("current"):
             _placement(
                 entry.current,
@@ -380,7 +395,39 @@ def _history(
         current_devices=current_devices,
         busy_until_s=busy_until,
         current_nodes=tuple(current_nodes),
+        previous_isolated_throughput=prev_iso,
+        previous_remaining_steps=prev_remaining,
     )
+
+
+def _ftf_previous(
+    entry: snapshot_pb.JobHistory,
+    p: str,
+    i: int,
+    prev_iso: np.ndarray,
+    prev_remaining: np.ndarray,
+    violations: list[Violation],
+) -> None:
+    """Finish-time-fairness state of the previous call (both fields or neither)."""
+    has_iso = entry.HasField("previous_isolated_throughput")
+    has_rem = entry.HasField("previous_remaining_steps")
+    if has_iso != has_rem:
+        missing = "previous_remaining_steps" if has_iso else "previous_isolated_throughput"
+        violations.append(Violation(f"{p}.{missing}", "must be given together with the other"))
+        return
+    if not has_iso:
+        return
+    iso, rem = entry.previous_isolated_throughput, entry.previous_remaining_steps
+    if not (_finite(iso) and iso > 0):
+        violations.append(
+            Violation(f"{p}.previous_isolated_throughput", f"must be finite and > 0, got {iso}")
+        )
+    elif not (_finite(rem) and rem >= 0):
+        violations.append(
+            Violation(f"{p}.previous_remaining_steps", f"must be finite and >= 0, got {rem}")
+        )
+    else:
+        prev_iso[i], prev_remaining[i] = iso, rem
 
 
 def _placement(
@@ -460,15 +507,49 @@ def snapshot_to_problem(msg: snapshot_pb.Snapshot, violations: list[Violation]) 
     if not (_finite(msg.round_duration_s) and msg.round_duration_s >= 0):
         violations.append(Violation("snapshot.round_duration_s", "must be finite and >= 0"))
     cluster = _cluster(msg.cluster, violations)
-    jobs = _jobs(msg, cluster, violations)
+    jobs = with_job_types(msg, _jobs(msg, cluster, violations))
     history = _history(msg, cluster, jobs, violations)
+    jobs, history = epoch_inputs(msg, jobs, history, violations)
     return Problem(
         cluster=cluster,
         jobs=jobs,
         history=history,
         time_s=msg.time_s if _finite(msg.time_s) else 0.0,
         round_duration_s=msg.round_duration_s,
+        tenants=_tenants(msg, violations),
+        colocations=colocations(msg, cluster, jobs, violations),
     )
+
+
+_SHARING = {
+    snapshot_pb.TENANT_SHARING_UNSPECIFIED: TenantSharing.FAIRNESS,
+    snapshot_pb.TENANT_SHARING_FAIRNESS: TenantSharing.FAIRNESS,
+    snapshot_pb.TENANT_SHARING_FIFO: TenantSharing.FIFO,
+}
+
+
+def _tenants(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> tuple[Tenant, ...]:
+    """The snapshot's tenants: unique non-empty names, weight finite and > 0 (default 1)."""
+    tenants: list[Tenant] = []
+    first: dict[str, int] = {}
+    for idx, tenant in enumerate(msg.tenants):
+        p = f"snapshot.tenants[{idx}]"
+        if not tenant.name:
+            violations.append(Violation(f"{p}.name", "must be non-empty"))
+        elif tenant.name in first:
+            where = f"first at [{first[tenant.name]}]"
+            violations.append(Violation(f"{p}.name", f"duplicate tenant {tenant.name!r} ({where})"))
+        else:
+            first[tenant.name] = idx
+        weight = tenant.weight if tenant.HasField("weight") else 1.0
+        if not (_finite(weight) and weight > 0):
+            violations.append(Violation(f"{p}.weight", f"must be finite and > 0, got {weight}"))
+            weight = 1.0
+        if tenant.sharing not in _SHARING:
+            violations.append(Violation(f"{p}.sharing", f"unknown value {tenant.sharing}"))
+        sharing = _SHARING.get(tenant.sharing, TenantSharing.FAIRNESS)
+        tenants.append(Tenant(tenant.name, weight, sharing))
+    return tuple(tenants)
 
 
 def _policy(msg: policy_pb.Policy, violations: list[Violation]) -> PolicyRequest | None:
@@ -493,6 +574,7 @@ def _policy(msg: policy_pb.Policy, violations: list[Violation]) -> PolicyRequest
         parameters = MaxMinFairnessParameters(
             heterogeneity_agnostic=mmf.heterogeneity_agnostic,
             canonicalize=_CANONICALIZATION.get(mmf.canonicalize, Canonicalization.NONE),
+            space_sharing=mmf.space_sharing,
         )
         if mmf.canonicalize not in _CANONICALIZATION:
             violations.append(
@@ -500,6 +582,16 @@ def _policy(msg: policy_pb.Policy, violations: list[Violation]) -> PolicyRequest
                     "policy.max_min_fairness.canonicalize", f"unknown value {mmf.canonicalize}"
                 )
             )
+    elif given is not None and given in market_parameters:
+        parameters = market_parameters[given](getattr(msg, given), violations)
+    elif given is not None and given in sia_parameters:
+        parameters = sia_parameters[given](getattr(msg, given), violations)
+    elif given is not None and given in gavel_parameters:
+        parameters = gavel_parameters[given](getattr(msg, given), violations)
+    elif given == "water_filling":
+        parameters = WaterFillingParameters(
+            heterogeneity_agnostic=msg.water_filling.heterogeneity_agnostic
+        )
     elif given == "allox":
         allox = msg.allox
         alpha = allox.alpha if allox.HasField("alpha") else 1.0
@@ -551,6 +643,12 @@ def request_to_model(
     problem = snapshot_to_problem(request.snapshot, violations)
     policy = _policy(request.policy, violations)
     options = _options(request.options, violations)
+    if policy is not None:
+        known = {v.field for v in violations}
+        gavel = gavel_input_violations(problem, policy)
+        violations.extend(v for v in gavel if v.field not in known)
+        violations.extend(market_input_violations(problem, policy))
+        problem = sia_problem(request, problem, policy, violations)
     if violations or policy is None:
         raise ValidationError(violations)
     return problem, policy, options
@@ -598,6 +696,9 @@ def plan_to_response(
     out = response.plan
     for j, name in enumerate(names):
         out.accelerator_prices[name] = float(plan.accelerator_prices[j])
+    for job_a, job_b, type_index, share in plan.colocated:
+        out.colocated.add(job_a=problem.jobs.ids[job_a], job_b=problem.jobs.ids[job_b],
+                          accelerator_type=names[type_index], time_share=share)
     statuses = plan.job_status or (JobStatus.ALLOCATED,) * problem.jobs.num_jobs
     reasons = plan.job_reason or ("",) * problem.jobs.num_jobs
     for i, job_id in enumerate(problem.jobs.ids):
@@ -626,6 +727,25 @@ def plan_to_response(
             queue.completion_time_s = placed.completion_time_s
             queue.start_now = placed.start_now
             queue.running = placed.running
+        if plan.cumulative_isolated_time_s is not None:
+            entry.cumulative_isolated_time_s = float(plan.cumulative_isolated_time_s[i])
+        if plan.isolated_throughput is not None:
+            entry.isolated_throughput = float(plan.isolated_throughput[i])
+        if plan.remaining_steps is not None:
+            entry.remaining_steps = float(plan.remaining_steps[i])
+        if plan.slo_shortfall is not None and not math.isnan(plan.slo_shortfall[i]):
+            entry.slo_shortfall = float(plan.slo_shortfall[i])
+    fill_market_response(plan, problem, out)
+    fill_sia_response(plan, problem, out)
+    for scheduled in plan.rounds:
+        round_msg = out.rounds.add(index=scheduled.index)
+        for grant in scheduled.grants:
+            round_msg.grants.add(
+                job_id=problem.jobs.ids[grant.job],
+                accelerator_type=names[grant.type_index],
+                devices=grant.devices,
+                nodes=list(grant.nodes),
+            )
     ids = problem.jobs.ids
     for device in plan.device_queues:
         dq = out.device_queues.add()

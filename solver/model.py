@@ -50,6 +50,40 @@ class Cluster:
 
 
 @dataclass(frozen=True)
+class GivenGoodput:
+    """One `ConfigurationGoodput` entry (sia): goodput of a (type, nodes, devices) shape."""
+
+    type_index: int
+    nodes: int
+    """Nodes spanned (>= 1)."""
+    devices: int
+    """Total devices (>= nodes)."""
+    goodput: float
+    """Useful samples/s (> 0)."""
+
+
+@dataclass(frozen=True)
+class PolluxJobModel:
+    """A job's Pollux goodput-model inputs (formulations.md A5.1)."""
+
+    perf_params: FloatArray
+    """(n, 7) per type (alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma) in s, s/sample
+    and the dimensionless gamma; a row of NaN = no model on that type."""
+    grad_sqr: float
+    """|E g|^2 at the baseline batch (> 0)."""
+    grad_var: float
+    """tr(Sigma) at the baseline batch (>= 0)."""
+    init_batch_size: int
+    """M0 (samples, > 0)."""
+    max_batch_size: int
+    """M_max (samples, >= M0)."""
+    min_local_batch_size: int
+    """Smallest atomic batch (samples, >= 1)."""
+    max_local_batch_size: int
+    """Largest atomic batch (samples, >= min)."""
+
+
+@dataclass(frozen=True)
 class Jobs:
     """The active jobs. Every array has the job axis first, in snapshot order."""
 
@@ -71,6 +105,28 @@ class Jobs:
     """(m,) total steps (>= steps_done; 0 = unknown)."""
     deadline_s: FloatArray
     """(m,) absolute deadline (s); NaN = none."""
+    epochs_done: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """(m,) epochs completed (shockwave), 0 <= e_i <= E_i. Empty = not given."""
+    total_epochs: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """(m,) total epochs E_i (shockwave). Empty = not given."""
+    epoch_duration_s: tuple[FloatArray, ...] = ()
+    """Per job, profiled duration of each epoch on the full gang (s, > 0). Empty = not given."""
+    epoch_batch_size: tuple[IntArray, ...] = ()
+    """Per job, batch size of each epoch (samples, > 0), same lengths. Empty = not given."""
+    given_goodput: tuple[tuple[GivenGoodput, ...], ...] = ()
+    """Per job, `Job.configurations` (sia): goodput per (type, nodes, devices). Empty = none."""
+    min_devices: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """(m,) elasticity: fewest devices (>= 1) (sia). Empty = 1 for every job."""
+    max_devices: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """(m,) elasticity: most devices (0 = no limit) (sia). Empty = no limit."""
+    scale_unit: IntArray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    """(m, n) devices per replica per type (>= 1) (sia). Empty = 1 everywhere."""
+    pollux: tuple[PolluxJobModel | None, ...] = ()
+    """Per job, Pollux goodput-model inputs (sia), None = not given. Empty = none."""
+    restart_penalty_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) restart penalty delta_i (s, >= 0; default 30) (sia). Empty = 30 for every job."""
+    job_type: tuple[str, ...] = ()
+    """Per job, its job type for type-pair co-location throughputs ("" = none). Empty = none."""
 
     @property
     def num_jobs(self) -> int:
@@ -102,12 +158,55 @@ class History:
     """(m,) `Placement.busy_until_s` as given (absolute s; 0 = not given). Empty = none."""
     current_nodes: tuple[tuple[int, ...], ...] = ()
     """Per job, indices into `Cluster.node_names` of the nodes it occupies. Empty = none."""
+    previous_isolated_throughput: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) FTF state iso_i from the previous call (steps/s); NaN = not given. Empty = none."""
+    previous_remaining_steps: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) FTF state R_i at the previous call (steps); NaN = not given. Empty = none."""
+    reference_finish_time_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) shockwave reference finish time F*_i (absolute s; 0 = not yet estimated).
+    Empty = none."""
 
     def running(self, m: int) -> NDArray[np.bool_]:
         """(m,) True for jobs with a current placement."""
         if self.current_type.size == 0:
             return np.zeros(m, dtype=bool)
         return np.asarray(self.current_type >= 0)
+
+
+@dataclass(frozen=True)
+class Colocations:
+    """Throughputs of two jobs sharing the same devices (formulations.md A1.1), steps/s.
+
+    Explicit job pairs: rows of `job_a`, `job_b` (job indices, a != b, equal scale factors)
+    with `throughput_a[p, j]` (job_a's throughput on type j while sharing with job_b) and
+    `throughput_b[p, j]`. Type pairs: `type_a[q]`, `type_b[q]` (Jobs.job_type values) with
+    `type_throughput_a[q, j]`, `type_throughput_b[q, j]`. 0 = cannot share on that type."""
+
+    job_a: IntArray
+    job_b: IntArray
+    throughput_a: FloatArray
+    throughput_b: FloatArray
+    type_a: tuple[str, ...] = ()
+    type_b: tuple[str, ...] = ()
+    type_throughput_a: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    type_throughput_b: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+
+
+class TenantSharing(StrEnum):
+    """How a tenant's share is divided among its jobs."""
+
+    FAIRNESS = "fairness"
+    FIFO = "fifo"
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A tenant (entity) of hierarchical policies; jobs name it in `Jobs.tenant`."""
+
+    name: str
+    weight: float = 1.0
+    """Tenant weight E_e > 0."""
+    sharing: TenantSharing = TenantSharing.FAIRNESS
 
 
 @dataclass(frozen=True)
@@ -119,6 +218,10 @@ class Problem:
     history: History
     time_s: float = 0.0
     round_duration_s: float = 0.0
+    tenants: tuple[Tenant, ...] = ()
+    """Tenants listed in the snapshot (others have weight 1 and fairness sharing)."""
+    colocations: Colocations | None = None
+    """Co-location (space-sharing) throughputs; None = none given."""
 
     @property
     def usable(self) -> NDArray[np.bool_]:

@@ -24,6 +24,8 @@ class MaxMinFairnessParameters:
     """Treat every usable throughput as 1 (Gavel's `max_min_fairness`)."""
     canonicalize: Canonicalization = Canonicalization.NONE
     """Which optimal allocation to return (A2.1 numerical notes)."""
+    space_sharing: bool = False
+    """Let pairs of jobs share devices (A2.2/A2.3) using the snapshot's co-location data."""
 
 
 @dataclass(frozen=True)
@@ -33,3 +35,123 @@ class AlloxParameters:
     alpha: float = 1.0
     """Fairness knob in (0, 1]: match only the ceil(alpha * |pending|) longest-waiting servable
     pending jobs (at least as many as devices free now); 1 = pure total-JCT optimization."""
+
+
+class ThroughputNormalization(StrEnum):
+    NONE = "none"
+    PROPORTIONAL = "prop"
+
+
+@dataclass(frozen=True)
+class MaxSumThroughputParameters:
+    """Max-sum-throughput (formulations.md A2.6)."""
+
+    normalize: ThroughputNormalization = ThroughputNormalization.NONE
+    """NONE: raw steps/s summed; PROPORTIONAL: each job's thr_i / prop_i (dimensionless)."""
+    reference_type: str = ""
+    """Heterogeneity-agnostic variant: copy this type's throughput column into every type."""
+
+
+@dataclass(frozen=True)
+class CostThroughputParameters:
+    """Cost-normalized throughput with soft lexicographic SLO rows (formulations.md A2.7)."""
+
+    use_slos: bool = False
+    """Add rows thr_i(X) >= R_i / SLO_i for jobs with a deadline (SLO_i = deadline - time, s)."""
+    allow_missed_slos: bool = False
+    """Accept jobs whose SLO_i <= 0 (reported as missed) instead of rejecting the request."""
+    reference_type: str = ""
+
+
+@dataclass(frozen=True)
+class MinMakespanParameters:
+    """Minimum makespan as one LP in z = 1/makespan (formulations.md A2.8)."""
+
+    reference_type: str = ""
+
+
+@dataclass(frozen=True)
+class FinishTimeFairnessParameters:
+    """Finish-time fairness, Themis rho (formulations.md A2.5)."""
+
+    reference_type: str = ""
+
+
+@dataclass(frozen=True)
+class WaterFillingParameters:
+    """Lexicographic max-min fairness with hierarchical tenants (formulations.md A2.4)."""
+
+    heterogeneity_agnostic: bool = False
+    """Treat every usable throughput as 1 (Gavel's `max_min_fairness_water_filling`)."""
+
+
+class BudgetSource(StrEnum):
+    """Where the Fisher market's budgets B_i come from."""
+
+    EQUAL = "equal"
+    """B_i = 1 for every job."""
+    PRIORITY_WEIGHT = "priority_weight"
+    """B_i = the job's priority weight w_i (> 0)."""
+
+
+@dataclass(frozen=True)
+class FisherMarketParameters:
+    """Heterogeneity-aware Fisher market / Eisenberg–Gale program (formulations.md A4.1)."""
+
+    budgets: BudgetSource = BudgetSource.EQUAL
+
+
+class RemainingTimePredictor(StrEnum):
+    """How Shockwave predicts a job's remaining runtime P_i (formulations.md A4.6)."""
+
+    DIRICHLET = "dirichlet"
+    """Dirichlet posterior over the job's batch-size regimes (Shockwave's default)."""
+    ORACLE = "oracle"
+    """Sum of the remaining profiled epoch durations."""
+
+
+@dataclass(frozen=True)
+class ShockwaveParameters:
+    """Shockwave's planning-window program (formulations.md A4.2-A4.5); Shockwave's defaults."""
+
+    planning_rounds: int = 20
+    """T, rounds in the planning window (>= 1)."""
+    makespan_weight: float = 1e-3
+    """kappa (the config's `k`, >= 0): weight of the makespan regularizer, per second."""
+    fairness_exponent: float = 12.0
+    """lambda_f (the config's `lambda`): fallback priority pi_i = rho_i ** lambda_f."""
+    rho_max: float = 1.0
+    """Finish-time-fairness guard level (> 0)."""
+    predictor: RemainingTimePredictor = RemainingTimePredictor.DIRICHLET
+    work_conserving_fill: bool = True
+    """Give leftover GPUs of each round to unscheduled jobs, longest predicted remaining first."""
+
+
+@dataclass(frozen=True)
+class SiaParameters:
+    """Sia's goodput ILP (formulations.md A5). Dimensionless knobs; `max_gpus` in GPUs."""
+
+    fairness_power: float = -0.5
+    """p != 0: minimize sum goodput^p for p < 0 (fairness), maximize for p > 0."""
+    no_allocation_penalty: float = 1.1
+    """lambda_n: objective term per unallocated job; > 0 for p < 0 and < 0 for p > 0."""
+    max_gpus: int = 64
+    """Largest configuration (GPUs)."""
+    round_coefficients: bool = False
+    """Round G'^p to 2 decimals as Sia does (compat only; forced on by compat = sia)."""
+    coefficient_clip: float = 3000.0
+    """Upper clip of the coefficients A (Sia: 3000)."""
+    pin_running: bool = False
+    """Jobs currently running must keep their configuration (Sia's "checkpointing now" flag
+    applied to every running job)."""
+
+
+@dataclass(frozen=True)
+class PolluxParameters:
+    """Pollux's cluster objective as an exact ILP over Sia's configurations (formulations.md
+    B4, OSDI'21 artifact version without the GA)."""
+
+    fairness_power: float = -1.0
+    """p of the p-mean of speedups (p != 0)."""
+    max_gpus: int = 64
+    """Largest configuration (GPUs)."""

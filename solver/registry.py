@@ -11,9 +11,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+from apportion.solver import parameters as _params
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import Problem, SolveOptions
-from apportion.solver.parameters import AlloxParameters, MaxMinFairnessParameters, NoParameters
+from apportion.solver.parameters import (
+    AlloxParameters,
+    CostThroughputParameters,
+    FinishTimeFairnessParameters,
+    MaxMinFairnessParameters,
+    MaxSumThroughputParameters,
+    MinMakespanParameters,
+    NoParameters,
+    WaterFillingParameters,
+)
 from apportion.solver.result import Plan
 
 SolveFunction = Callable[[Problem, Any, Any, SolveOptions], Plan]
@@ -46,6 +56,33 @@ class PolicySpec:
 
 _POLICIES: tuple[PolicySpec, ...] = (
     PolicySpec(
+        name="hierarchical_max_min_fairness",
+        description=(
+            "Lexicographic (water-filling) max-min fairness of weighted normalized throughput "
+            "with hierarchical tenants (formulations.md A2.4): maximize the smallest level, "
+            "freeze the jobs that cannot rise (identified by LP duals), raise the rest, until "
+            "every job is frozen. Tenant weights from snapshot.tenants; within a tenant, "
+            "weighted fairness or FIFO. Exact, with the freeze levels as certificate."
+        ),
+        parameters_type=WaterFillingParameters,
+        parameters_message="apportion.v1.WaterFillingParameters",
+        parameters_field="water_filling",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "jobs[].priority_weight",
+            "jobs[].tenant",
+            "tenants[]",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.water_filling:solve_policy",
+        aliases={
+            "max_min_fairness_water_filling_perf": {"heterogeneity_agnostic": False},
+            "max_min_fairness_water_filling": {"heterogeneity_agnostic": True},
+        },
+    ),
+    PolicySpec(
         name="weighted_max_min_fairness",
         description=(
             "Heterogeneity-aware max-min fairness of normalized throughput with priority weights "
@@ -68,6 +105,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "max_min_fairness_perf": {"heterogeneity_agnostic": False},
             "max_min_fairness": {"heterogeneity_agnostic": True},
             "las": {"heterogeneity_agnostic": False},
+            "max_min_fairness_packed": {"heterogeneity_agnostic": False, "space_sharing": True},
         },
     ),
     PolicySpec(
@@ -107,6 +145,245 @@ _POLICIES: tuple[PolicySpec, ...] = (
         maximize=False,
         entry_point="apportion.formulations.allox:solve_policy",
         # Gavel registers it under the same name, "allox" (alpha = 1 by default).
+    ),
+    PolicySpec(
+        name="max_sum_throughput",
+        description=(
+            "Max-sum-throughput (formulations.md A2.6): maximize the total (optionally "
+            "proportional-share normalized) throughput sum_i thr_i(X). Exact LP with a dual "
+            "certificate (capacity prices pi_j, job budgets sigma_i)."
+        ),
+        parameters_type=MaxSumThroughputParameters,
+        parameters_message="apportion.v1.MaxSumThroughputParameters",
+        parameters_field="max_sum_throughput",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.gavel_lp:solve_max_sum_throughput",
+        aliases={"max_sum_throughput_perf": {}},
+    ),
+    PolicySpec(
+        name="cost_normalized_throughput",
+        description=(
+            "Cost-normalized throughput (formulations.md A2.7): maximize sum_ij "
+            "throughput/cost_per_hour * X (steps/s per $/h), optionally with soft lexicographic "
+            "SLO rows thr_i >= R_i/SLO_i (shortfall minimized first, unmet SLOs reported). "
+            "Exact LP stages with a dual certificate of the last stage."
+        ),
+        parameters_type=CostThroughputParameters,
+        parameters_message="apportion.v1.CostThroughputParameters",
+        parameters_field="cost_throughput",
+        required_inputs=(
+            "time_s",
+            "cluster.accelerator_types[].count",
+            "cluster.accelerator_types[].cost_per_hour",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "jobs[].deadline_s (SLO rows)",
+            "jobs[].progress (SLO rows)",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.gavel_lp:solve_cost_throughput",
+        aliases={
+            "max_sum_throughput_normalized_by_cost_perf": {"use_slos": False},
+            "max_sum_throughput_normalized_by_cost_perf_SLOs": {"use_slos": True},
+        },
+    ),
+    PolicySpec(
+        name="min_makespan",
+        description=(
+            "Minimum makespan (formulations.md A2.8) as one LP in z = 1/makespan: a static "
+            "allocation under which the last job finishes as early as possible. Objective: the "
+            "makespan (s), bound from the LP dual."
+        ),
+        parameters_type=MinMakespanParameters,
+        parameters_message="apportion.v1.MinMakespanParameters",
+        parameters_field="min_makespan",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "jobs[].progress",
+        ),
+        maximize=False,
+        entry_point="apportion.formulations.gavel_lp:solve_min_makespan",
+        aliases={
+            "min_total_duration_perf": {},
+            "min_total_duration": {"reference_type": "v100"},
+        },
+    ),
+    PolicySpec(
+        name="themis_finish_time_fairness",
+        description=(
+            "Finish-time fairness (Themis rho as Gavel defines it, formulations.md A2.5): "
+            "minimize the largest weighted rho_i = (t_i + R_i/thr_i)/(C_i + R_i/iso_i). Exact "
+            "via z-LPs whose duals prove the lower bound; returns the updated state C_i."
+        ),
+        parameters_type=FinishTimeFairnessParameters,
+        parameters_message="apportion.v1.FinishTimeFairnessParameters",
+        parameters_field="finish_time_fairness",
+        required_inputs=(
+            "time_s",
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "jobs[].priority_weight",
+            "jobs[].arrival_time_s",
+            "jobs[].progress",
+            "history.jobs[].cumulative_isolated_time_s",
+        ),
+        maximize=False,
+        entry_point="apportion.formulations.gavel_lp:solve_finish_time_fairness",
+        aliases={
+            "finish_time_fairness_perf": {},
+            "finish_time_fairness": {"reference_type": "v100"},
+        },
+    ),
+    PolicySpec(
+        name="fifo",
+        description=(
+            "Gavel's FIFO baseline (formulations.md A2.10): running jobs keep their type; the "
+            "queue head (earliest arrival) takes a random type with enough free devices "
+            "(seeded); the first job that does not fit stops the queue. Heuristic."
+        ),
+        parameters_type=NoParameters,
+        parameters_message="",
+        parameters_field="",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "jobs[].arrival_time_s",
+            "history.jobs[].current",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.fifo:solve_fifo",
+    ),
+    PolicySpec(
+        name="fifo_perf",
+        description=(
+            "Gavel's heterogeneity-aware FIFO (formulations.md A2.10): recomputed each call; "
+            "the queue head takes the fastest type with enough free devices; no skipping. "
+            "Heuristic."
+        ),
+        parameters_type=NoParameters,
+        parameters_message="",
+        parameters_field="",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "jobs[].arrival_time_s",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.fifo:solve_fifo_perf",
+    ),
+    PolicySpec(
+        name="fisher_market",
+        description=(
+            "Heterogeneity-aware Fisher market (Eisenberg-Gale program, formulations.md A4.1): "
+            "jobs buy device-time on each accelerator type with budgets (equal or priority "
+            "weights); maximize sum_i B_i log(throughput_i / proportional_share_i) under "
+            "capacity, time budgets and scale factors. Exact conic solve (Clarabel, exponential "
+            "cones) with an independent Lagrangian-dual bound; returns the equilibrium price "
+            "of every type and each job's spending."
+        ),
+        parameters_type=_params.FisherMarketParameters,
+        parameters_message="apportion.v1.FisherMarketParameters",
+        parameters_field="fisher_market",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "jobs[].priority_weight",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.fisher_market:solve_policy",
+        aliases={
+            "eisenberg_gale": {},
+            "fisher_market_weighted": {"budgets": _params.BudgetSource.PRIORITY_WEIGHT},
+        },
+    ),
+    PolicySpec(
+        name="shockwave",
+        description=(
+            "Shockwave's planning-window program (formulations.md A4.2-A4.5) on a homogeneous "
+            "cluster: a T-round 0/1 plan maximizing the Nash-welfare log of epoch progress "
+            "minus a makespan regularizer, under a finish-time-fairness guard, with the "
+            "prioritized fallback and the ranking MILP when the guard is infeasible, then a "
+            "work-conserving fill. HiGHS MIP, lambda formulation (no SOS2 binaries). Returns "
+            "the T-round schedule, round 0 as the plan, and the updated reference finish times."
+        ),
+        parameters_type=_params.ShockwaveParameters,
+        parameters_message="apportion.v1.ShockwaveParameters",
+        parameters_field="shockwave",
+        required_inputs=(
+            "time_s",
+            "round_duration_s",
+            "cluster.accelerator_types[].count",
+            "jobs[].scale_factor",
+            "jobs[].arrival_time_s",
+            "jobs[].progress.epochs_done",
+            "jobs[].progress.total_epochs",
+            "jobs[].epoch_profile",
+            "history.jobs[].reference_finish_time_s",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.shockwave:solve_policy",
+    ),
+    PolicySpec(
+        name="sia",
+        description=(
+            "Sia's heterogeneity-aware goodput ILP (formulations.md A5): choose at most one "
+            "(type, nodes, GPUs) configuration per job within per-type capacity, minimizing "
+            "sum_i w_i (r_i G_i)^p + lambda_n per unallocated job (p < 0; maximized for p > 0), "
+            "G = goodput normalized by the job's smallest, r = restart factor off the current "
+            "configuration. Goodput from jobs[].configurations, a Pollux model, or throughput. "
+            "Exact MILP (HiGHS) with best bound and gap; chosen configurations placed on nodes."
+        ),
+        parameters_type=_params.SiaParameters,
+        parameters_message="apportion.v1.SiaParameters",
+        parameters_field="sia",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "cluster.nodes",
+            "jobs[].configurations | jobs[].pollux | jobs[].throughput",
+            "jobs[].elasticity",
+            "jobs[].arrival_time_s",
+            "jobs[].restart_penalty_s",
+            "history.jobs[].restarts",
+            "history.jobs[].current",
+        ),
+        maximize=False,
+        entry_point="apportion.formulations.sia:solve_policy",
+    ),
+    PolicySpec(
+        name="pollux",
+        description=(
+            "Pollux's cluster objective (formulations.md B4, OSDI'21 artifact version): "
+            "maximize the p-mean of (speedup + 1e-3) over jobs, speedup = goodput / goodput at "
+            "the job's fair share of GPUs, times the restart factor off the current "
+            "configuration. Solved exactly as an ILP over Sia's configurations (Pollux uses a "
+            "genetic algorithm); objective and bound reported as fitness."
+        ),
+        parameters_type=_params.PolluxParameters,
+        parameters_message="apportion.v1.PolluxParameters",
+        parameters_field="pollux",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "cluster.nodes",
+            "jobs[].configurations | jobs[].pollux | jobs[].throughput",
+            "jobs[].elasticity",
+            "jobs[].arrival_time_s",
+            "jobs[].restart_penalty_s",
+            "history.jobs[].restarts",
+            "history.jobs[].current",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.pollux:solve_policy",
     ),
 )
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
+from numpy.typing import NDArray
 
 from apportion.solver.model import FloatArray
 
@@ -108,6 +109,50 @@ class DeviceQueue:
 
 
 @dataclass(frozen=True)
+class ConfigurationChoice:
+    """A configuration chosen for a job (sia, pollux) and its placement on nodes."""
+
+    type_index: int
+    nodes: int
+    devices: int
+    goodput: float
+    """Useful samples/s at this configuration."""
+    normalized_goodput: float
+    """Goodput / the job's smallest valid goodput (dimensionless)."""
+    restart_factor: float
+    """r_i applied to configurations other than the current one."""
+    unchanged: bool
+    """Same configuration as the job's current placement."""
+    node_devices: tuple[tuple[str, int], ...] = ()
+    """(node name, devices) pairs; empty without a node layout or when placement failed."""
+    placed: bool = True
+    placement_detail: str = ""
+    atomic_batch_size: int = 0
+    """Pollux model: per-device batch (samples); 0 = n/a."""
+    accumulation_steps: int = 0
+
+
+@dataclass(frozen=True)
+class RoundGrant:
+    """One job's grant in a round of the round mechanism (formulations.md A2.11)."""
+
+    job: int
+    """Job index."""
+    type_index: int
+    devices: int
+    """Devices of the type the job holds during the round (its scale factor)."""
+    nodes: tuple[str, ...] = ()
+    """Nodes holding them (empty when the snapshot lists no nodes)."""
+
+
+@dataclass(frozen=True)
+class ScheduledRound:
+    index: int
+    """0 = the next round."""
+    grants: tuple[RoundGrant, ...] = ()
+
+
+@dataclass(frozen=True)
 class Plan:
     """A policy's answer for m jobs and n types.
 
@@ -134,6 +179,30 @@ class Plan:
     """Per job, its queue placement (queue policies such as allox); empty = not applicable."""
     device_queues: tuple[DeviceQueue, ...] = ()
     """Per-device queues (queue policies); empty = not applicable."""
+    colocated: tuple[tuple[int, int, int, float], ...] = ()
+    """Space sharing: (job a index, job b index, type index, time share) of each pair that
+    shares devices; empty = none."""
+    cumulative_isolated_time_s: FloatArray | None = None
+    """(m,) finish-time fairness state C_i after this call's update (s); None = n/a."""
+    isolated_throughput: FloatArray | None = None
+    """(m,) iso_i used by this call (steps/s; 0 for finished jobs); None = n/a."""
+    remaining_steps: FloatArray | None = None
+    """(m,) R_i at this call (steps), returned with the FTF state; None = n/a."""
+    slo_shortfall: FloatArray | None = None
+    """(m,) normalized SLO shortfall e_i in [0, 1] (NaN = the job has no SLO); None = n/a."""
+    rounds: tuple[ScheduledRound, ...] = ()
+    """The next rounds of the round mechanism (`SolveOptions.schedule_rounds`); empty = none."""
+    job_spending: FloatArray | None = None
+    """(m,) market policies (fisher_market): money spent, sum_j price_j s_i X[i,j] (budget
+    units); None = n/a."""
+    round_schedule: NDArray[np.bool_] | None = None
+    """(T, m) planning-window policies (shockwave): job i runs on its s_i devices in round t
+    (t = 0 is the next round, after the work-conserving fill); None = n/a."""
+    reference_finish_time_s: FloatArray | None = None
+    """(m,) shockwave state F*_i after this call (absolute s), to send back in the next
+    snapshot's history; None = n/a."""
+    configuration: tuple[ConfigurationChoice | None, ...] = ()
+    """Per job, the chosen configuration (sia, pollux), None = none. Empty = n/a."""
 
     @staticmethod
     def empty(m: int, n: int, certificate: Certificate) -> Plan:

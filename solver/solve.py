@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.registry import lookup
-from apportion.solver.result import Plan
+from apportion.solver.result import Plan, Termination
 
 
 def solve(problem: Problem, policy: PolicyRequest, options: SolveOptions | None = None) -> Plan:
@@ -24,4 +24,21 @@ def solve(problem: Problem, policy: PolicyRequest, options: SolveOptions | None 
     cert = plan.certificate
     if cert.build_time_s + cert.solve_time_s > wall:  # keep the reported split consistent
         cert = replace(cert, build_time_s=max(0.0, wall - cert.solve_time_s))
-    return replace(plan, certificate=cert)
+    plan = replace(plan, certificate=cert)
+    if opts.schedule_rounds > 0 and _has_time_share(plan):
+        from apportion.formulations.rounds import LP_POLICIES, round_schedule
+
+        if spec.name in LP_POLICIES:
+            rounds = round_schedule(problem, plan.time_share, opts.schedule_rounds)
+            plan = replace(plan, rounds=rounds)
+    return plan
+
+
+def _has_time_share(plan: Plan) -> bool:
+    """A plan with an allocation to schedule (the termination carries a plan)."""
+    return plan.certificate.termination in (
+        Termination.OPTIMAL,
+        Termination.OPTIMAL_INACCURATE,
+        Termination.FEASIBLE,
+        Termination.HEURISTIC,
+    )

@@ -181,6 +181,7 @@ class Plan(_message.Message):
     ACCELERATOR_PRICES_FIELD_NUMBER: _builtins.int
     ROUNDS_FIELD_NUMBER: _builtins.int
     DEVICE_QUEUES_FIELD_NUMBER: _builtins.int
+    COLOCATED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobAllocation]:
         """One entry per job of the snapshot, in the snapshot's order."""
@@ -201,6 +202,12 @@ class Plan(_message.Message):
         time-share policies.
         """
 
+    @_builtins.property
+    def colocated(self) -> _containers.RepeatedCompositeFieldContainer[Global___ColocatedShare]:
+        """Space-sharing policies: the time shares during which two jobs share the same devices.
+        A job's JobAllocation.time_share includes its shared time.
+        """
+
     def __init__(
         self,
         *,
@@ -208,14 +215,48 @@ class Plan(_message.Message):
         accelerator_prices: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         rounds: _abc.Iterable[Global___Round] | None = ...,
         device_queues: _abc.Iterable[Global___DeviceQueue] | None = ...,
+        colocated: _abc.Iterable[Global___ColocatedShare] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "device_queues", b"device_queues", "jobs", b"jobs", "rounds", b"rounds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "colocated", b"colocated", "device_queues", b"device_queues", "jobs", b"jobs", "rounds", b"rounds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Plan: _TypeAlias = Plan  # noqa: Y015
+
+@_typing.final
+class ColocatedShare(_message.Message):
+    """Two jobs sharing the same devices of one type for a fraction of the time."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_A_FIELD_NUMBER: _builtins.int
+    JOB_B_FIELD_NUMBER: _builtins.int
+    ACCELERATOR_TYPE_FIELD_NUMBER: _builtins.int
+    TIME_SHARE_FIELD_NUMBER: _builtins.int
+    job_a: _builtins.str
+    job_b: _builtins.str
+    accelerator_type: _builtins.str
+    time_share: _builtins.float
+    """Fraction of wall-clock time the two jobs run together on scale_factor devices of the
+    type (in [0, 1]).
+    """
+    def __init__(
+        self,
+        *,
+        job_a: _builtins.str = ...,
+        job_b: _builtins.str = ...,
+        accelerator_type: _builtins.str = ...,
+        time_share: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "job_a", b"job_a", "job_b", b"job_b", "time_share", b"time_share"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ColocatedShare: _TypeAlias = ColocatedShare  # noqa: Y015
 
 @_typing.final
 class DeviceQueue(_message.Message):
@@ -306,6 +347,13 @@ class JobAllocation(_message.Message):
     OBJECTIVE_VALUE_FIELD_NUMBER: _builtins.int
     DUAL_FIELD_NUMBER: _builtins.int
     QUEUE_FIELD_NUMBER: _builtins.int
+    CUMULATIVE_ISOLATED_TIME_S_FIELD_NUMBER: _builtins.int
+    ISOLATED_THROUGHPUT_FIELD_NUMBER: _builtins.int
+    REMAINING_STEPS_FIELD_NUMBER: _builtins.int
+    SLO_SHORTFALL_FIELD_NUMBER: _builtins.int
+    SPENDING_FIELD_NUMBER: _builtins.int
+    REFERENCE_FINISH_TIME_S_FIELD_NUMBER: _builtins.int
+    CONFIGURATION_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     status: Global___JobStatus.ValueType
     reason: _builtins.str
@@ -324,6 +372,25 @@ class JobAllocation(_message.Message):
     """Dual multiplier of the job's objective row (certificate; 0 when not applicable). allox: the
     job's row dual u_i of the matching (s); see DeviceQueue.position_duals.
     """
+    cumulative_isolated_time_s: _builtins.float
+    """Finish-time fairness state to send back in the next snapshot's history (A2.5):
+    C_i after this call's update (s), iso_i used here (steps/s) and R_i now (steps).
+    """
+    isolated_throughput: _builtins.float
+    remaining_steps: _builtins.float
+    slo_shortfall: _builtins.float
+    """Cost/SLO policy: normalized SLO shortfall e_i in [0, 1] (0 = SLO met by the plan)."""
+    spending: _builtins.float
+    """Market policies (fisher_market): money the job spends at the equilibrium prices,
+    sum_j price_j * scale_factor * time_share_j (budget units; its budget when its time budget
+    does not bind).
+    """
+    reference_finish_time_s: _builtins.float
+    """Shockwave: the job's reference finish time F*_i after this call (absolute s on the
+    snapshot clock); send it back in history.jobs[].reference_finish_time_s. A job without one
+    in the history gets the equal-share estimate arrival + (time of the epochs done +
+    predicted remaining time) / min(1, G/n); a given value is kept as is.
+    """
     @_builtins.property
     def time_share(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Fraction of wall-clock time the job should run on each type (X[i,j] in [0,1], summing to
@@ -338,6 +405,12 @@ class JobAllocation(_message.Message):
         empty; objective_value is the job's predicted completion time minus its arrival time (s).
         """
 
+    @_builtins.property
+    def configuration(self) -> Global___ConfigurationChoice:
+        """Configuration policies (sia, pollux): the chosen configuration. Unset = the job gets none
+        (status and reason say why).
+        """
+
     def __init__(
         self,
         *,
@@ -350,14 +423,134 @@ class JobAllocation(_message.Message):
         objective_value: _builtins.float = ...,
         dual: _builtins.float = ...,
         queue: Global___QueueAssignment | None = ...,
+        cumulative_isolated_time_s: _builtins.float | None = ...,
+        isolated_throughput: _builtins.float | None = ...,
+        remaining_steps: _builtins.float | None = ...,
+        slo_shortfall: _builtins.float | None = ...,
+        spending: _builtins.float | None = ...,
+        reference_finish_time_s: _builtins.float | None = ...,
+        configuration: Global___ConfigurationChoice | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["queue", b"queue"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_finish_time_s", b"_reference_finish_time_s", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "isolated_throughput", b"isolated_throughput", "queue", b"queue", "reference_finish_time_s", b"reference_finish_time_s", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dual", b"dual", "effective_throughput", b"effective_throughput", "job_id", b"job_id", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "queue", b"queue", "reason", b"reason", "status", b"status", "time_share", b"time_share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_finish_time_s", b"_reference_finish_time_s", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "dual", b"dual", "effective_throughput", b"effective_throughput", "isolated_throughput", b"isolated_throughput", "job_id", b"job_id", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "queue", b"queue", "reason", b"reason", "reference_finish_time_s", b"reference_finish_time_s", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "status", b"status", "time_share", b"time_share"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__cumulative_isolated_time_s: _TypeAlias = _typing.Literal["cumulative_isolated_time_s"]  # noqa: Y015
+    _WhichOneofArgType__cumulative_isolated_time_s: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s"]  # noqa: Y015
+    _WhichOneofReturnType__isolated_throughput: _TypeAlias = _typing.Literal["isolated_throughput"]  # noqa: Y015
+    _WhichOneofArgType__isolated_throughput: _TypeAlias = _typing.Literal["_isolated_throughput", b"_isolated_throughput"]  # noqa: Y015
+    _WhichOneofReturnType__reference_finish_time_s: _TypeAlias = _typing.Literal["reference_finish_time_s"]  # noqa: Y015
+    _WhichOneofArgType__reference_finish_time_s: _TypeAlias = _typing.Literal["_reference_finish_time_s", b"_reference_finish_time_s"]  # noqa: Y015
+    _WhichOneofReturnType__remaining_steps: _TypeAlias = _typing.Literal["remaining_steps"]  # noqa: Y015
+    _WhichOneofArgType__remaining_steps: _TypeAlias = _typing.Literal["_remaining_steps", b"_remaining_steps"]  # noqa: Y015
+    _WhichOneofReturnType__slo_shortfall: _TypeAlias = _typing.Literal["slo_shortfall"]  # noqa: Y015
+    _WhichOneofArgType__slo_shortfall: _TypeAlias = _typing.Literal["_slo_shortfall", b"_slo_shortfall"]  # noqa: Y015
+    _WhichOneofReturnType__spending: _TypeAlias = _typing.Literal["spending"]  # noqa: Y015
+    _WhichOneofArgType__spending: _TypeAlias = _typing.Literal["_spending", b"_spending"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cumulative_isolated_time_s) -> _WhichOneofReturnType__cumulative_isolated_time_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__isolated_throughput) -> _WhichOneofReturnType__isolated_throughput | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_finish_time_s) -> _WhichOneofReturnType__reference_finish_time_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__remaining_steps) -> _WhichOneofReturnType__remaining_steps | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__slo_shortfall) -> _WhichOneofReturnType__slo_shortfall | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__spending) -> _WhichOneofReturnType__spending | None: ...
+
+Global___JobAllocation: _TypeAlias = JobAllocation  # noqa: Y015
+
+@_typing.final
+class ConfigurationChoice(_message.Message):
+    """A configuration chosen for a job (sia, pollux) and where it was placed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class NodeDevicesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ACCELERATOR_TYPE_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    DEVICES_FIELD_NUMBER: _builtins.int
+    GOODPUT_FIELD_NUMBER: _builtins.int
+    NORMALIZED_GOODPUT_FIELD_NUMBER: _builtins.int
+    RESTART_FACTOR_FIELD_NUMBER: _builtins.int
+    UNCHANGED_FIELD_NUMBER: _builtins.int
+    NODE_DEVICES_FIELD_NUMBER: _builtins.int
+    PLACED_FIELD_NUMBER: _builtins.int
+    PLACEMENT_DETAIL_FIELD_NUMBER: _builtins.int
+    ATOMIC_BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    ACCUMULATION_STEPS_FIELD_NUMBER: _builtins.int
+    accelerator_type: _builtins.str
+    nodes: _builtins.int
+    """Nodes spanned and total devices of the configuration."""
+    devices: _builtins.int
+    goodput: _builtins.float
+    """Goodput at this configuration (useful samples/s, as given or from the Pollux model)."""
+    normalized_goodput: _builtins.float
+    """Goodput divided by the job's smallest valid goodput (sia's normalization, >= 1 for
+    data-parallel jobs).
+    """
+    restart_factor: _builtins.float
+    """Restart factor r_i applied to configurations other than the current one (1 = none)."""
+    unchanged: _builtins.bool
+    """Same configuration as history.jobs[].current."""
+    placed: _builtins.bool
+    """false = the chosen configuration could not be placed on concrete nodes; see
+    placement_detail.
+    """
+    placement_detail: _builtins.str
+    atomic_batch_size: _builtins.int
+    """Pollux model only: the goodput-maximizing per-device batch and accumulation steps."""
+    accumulation_steps: _builtins.int
+    @_builtins.property
+    def node_devices(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Placement on cluster.nodes: devices per node (node name -> devices). Empty when no node
+        layout was given or when placement failed.
+        """
+
+    def __init__(
+        self,
+        *,
+        accelerator_type: _builtins.str = ...,
+        nodes: _builtins.int = ...,
+        devices: _builtins.int = ...,
+        goodput: _builtins.float = ...,
+        normalized_goodput: _builtins.float = ...,
+        restart_factor: _builtins.float = ...,
+        unchanged: _builtins.bool = ...,
+        node_devices: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        placed: _builtins.bool = ...,
+        placement_detail: _builtins.str = ...,
+        atomic_batch_size: _builtins.int = ...,
+        accumulation_steps: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "accumulation_steps", b"accumulation_steps", "atomic_batch_size", b"atomic_batch_size", "devices", b"devices", "goodput", b"goodput", "node_devices", b"node_devices", "nodes", b"nodes", "normalized_goodput", b"normalized_goodput", "placed", b"placed", "placement_detail", b"placement_detail", "restart_factor", b"restart_factor", "unchanged", b"unchanged"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___JobAllocation: _TypeAlias = JobAllocation  # noqa: Y015
+Global___ConfigurationChoice: _TypeAlias = ConfigurationChoice  # noqa: Y015
 
 @_typing.final
 class QueueAssignment(_message.Message):

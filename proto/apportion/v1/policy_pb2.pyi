@@ -38,6 +38,76 @@ COMPAT_SHOCKWAVE: Compat.ValueType  # 2
 COMPAT_SIA: Compat.ValueType  # 3
 Global___Compat: _TypeAlias = Compat  # noqa: Y015
 
+class _ThroughputNormalization:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ThroughputNormalizationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ThroughputNormalization.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    THROUGHPUT_NORMALIZATION_UNSPECIFIED: _ThroughputNormalization.ValueType  # 0
+    """= NONE (Gavel's default)"""
+    THROUGHPUT_NORMALIZATION_NONE: _ThroughputNormalization.ValueType  # 1
+    """Raw steps/s summed over jobs (fast models dominate)."""
+    THROUGHPUT_NORMALIZATION_PROPORTIONAL: _ThroughputNormalization.ValueType  # 2
+    """Each job's throughput divided by its proportional-share throughput (A1.3), dimensionless."""
+
+class ThroughputNormalization(_ThroughputNormalization, metaclass=_ThroughputNormalizationEnumTypeWrapper):
+    """Normalization of each job's term in max-sum-throughput (formulations.md A2.6)."""
+
+THROUGHPUT_NORMALIZATION_UNSPECIFIED: ThroughputNormalization.ValueType  # 0
+"""= NONE (Gavel's default)"""
+THROUGHPUT_NORMALIZATION_NONE: ThroughputNormalization.ValueType  # 1
+"""Raw steps/s summed over jobs (fast models dominate)."""
+THROUGHPUT_NORMALIZATION_PROPORTIONAL: ThroughputNormalization.ValueType  # 2
+"""Each job's throughput divided by its proportional-share throughput (A1.3), dimensionless."""
+Global___ThroughputNormalization: _TypeAlias = ThroughputNormalization  # noqa: Y015
+
+class _BudgetSource:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _BudgetSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BudgetSource.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    BUDGET_SOURCE_UNSPECIFIED: _BudgetSource.ValueType  # 0
+    """= EQUAL"""
+    BUDGET_SOURCE_EQUAL: _BudgetSource.ValueType  # 1
+    """every job has budget 1"""
+    BUDGET_SOURCE_PRIORITY_WEIGHT: _BudgetSource.ValueType  # 2
+    """budget = jobs[].priority_weight (> 0)"""
+
+class BudgetSource(_BudgetSource, metaclass=_BudgetSourceEnumTypeWrapper): ...
+
+BUDGET_SOURCE_UNSPECIFIED: BudgetSource.ValueType  # 0
+"""= EQUAL"""
+BUDGET_SOURCE_EQUAL: BudgetSource.ValueType  # 1
+"""every job has budget 1"""
+BUDGET_SOURCE_PRIORITY_WEIGHT: BudgetSource.ValueType  # 2
+"""budget = jobs[].priority_weight (> 0)"""
+Global___BudgetSource: _TypeAlias = BudgetSource  # noqa: Y015
+
+class _RemainingTimePredictor:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _RemainingTimePredictorEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RemainingTimePredictor.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REMAINING_TIME_PREDICTOR_UNSPECIFIED: _RemainingTimePredictor.ValueType  # 0
+    """= DIRICHLET"""
+    REMAINING_TIME_PREDICTOR_DIRICHLET: _RemainingTimePredictor.ValueType  # 1
+    """Dirichlet posterior over the job's batch-size regimes (Shockwave's default)."""
+    REMAINING_TIME_PREDICTOR_ORACLE: _RemainingTimePredictor.ValueType  # 2
+    """Sum of the remaining profiled epoch durations."""
+
+class RemainingTimePredictor(_RemainingTimePredictor, metaclass=_RemainingTimePredictorEnumTypeWrapper): ...
+
+REMAINING_TIME_PREDICTOR_UNSPECIFIED: RemainingTimePredictor.ValueType  # 0
+"""= DIRICHLET"""
+REMAINING_TIME_PREDICTOR_DIRICHLET: RemainingTimePredictor.ValueType  # 1
+"""Dirichlet posterior over the job's batch-size regimes (Shockwave's default)."""
+REMAINING_TIME_PREDICTOR_ORACLE: RemainingTimePredictor.ValueType  # 2
+"""Sum of the remaining profiled epoch durations."""
+Global___RemainingTimePredictor: _TypeAlias = RemainingTimePredictor  # noqa: Y015
+
 class _Canonicalization:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -96,6 +166,15 @@ class Policy(_message.Message):
     COMPAT_FIELD_NUMBER: _builtins.int
     MAX_MIN_FAIRNESS_FIELD_NUMBER: _builtins.int
     ALLOX_FIELD_NUMBER: _builtins.int
+    WATER_FILLING_FIELD_NUMBER: _builtins.int
+    MAX_SUM_THROUGHPUT_FIELD_NUMBER: _builtins.int
+    COST_THROUGHPUT_FIELD_NUMBER: _builtins.int
+    MIN_MAKESPAN_FIELD_NUMBER: _builtins.int
+    FINISH_TIME_FAIRNESS_FIELD_NUMBER: _builtins.int
+    FISHER_MARKET_FIELD_NUMBER: _builtins.int
+    SHOCKWAVE_FIELD_NUMBER: _builtins.int
+    SIA_FIELD_NUMBER: _builtins.int
+    POLLUX_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Registered policy name or alias (see ListPolicies), e.g. "max_min_fairness" or Gavel's
     "max_min_fairness_perf". Required.
@@ -108,6 +187,30 @@ class Policy(_message.Message):
     def max_min_fairness(self) -> Global___MaxMinFairnessParameters: ...
     @_builtins.property
     def allox(self) -> Global___AlloxParameters: ...
+    @_builtins.property
+    def water_filling(self) -> Global___WaterFillingParameters: ...
+    @_builtins.property
+    def max_sum_throughput(self) -> Global___MaxSumThroughputParameters:
+        """Gavel's heterogeneity-aware LP family (formulations.md A2.5-A2.8), numbers 20-29."""
+
+    @_builtins.property
+    def cost_throughput(self) -> Global___CostThroughputParameters: ...
+    @_builtins.property
+    def min_makespan(self) -> Global___MinMakespanParameters: ...
+    @_builtins.property
+    def finish_time_fairness(self) -> Global___FinishTimeFairnessParameters: ...
+    @_builtins.property
+    def fisher_market(self) -> Global___FisherMarketParameters:
+        """Market equilibria and Shockwave (formulations.md A4), numbers 40-49."""
+
+    @_builtins.property
+    def shockwave(self) -> Global___ShockwaveParameters: ...
+    @_builtins.property
+    def sia(self) -> Global___SiaParameters:
+        """Sia's goodput ILP and Pollux's cluster objective (formulations.md A5, B4), numbers 30-39."""
+
+    @_builtins.property
+    def pollux(self) -> Global___PolluxParameters: ...
     def __init__(
         self,
         *,
@@ -115,12 +218,21 @@ class Policy(_message.Message):
         compat: Global___Compat.ValueType = ...,
         max_min_fairness: Global___MaxMinFairnessParameters | None = ...,
         allox: Global___AlloxParameters | None = ...,
+        water_filling: Global___WaterFillingParameters | None = ...,
+        max_sum_throughput: Global___MaxSumThroughputParameters | None = ...,
+        cost_throughput: Global___CostThroughputParameters | None = ...,
+        min_makespan: Global___MinMakespanParameters | None = ...,
+        finish_time_fairness: Global___FinishTimeFairnessParameters | None = ...,
+        fisher_market: Global___FisherMarketParameters | None = ...,
+        shockwave: Global___ShockwaveParameters | None = ...,
+        sia: Global___SiaParameters | None = ...,
+        pollux: Global___PolluxParameters | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["allox", b"allox", "max_min_fairness", b"max_min_fairness", "parameters", b"parameters"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allox", b"allox", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "parameters", b"parameters", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "water_filling", b"water_filling"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allox", b"allox", "compat", b"compat", "max_min_fairness", b"max_min_fairness", "name", b"name", "parameters", b"parameters"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allox", b"allox", "compat", b"compat", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "name", b"name", "parameters", b"parameters", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "water_filling", b"water_filling"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["max_min_fairness", "allox"]  # noqa: Y015
+    _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["max_min_fairness", "allox", "water_filling", "max_sum_throughput", "cost_throughput", "min_makespan", "finish_time_fairness", "fisher_market", "shockwave", "sia", "pollux"]  # noqa: Y015
     _WhichOneofArgType_parameters: _TypeAlias = _typing.Literal["parameters", b"parameters"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_parameters) -> _WhichOneofReturnType_parameters | None: ...
 
@@ -134,21 +246,28 @@ class MaxMinFairnessParameters(_message.Message):
 
     HETEROGENEITY_AGNOSTIC_FIELD_NUMBER: _builtins.int
     CANONICALIZE_FIELD_NUMBER: _builtins.int
+    SPACE_SHARING_FIELD_NUMBER: _builtins.int
     heterogeneity_agnostic: _builtins.bool
     """Ignore heterogeneity: every usable throughput counts as 1 (Gavel's "max_min_fairness").
     Default false (heterogeneity-aware, Gavel's "max_min_fairness_perf"). The alias names set it.
     """
     canonicalize: Global___Canonicalization.ValueType
     """Pick one of the many optimal allocations. Default CANONICALIZATION_NONE."""
+    space_sharing: _builtins.bool
+    """Space sharing: two jobs with equal scale factors may share the same devices, with the
+    throughputs of Snapshot.colocations / type_colocations (Gavel's "max_min_fairness_packed",
+    formulations.md A2.2/A2.3). Default false.
+    """
     def __init__(
         self,
         *,
         heterogeneity_agnostic: _builtins.bool = ...,
         canonicalize: Global___Canonicalization.ValueType = ...,
+        space_sharing: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["canonicalize", b"canonicalize", "heterogeneity_agnostic", b"heterogeneity_agnostic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["canonicalize", b"canonicalize", "heterogeneity_agnostic", b"heterogeneity_agnostic", "space_sharing", b"space_sharing"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -188,6 +307,255 @@ class AlloxParameters(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__alpha) -> _WhichOneofReturnType__alpha | None: ...
 
 Global___AlloxParameters: _TypeAlias = AlloxParameters  # noqa: Y015
+
+@_typing.final
+class MaxSumThroughputParameters(_message.Message):
+    """Max-sum-throughput (formulations.md A2.6): maximize sum_i normalized thr_i(X). Reads the
+    cluster counts, jobs[].throughput and scale_factor.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NORMALIZE_FIELD_NUMBER: _builtins.int
+    REFERENCE_TYPE_FIELD_NUMBER: _builtins.int
+    normalize: Global___ThroughputNormalization.ValueType
+    reference_type: _builtins.str
+    """Heterogeneity-agnostic variant (A1.3): copy this type's throughput column into every
+    type. Empty = heterogeneity-aware. Must name a type of the cluster.
+    """
+    def __init__(
+        self,
+        *,
+        normalize: Global___ThroughputNormalization.ValueType = ...,
+        reference_type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["normalize", b"normalize", "reference_type", b"reference_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MaxSumThroughputParameters: _TypeAlias = MaxSumThroughputParameters  # noqa: Y015
+
+@_typing.final
+class CostThroughputParameters(_message.Message):
+    """Cost-normalized throughput with SLO rows (formulations.md A2.7): maximize
+    sum_ij throughput[i,j] / cost_per_hour[j] * X[i,j] (steps/s per $/h). Types with cost 0 are
+    free: their throughput is maximized first (lexicographically), then the cost objective.
+    SLO_i = deadline_s - time_s; rows thr_i(X) >= R_i / SLO_i are soft and lexicographic: the
+    total normalized shortfall is minimized first, jobs whose SLO cannot be met are reported
+    (JobAllocation.slo_shortfall > 0, reason). With COMPAT_GAVEL: all-or-nothing (every SLO row
+    dropped when they are jointly infeasible).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USE_SLOS_FIELD_NUMBER: _builtins.int
+    ALLOW_MISSED_SLOS_FIELD_NUMBER: _builtins.int
+    REFERENCE_TYPE_FIELD_NUMBER: _builtins.int
+    use_slos: _builtins.bool
+    """Add SLO rows for jobs with a deadline (Gavel's "..._perf_SLOs"). Default false."""
+    allow_missed_slos: _builtins.bool
+    """A job with remaining work whose deadline is not after time_s (SLO <= 0): false (default)
+    = a field-path error on snapshot.jobs[i].deadline_s; true = its row is dropped and the
+    job is reported as having missed its SLO (shortfall 1).
+    """
+    reference_type: _builtins.str
+    """See MaxSumThroughputParameters.reference_type."""
+    def __init__(
+        self,
+        *,
+        use_slos: _builtins.bool = ...,
+        allow_missed_slos: _builtins.bool = ...,
+        reference_type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_missed_slos", b"allow_missed_slos", "reference_type", b"reference_type", "use_slos", b"use_slos"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CostThroughputParameters: _TypeAlias = CostThroughputParameters  # noqa: Y015
+
+@_typing.final
+class MinMakespanParameters(_message.Message):
+    """Minimum makespan as one LP, z = 1/makespan (formulations.md A2.8). Reads
+    jobs[].progress (total_steps > 0 required), throughput, scale_factor and counts. Objective:
+    the makespan (s) of the static allocation; jobs with no remaining work are FINISHED.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REFERENCE_TYPE_FIELD_NUMBER: _builtins.int
+    reference_type: _builtins.str
+    """See MaxSumThroughputParameters.reference_type (Gavel's "min_total_duration" uses v100)."""
+    def __init__(
+        self,
+        *,
+        reference_type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reference_type", b"reference_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MinMakespanParameters: _TypeAlias = MinMakespanParameters  # noqa: Y015
+
+@_typing.final
+class FinishTimeFairnessParameters(_message.Message):
+    """Finish-time fairness (Themis rho as Gavel defines it, formulations.md A2.5): minimize
+    max_i w_i * rho_i(X), rho_i = (t_i + R_i / thr_i(X)) / (C_i + R_i / iso_i). Exact: a
+    sequence of z-LPs whose duals certify the lower bound (single LP when all t_i/D_i agree).
+    Priority weight w_i: a job of weight w is promised a finish-time ratio w times smaller
+    (w = 1 for every job = Gavel; COMPAT_GAVEL ignores weights as Gavel does).
+    State: C_i is history.jobs[].cumulative_isolated_time_s; when the history also carries
+    previous_isolated_throughput and previous_remaining_steps (copied from the previous
+    response), the server first applies Gavel's update C_i += (R_prev - R_now) / iso_prev. The
+    response returns the updated state (JobAllocation.cumulative_isolated_time_s,
+    isolated_throughput, remaining_steps) to be sent back in the next snapshot's history.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REFERENCE_TYPE_FIELD_NUMBER: _builtins.int
+    reference_type: _builtins.str
+    """See MaxSumThroughputParameters.reference_type (Gavel's "finish_time_fairness" uses v100)."""
+    def __init__(
+        self,
+        *,
+        reference_type: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reference_type", b"reference_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinishTimeFairnessParameters: _TypeAlias = FinishTimeFairnessParameters  # noqa: Y015
+
+@_typing.final
+class WaterFillingParameters(_message.Message):
+    """Lexicographic (water-filling) max-min fairness with hierarchical tenants (formulations.md
+    A2.4): after the bottleneck jobs are saturated the others keep rising. Tenants, their
+    weights and their sharing mode (fairness or FIFO) come from `Snapshot.tenants`; a job's
+    weight inside its tenant is its priority_weight.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HETEROGENEITY_AGNOSTIC_FIELD_NUMBER: _builtins.int
+    heterogeneity_agnostic: _builtins.bool
+    """Ignore heterogeneity: every usable throughput counts as 1 (Gavel's
+    "max_min_fairness_water_filling"). Default false ("..._perf").
+    """
+    def __init__(
+        self,
+        *,
+        heterogeneity_agnostic: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heterogeneity_agnostic", b"heterogeneity_agnostic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WaterFillingParameters: _TypeAlias = WaterFillingParameters  # noqa: Y015
+
+@_typing.final
+class FisherMarketParameters(_message.Message):
+    """Heterogeneity-aware Fisher market (Eisenberg-Gale program, formulations.md A4.1). Buyers are
+    the jobs, goods are device-time on each accelerator type (supply: the type's count), a job's
+    utility is its throughput over its proportional share (A1.3) with its time budget
+    sum_j time_share <= 1 and its scale factor. Reads the cluster counts, jobs[].throughput,
+    scale_factor and (with BUDGET_SOURCE_PRIORITY_WEIGHT) priority_weight. The response carries
+    the equilibrium price of every type in Plan.accelerator_prices (budget units per device) and
+    each job's spending in JobAllocation.spending; objective = sum_i B_i log u_i.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUDGETS_FIELD_NUMBER: _builtins.int
+    budgets: Global___BudgetSource.ValueType
+    def __init__(
+        self,
+        *,
+        budgets: Global___BudgetSource.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FisherMarketParameters: _TypeAlias = FisherMarketParameters  # noqa: Y015
+
+@_typing.final
+class ShockwaveParameters(_message.Message):
+    """Shockwave's planning-window program (formulations.md A4.2-A4.6) on a homogeneous cluster:
+    the accelerator types' counts are pooled into G devices (types are not distinguished). Reads
+    time_s, round_duration_s (0 = 120 s), jobs[].scale_factor, arrival_time_s,
+    progress.epochs_done / total_epochs (total >= 1), epoch_profile (one duration and batch size
+    per epoch, total_epochs entries) and history.jobs[].reference_finish_time_s. The response's
+    Plan.rounds holds the T-round schedule (round 0 = the actionable plan, after the
+    work-conserving fill; it is also time_share 1 on the job's type), and every job's updated
+    reference finish time is in JobAllocation.reference_finish_time_s (send it back in the next
+    snapshot's history). stats.formulation says which branch ran (guarded or fallback).
+    options.relative_gap 0 = Shockwave's MIP gap 1e-3.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLANNING_ROUNDS_FIELD_NUMBER: _builtins.int
+    MAKESPAN_WEIGHT_FIELD_NUMBER: _builtins.int
+    FAIRNESS_EXPONENT_FIELD_NUMBER: _builtins.int
+    RHO_MAX_FIELD_NUMBER: _builtins.int
+    PREDICTOR_FIELD_NUMBER: _builtins.int
+    DISABLE_FILL_FIELD_NUMBER: _builtins.int
+    planning_rounds: _builtins.int
+    """Planning window T (rounds, >= 1). Unset = 20."""
+    makespan_weight: _builtins.float
+    """Makespan-regularizer weight kappa (the config's `k`, per second, >= 0). Unset = 1e-3."""
+    fairness_exponent: _builtins.float
+    """Fallback fairness exponent lambda_f (the config's `lambda`, finite). Unset = 12."""
+    rho_max: _builtins.float
+    """Finish-time-fairness guard rho_max (> 0). Unset = 1."""
+    predictor: Global___RemainingTimePredictor.ValueType
+    """Remaining-time predictor. Unset = Dirichlet."""
+    disable_fill: _builtins.bool
+    """Skip the work-conserving fill of leftover devices. Default false (fill)."""
+    def __init__(
+        self,
+        *,
+        planning_rounds: _builtins.int | None = ...,
+        makespan_weight: _builtins.float | None = ...,
+        fairness_exponent: _builtins.float | None = ...,
+        rho_max: _builtins.float | None = ...,
+        predictor: Global___RemainingTimePredictor.ValueType = ...,
+        disable_fill: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_fairness_exponent", b"_fairness_exponent", "_makespan_weight", b"_makespan_weight", "_planning_rounds", b"_planning_rounds", "_rho_max", b"_rho_max", "fairness_exponent", b"fairness_exponent", "makespan_weight", b"makespan_weight", "planning_rounds", b"planning_rounds", "rho_max", b"rho_max"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fairness_exponent", b"_fairness_exponent", "_makespan_weight", b"_makespan_weight", "_planning_rounds", b"_planning_rounds", "_rho_max", b"_rho_max", "disable_fill", b"disable_fill", "fairness_exponent", b"fairness_exponent", "makespan_weight", b"makespan_weight", "planning_rounds", b"planning_rounds", "predictor", b"predictor", "rho_max", b"rho_max"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__fairness_exponent: _TypeAlias = _typing.Literal["fairness_exponent"]  # noqa: Y015
+    _WhichOneofArgType__fairness_exponent: _TypeAlias = _typing.Literal["_fairness_exponent", b"_fairness_exponent"]  # noqa: Y015
+    _WhichOneofReturnType__makespan_weight: _TypeAlias = _typing.Literal["makespan_weight"]  # noqa: Y015
+    _WhichOneofArgType__makespan_weight: _TypeAlias = _typing.Literal["_makespan_weight", b"_makespan_weight"]  # noqa: Y015
+    _WhichOneofReturnType__planning_rounds: _TypeAlias = _typing.Literal["planning_rounds"]  # noqa: Y015
+    _WhichOneofArgType__planning_rounds: _TypeAlias = _typing.Literal["_planning_rounds", b"_planning_rounds"]  # noqa: Y015
+    _WhichOneofReturnType__rho_max: _TypeAlias = _typing.Literal["rho_max"]  # noqa: Y015
+    _WhichOneofArgType__rho_max: _TypeAlias = _typing.Literal["_rho_max", b"_rho_max"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__fairness_exponent) -> _WhichOneofReturnType__fairness_exponent | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__makespan_weight) -> _WhichOneofReturnType__makespan_weight | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__planning_rounds) -> _WhichOneofReturnType__planning_rounds | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rho_max) -> _WhichOneofReturnType__rho_max | None: ...
+
+Global___ShockwaveParameters: _TypeAlias = ShockwaveParameters  # noqa: Y015
 
 @_typing.final
 class SolveOptions(_message.Message):
@@ -230,3 +598,103 @@ class SolveOptions(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SolveOptions: _TypeAlias = SolveOptions  # noqa: Y015
+
+@_typing.final
+class SiaParameters(_message.Message):
+    """Sia's goodput ILP over configurations (formulations.md A5). Reads cluster (types, counts,
+    nodes: GPUs per node and node count define the configurations), jobs[].configurations or
+    jobs[].pollux (goodput per configuration; else jobs[].throughput at scale_factor GPUs),
+    elasticity, priority_weight, arrival_time_s (age = time_s - arrival_time_s),
+    restart_penalty_s, history.jobs[].restarts and .current. Solved exactly with HiGHS (MIP).
+    With compat = COMPAT_SIA: coefficients rounded to 2 decimals and invalid configurations
+    kept with goodput 1e-4, as Sia does.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FAIRNESS_POWER_FIELD_NUMBER: _builtins.int
+    NO_ALLOCATION_PENALTY_FIELD_NUMBER: _builtins.int
+    MAX_GPUS_FIELD_NUMBER: _builtins.int
+    ROUND_COEFFICIENTS_FIELD_NUMBER: _builtins.int
+    PIN_RUNNING_FIELD_NUMBER: _builtins.int
+    fairness_power: _builtins.float
+    """Fairness power p (!= 0; 0 is undefined). Unset = -0.5: minimize sum_i goodput_i^p.
+    p > 0 maximizes sum_i goodput_i^p.
+    """
+    no_allocation_penalty: _builtins.float
+    """lambda_n, objective term per unallocated job. Unset = 1.1 for p < 0, -1.1 for p > 0.
+    Must have the opposite sign of p.
+    """
+    max_gpus: _builtins.int
+    """Largest configuration (GPUs, >= 1). Unset = 64."""
+    round_coefficients: _builtins.bool
+    """Round the coefficients goodput^p to 2 decimals as Sia does (compatibility only; default
+    false; forced on by COMPAT_SIA).
+    """
+    pin_running: _builtins.bool
+    """Running jobs must keep their current configuration (Sia's "checkpointing now" flag)."""
+    def __init__(
+        self,
+        *,
+        fairness_power: _builtins.float | None = ...,
+        no_allocation_penalty: _builtins.float | None = ...,
+        max_gpus: _builtins.int | None = ...,
+        round_coefficients: _builtins.bool = ...,
+        pin_running: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_fairness_power", b"_fairness_power", "_max_gpus", b"_max_gpus", "_no_allocation_penalty", b"_no_allocation_penalty", "fairness_power", b"fairness_power", "max_gpus", b"max_gpus", "no_allocation_penalty", b"no_allocation_penalty"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fairness_power", b"_fairness_power", "_max_gpus", b"_max_gpus", "_no_allocation_penalty", b"_no_allocation_penalty", "fairness_power", b"fairness_power", "max_gpus", b"max_gpus", "no_allocation_penalty", b"no_allocation_penalty", "pin_running", b"pin_running", "round_coefficients", b"round_coefficients"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__fairness_power: _TypeAlias = _typing.Literal["fairness_power"]  # noqa: Y015
+    _WhichOneofArgType__fairness_power: _TypeAlias = _typing.Literal["_fairness_power", b"_fairness_power"]  # noqa: Y015
+    _WhichOneofReturnType__max_gpus: _TypeAlias = _typing.Literal["max_gpus"]  # noqa: Y015
+    _WhichOneofArgType__max_gpus: _TypeAlias = _typing.Literal["_max_gpus", b"_max_gpus"]  # noqa: Y015
+    _WhichOneofReturnType__no_allocation_penalty: _TypeAlias = _typing.Literal["no_allocation_penalty"]  # noqa: Y015
+    _WhichOneofArgType__no_allocation_penalty: _TypeAlias = _typing.Literal["_no_allocation_penalty", b"_no_allocation_penalty"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__fairness_power) -> _WhichOneofReturnType__fairness_power | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_gpus) -> _WhichOneofReturnType__max_gpus | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__no_allocation_penalty) -> _WhichOneofReturnType__no_allocation_penalty | None: ...
+
+Global___SiaParameters: _TypeAlias = SiaParameters  # noqa: Y015
+
+@_typing.final
+class PolluxParameters(_message.Message):
+    """Pollux's cluster objective (OSDI'21 artifact version, formulations.md B4) solved exactly as
+    an ILP over Sia's configurations instead of Pollux's genetic algorithm: maximize the p-mean
+    of (speedup_i + 1e-3), speedup = goodput / goodput at the job's fair share of GPUs, times
+    the restart factor when the configuration changes. Node-level rules of the GA's repair
+    (one distributed job per node) are not modelled.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FAIRNESS_POWER_FIELD_NUMBER: _builtins.int
+    MAX_GPUS_FIELD_NUMBER: _builtins.int
+    fairness_power: _builtins.float
+    """p of the p-mean (!= 0). Unset = -1."""
+    max_gpus: _builtins.int
+    """Largest configuration (GPUs, >= 1). Unset = 64."""
+    def __init__(
+        self,
+        *,
+        fairness_power: _builtins.float | None = ...,
+        max_gpus: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_fairness_power", b"_fairness_power", "_max_gpus", b"_max_gpus", "fairness_power", b"fairness_power", "max_gpus", b"max_gpus"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fairness_power", b"_fairness_power", "_max_gpus", b"_max_gpus", "fairness_power", b"fairness_power", "max_gpus", b"max_gpus"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__fairness_power: _TypeAlias = _typing.Literal["fairness_power"]  # noqa: Y015
+    _WhichOneofArgType__fairness_power: _TypeAlias = _typing.Literal["_fairness_power", b"_fairness_power"]  # noqa: Y015
+    _WhichOneofReturnType__max_gpus: _TypeAlias = _typing.Literal["max_gpus"]  # noqa: Y015
+    _WhichOneofArgType__max_gpus: _TypeAlias = _typing.Literal["_max_gpus", b"_max_gpus"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__fairness_power) -> _WhichOneofReturnType__fairness_power | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_gpus) -> _WhichOneofReturnType__max_gpus | None: ...
+
+Global___PolluxParameters: _TypeAlias = PolluxParameters  # noqa: Y015

@@ -90,6 +90,7 @@ class Snapshot(_message.Message):
     COLOCATIONS_FIELD_NUMBER: _builtins.int
     HISTORY_FIELD_NUMBER: _builtins.int
     ROUND_DURATION_S_FIELD_NUMBER: _builtins.int
+    TYPE_COLOCATIONS_FIELD_NUMBER: _builtins.int
     time_s: _builtins.float
     """Current time on the snapshot's clock (s). Default 0. Read by policies that use job age,
     deadlines or arrival order (finish-time fairness, allox, shockwave, sia).
@@ -127,6 +128,14 @@ class Snapshot(_message.Message):
         placement, ...).
         """
 
+    @_builtins.property
+    def type_colocations(self) -> _containers.RepeatedCompositeFieldContainer[Global___ColocatedTypeThroughput]:
+        """Co-location throughputs per pair of job types (Job.job_type), for workloads whose pair
+        throughputs depend only on the two types (formulations.md A2.3). Read by the
+        space-sharing (`_packed`) policies, together with `colocations` (per job pair; a job pair
+        listed there overrides its types' entry).
+        """
+
     def __init__(
         self,
         *,
@@ -137,10 +146,11 @@ class Snapshot(_message.Message):
         colocations: _abc.Iterable[Global___ColocatedThroughput] | None = ...,
         history: Global___History | None = ...,
         round_duration_s: _builtins.float = ...,
+        type_colocations: _abc.Iterable[Global___ColocatedTypeThroughput] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "history", b"history"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "colocations", b"colocations", "history", b"history", "jobs", b"jobs", "round_duration_s", b"round_duration_s", "tenants", b"tenants", "time_s", b"time_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "colocations", b"colocations", "history", b"history", "jobs", b"jobs", "round_duration_s", b"round_duration_s", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -314,6 +324,7 @@ class Job(_message.Message):
     ELASTICITY_FIELD_NUMBER: _builtins.int
     POLLUX_FIELD_NUMBER: _builtins.int
     RESTART_PENALTY_S_FIELD_NUMBER: _builtins.int
+    JOB_TYPE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Unique, non-empty job id."""
     scale_factor: _builtins.int
@@ -336,6 +347,10 @@ class Job(_message.Message):
     """
     restart_penalty_s: _builtins.float
     """Cost of one restart of this job (s of lost progress; sia's delta). Unset = 30."""
+    job_type: _builtins.str
+    """Job type (e.g. model and batch size) for co-location throughputs given per type pair in
+    Snapshot.type_colocations. Empty = the job has no type. Read by space-sharing policies.
+    """
     @_builtins.property
     def throughput(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Throughput (steps/s of the whole job on `scale_factor` devices) per accelerator type name.
@@ -382,10 +397,11 @@ class Job(_message.Message):
         elasticity: Global___Elasticity | None = ...,
         pollux: Global___PolluxModel | None = ...,
         restart_penalty_s: _builtins.float | None = ...,
+        job_type: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "arrival_time_s", b"arrival_time_s", "configurations", b"configurations", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "id", b"id", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "tenant", b"tenant", "throughput", b"throughput"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "arrival_time_s", b"arrival_time_s", "configurations", b"configurations", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "id", b"id", "job_type", b"job_type", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "tenant", b"tenant", "throughput", b"throughput"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__deadline_s: _TypeAlias = _typing.Literal["deadline_s"]  # noqa: Y015
     _WhichOneofArgType__deadline_s: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s"]  # noqa: Y015
@@ -659,6 +675,83 @@ class PolluxPerfParams(_message.Message):
 Global___PolluxPerfParams: _TypeAlias = PolluxPerfParams  # noqa: Y015
 
 @_typing.final
+class ColocatedTypeThroughput(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ThroughputAEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class ThroughputBEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    TYPE_A_FIELD_NUMBER: _builtins.int
+    TYPE_B_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_A_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_B_FIELD_NUMBER: _builtins.int
+    type_a: _builtins.str
+    """The two job types (may be equal: two jobs of the same type sharing devices)."""
+    type_b: _builtins.str
+    @_builtins.property
+    def throughput_a(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Throughput of a type_a job while sharing its devices with a type_b job, per accelerator
+        type (steps/s, >= 0; absent or 0 = cannot share there).
+        """
+
+    @_builtins.property
+    def throughput_b(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Throughput of the type_b job in that pair, per accelerator type (steps/s, >= 0)."""
+
+    def __init__(
+        self,
+        *,
+        type_a: _builtins.str = ...,
+        type_b: _builtins.str = ...,
+        throughput_a: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        throughput_b: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["throughput_a", b"throughput_a", "throughput_b", b"throughput_b", "type_a", b"type_a", "type_b", b"type_b"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ColocatedTypeThroughput: _TypeAlias = ColocatedTypeThroughput  # noqa: Y015
+
+@_typing.final
 class ColocatedThroughput(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -812,6 +905,8 @@ class JobHistory(_message.Message):
     CURRENT_FIELD_NUMBER: _builtins.int
     PREVIOUS_TIME_SHARE_FIELD_NUMBER: _builtins.int
     REFERENCE_FINISH_TIME_S_FIELD_NUMBER: _builtins.int
+    PREVIOUS_ISOLATED_THROUGHPUT_FIELD_NUMBER: _builtins.int
+    PREVIOUS_REMAINING_STEPS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """Id of a job of the snapshot."""
     cumulative_isolated_time_s: _builtins.float
@@ -820,6 +915,13 @@ class JobHistory(_message.Message):
     """Number of times the job was restarted (sia restart factor)."""
     reference_finish_time_s: _builtins.float
     """Shockwave reference finish time F*_i (absolute, s; 0 = not yet estimated)."""
+    previous_isolated_throughput: _builtins.float
+    """Finish-time-fairness state from the previous response (JobAllocation.isolated_throughput
+    and remaining_steps): isolated throughput iso_i (steps/s, > 0) and remaining steps R_i at
+    the previous call. When both are set, C_i += (previous_remaining_steps - R_i now) /
+    previous_isolated_throughput before solving (Gavel's update, formulations.md A2.5).
+    """
+    previous_remaining_steps: _builtins.float
     @_builtins.property
     def received_time_s(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Time the job has run on each type since the last reset (s, >= 0, at most
@@ -846,12 +948,21 @@ class JobHistory(_message.Message):
         current: Global___Placement | None = ...,
         previous_time_share: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         reference_finish_time_s: _builtins.float = ...,
+        previous_isolated_throughput: _builtins.float | None = ...,
+        previous_remaining_steps: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["current", b"current"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "current", b"current", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cumulative_isolated_time_s", b"cumulative_isolated_time_s", "current", b"current", "job_id", b"job_id", "previous_time_share", b"previous_time_share", "received_time_s", b"received_time_s", "reference_finish_time_s", b"reference_finish_time_s", "restarts", b"restarts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "current", b"current", "job_id", b"job_id", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "previous_time_share", b"previous_time_share", "received_time_s", b"received_time_s", "reference_finish_time_s", b"reference_finish_time_s", "restarts", b"restarts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__previous_isolated_throughput: _TypeAlias = _typing.Literal["previous_isolated_throughput"]  # noqa: Y015
+    _WhichOneofArgType__previous_isolated_throughput: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput"]  # noqa: Y015
+    _WhichOneofReturnType__previous_remaining_steps: _TypeAlias = _typing.Literal["previous_remaining_steps"]  # noqa: Y015
+    _WhichOneofArgType__previous_remaining_steps: _TypeAlias = _typing.Literal["_previous_remaining_steps", b"_previous_remaining_steps"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__previous_isolated_throughput) -> _WhichOneofReturnType__previous_isolated_throughput | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__previous_remaining_steps) -> _WhichOneofReturnType__previous_remaining_steps | None: ...
 
 Global___JobHistory: _TypeAlias = JobHistory  # noqa: Y015
 

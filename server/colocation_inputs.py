@@ -1,0 +1,116 @@
+"""Co-location (space-sharing) inputs: `Snapshot.colocations` and `type_colocations` into
+`Colocations`, with field-path validation (formulations.md A1.1: only pairs with equal scale
+factors; an unordered pair listed once)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+
+import numpy as np
+
+from apportion.solver.errors import Violation
+from apportion.solver.model import Cluster, Colocations, FloatArray, Jobs
+from apportion.v1 import snapshot_pb2 as snapshot_pb
+
+
+def with_job_types(msg: snapshot_pb.Snapshot, jobs: Jobs) -> Jobs:
+    """`jobs` with `job_type` filled when any job names one."""
+    if any(job.job_type for job in msg.jobs):
+        return replace(jobs, job_type=tuple(job.job_type for job in msg.jobs))
+    return jobs
+
+
+def _row(values: Mapping[str, float], type_index: dict[str, int], n: int, path: str,
+         violations: list[Violation]) -> FloatArray:
+    """(n,) throughputs (steps/s) from a per-type map: known types, finite values >= 0."""
+    row = np.zeros(n)
+    for name, value in values.items():
+        field = f'{path}["{name}"]'
+        if name not in type_index:
+            violations.append(Violation(field, f"unknown accelerator type {name!r}"))
+        elif not (math.isfinite(value) and value >= 0):
+            violations.append(Violation(field, f"must be finite and >= 0, got {value}"))
+        else:
+            row[type_index[name]] = value
+    return row
+
+
+def colocations(
+    msg: snapshot_pb.Snapshot, cluster: Cluster, jobs: Jobs, violations: list[Violation]
+) -> Colocations | None:
+    """The snapshot's pair throughputs, or None when it gives none."""
+    if not msg.colocations and not msg.type_colocations:
+        return None
+    n = cluster.num_types
+    type_index = {name: j for j, name in enumerate(cluster.type_names)}
+    job_index = {job_id: i for i, job_id in enumerate(jobs.ids)}
+    pair_a: list[int] = []
+    pair_b: list[int] = []
+    rows_a: list[FloatArray] = []
+    rows_b: list[FloatArray] = []
+    seen: dict[frozenset[str], int] = {}
+    for k, entry in enumerate(msg.colocations):
+        p = f"snapshot.colocations[{k}]"
+        ia, ib = job_index.get(entry.job_a), job_index.get(entry.job_b)
+        ok = True
+        for name, idx, job_id in (("job_a", ia, entry.job_a), ("job_b", ib, entry.job_b)):
+            if idx is None:
+                violations.append(Violation(f"{p}.{name}", f"unknown job {job_id!r}"))
+                ok = False
+        row_a = _row(entry.throughput_a, type_index, n, f"{p}.throughput_a", violations)
+        row_b = _row(entry.throughput_b, type_index, n, f"{p}.throughput_b", violations)
+        if not ok or ia is None or ib is None:
+            continue
+        key = frozenset((entry.job_a, entry.job_b))
+        if ia == ib:
+            violations.append(Violation(f"{p}.job_b", "a job cannot share devices with itself"))
+        elif jobs.scale_factor[ia] != jobs.scale_factor[ib]:
+            violations.append(Violation(
+                f"{p}.job_b",
+                f"scale factor {jobs.scale_factor[ib]} differs from job_a's "
+                f"{jobs.scale_factor[ia]}: only jobs with equal scale factors can share",
+            ))
+        elif key in seen:
+            violations.append(Violation(p, f"pair listed twice (first at [{seen[key]}])"))
+        else:
+            seen[key] = k
+            pair_a.append(ia)
+            pair_b.append(ib)
+            rows_a.append(row_a)
+            rows_b.append(row_b)
+    type_a: list[str] = []
+    type_b: list[str] = []
+    type_rows_a: list[FloatArray] = []
+    type_rows_b: list[FloatArray] = []
+    seen_types: dict[frozenset[str], int] = {}
+    for k, tentry in enumerate(msg.type_colocations):
+        p = f"snapshot.type_colocations[{k}]"
+        row_a = _row(tentry.throughput_a, type_index, n, f"{p}.throughput_a", violations)
+        row_b = _row(tentry.throughput_b, type_index, n, f"{p}.throughput_b", violations)
+        missing = [name for name in ("type_a", "type_b") if not getattr(tentry, name)]
+        for name in missing:
+            violations.append(Violation(f"{p}.{name}", "must be non-empty"))
+        tkey = frozenset((tentry.type_a, tentry.type_b))
+        if missing:
+            continue
+        if tkey in seen_types:
+            first = seen_types[tkey]
+            violations.append(Violation(p, f"type pair listed twice (first at [{first}])"))
+            continue
+        seen_types[tkey] = k
+        type_a.append(tentry.type_a)
+        type_b.append(tentry.type_b)
+        type_rows_a.append(row_a)
+        type_rows_b.append(row_b)
+    return Colocations(
+        job_a=np.array(pair_a, dtype=np.int64),
+        job_b=np.array(pair_b, dtype=np.int64),
+        throughput_a=np.array(rows_a, dtype=np.float64).reshape(-1, n),
+        throughput_b=np.array(rows_b, dtype=np.float64).reshape(-1, n),
+        type_a=tuple(type_a),
+        type_b=tuple(type_b),
+        type_throughput_a=np.array(type_rows_a, dtype=np.float64).reshape(-1, n),
+        type_throughput_b=np.array(type_rows_b, dtype=np.float64).reshape(-1, n),
+    )
