@@ -1,0 +1,99 @@
+"""Gavel's FIFO baselines (formulations.md A2.10): `fifo` and `fifo_perf`.
+
+Jobs are queued by arrival (arrival_time_s, then snapshot order). Each job needs s_i devices
+of one type for all of its time (row 1.0 on that type). The queue head takes a type with at
+least s_i free devices; the first job that fits nowhere stops the queue (no skipping, no
+backfilling).
+
+* `fifo_perf`: recomputed from scratch every call; the head takes the type with the highest
+  throughput T[i,j] among the types with enough free devices (ties: lower type index).
+* `fifo`: stateful through the snapshot history: running jobs (`history.jobs[].current`)
+  keep their type first; then the queue head takes a uniformly random type among those with
+  enough free devices (numpy generator seeded with `SolveOptions.seed`).
+
+Status HEURISTIC; objective = total throughput of the plan (steps/s), no bound.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from apportion.solver.model import Compat, Problem, SolveOptions
+from apportion.solver.result import Certificate, JobStatus, Plan, Termination
+
+
+def _queue(problem: Problem) -> list[int]:
+    jobs = problem.jobs
+    return sorted(range(jobs.num_jobs), key=lambda i: (float(jobs.arrival_time_s[i]), i))
+
+
+def _fifo(problem: Problem, aware: bool, seed: int) -> Plan:
+    started = time.perf_counter()
+    jobs, cluster = problem.jobs, problem.cluster
+    m, n = jobs.num_jobs, cluster.num_types
+    X = np.zeros((m, n))
+    free = cluster.count.astype(np.int64).copy()
+    status = [JobStatus.DEFERRED] * m
+    reason = [""] * m
+    usable = problem.usable
+    placed = np.zeros(m, bool)
+    if not aware:
+        running = problem.history.running(m)
+        for i in _queue(problem):
+            j = int(problem.history.current_type[i]) if running[i] else -1
+            if j >= 0 and usable[i, j] and free[j] >= jobs.scale_factor[i]:
+                X[i, j] = 1.0
+                free[j] -= jobs.scale_factor[i]
+                placed[i] = True
+                status[i] = JobStatus.ALLOCATED
+    rng = np.random.default_rng(seed)
+    blocked_by = -1
+    for i in _queue(problem):
+        if placed[i]:
+            continue
+        if blocked_by >= 0:
+            reason[i] = f"queued behind {jobs.ids[blocked_by]!r} (FIFO, no skipping)"
+            continue
+        fits = np.flatnonzero(usable[i] & (free >= jobs.scale_factor[i]))
+        if fits.size == 0:
+            blocked_by = i
+            reason[i] = "no type has enough free devices (FIFO head)"
+            continue
+        j = int(fits[np.argmax(jobs.throughput[i, fits])]) if aware else int(rng.choice(fits))
+        X[i, j] = 1.0
+        free[j] -= jobs.scale_factor[i]
+        status[i] = JobStatus.ALLOCATED
+    thr = np.einsum("ij,ij->i", jobs.throughput, X)
+    cert = Certificate(
+        termination=Termination.HEURISTIC,
+        maximize=True,
+        objective=float(thr.sum()),
+        solver="greedy",
+        formulation="fifo_perf (fastest fitting type)" if aware else "fifo (random fitting type)",
+        build_time_s=time.perf_counter() - started,
+    )
+    return Plan(
+        time_share=X,
+        effective_throughput=thr,
+        normalized_throughput=thr,
+        objective_value=thr,
+        job_dual=np.zeros(m),
+        accelerator_prices=np.zeros(n),
+        certificate=cert,
+        job_status=tuple(status),
+        job_reason=tuple(reason),
+    )
+
+
+def solve_fifo(problem: Problem, parameters: object, compat: Compat, options: SolveOptions) -> Plan:
+    """Gavel's `fifo`: running jobs keep their type; the queue head takes a random fitting type."""
+    return _fifo(problem, aware=False, seed=options.seed)
+
+
+def solve_fifo_perf(
+    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+) -> Plan:
+    """Gavel's `fifo_perf`: the queue head takes the fastest type with enough free devices."""
+    return _fifo(problem, aware=True, seed=options.seed)
