@@ -1,0 +1,351 @@
+"""Sia (formulations.md A5): validated Problem -> goodput matrix over configurations -> exact
+ILP (`sia_ilp.solve_exact`: Lagrangian bound + rounding, else HiGHS LP + rounding, else HiGHS
+MIP) -> placement on nodes -> Plan with certificate (objective, proven bound, gap).
+
+Coefficients are unrounded by default; Sia's 2-decimal rounding is the `round_coefficients`
+option, forced on (with invalid configurations kept at goodput 1e-4) by compat = sia. Sia's
+allocation-change penalty lambda_a (physical scheduler only) is not modelled.
+
+Goodput per (job, configuration), in order of precedence: `Jobs.given_goodput` (the snapshot's
+per-configuration numbers), the job's Pollux model (A5.1, maximized over batch size), else its
+`throughput` at exactly `scale_factor` GPUs (a rigid job). Cross-type bootstrapping of missing
+Pollux models (A5.3) is not implemented: a type without a model gives no configuration.
+
+Choices made where the notes are silent (A5.4): a job with no current placement has restart
+factor 1 (starting a queued job is not charged as a restart).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from apportion.formulations.pollux_model import BatchLimits, GradParams, PerfParams, best_goodput
+from apportion.formulations.sia_configs import (
+    Configuration,
+    NodeLayout,
+    configuration_set,
+    node_layout,
+    place,
+)
+from apportion.formulations.sia_ilp import (
+    ZERO_ALLOC_GAIN,
+    IlpResult,
+    SiaInstance,
+    coefficients,
+    normalize_goodput,
+    restart_factor,
+    solve_exact,
+    violations_of,
+)
+from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
+from apportion.solver.parameters import SiaParameters
+from apportion.solver.result import (
+    Certificate,
+    ConfigurationChoice,
+    JobStatus,
+    Plan,
+    Termination,
+)
+
+DEFAULT_RESTART_PENALTY_S = 30.0
+
+
+@dataclass(frozen=True)
+class GoodputTable:
+    """Raw goodput over the configuration set."""
+
+    configs: tuple[Configuration, ...]
+    layout: NodeLayout
+    raw: FloatArray
+    """(m, C) useful samples/s, 0 = invalid for the job."""
+    unit: FloatArray
+    """(m, C) scale unit of the configuration's type for the job (GPUs per replica)."""
+    atomic_batch: IntArray
+    """(m, C) Pollux optimum per-device batch (0 = n/a)."""
+    accumulation: IntArray
+    """(m, C) Pollux optimum accumulation steps."""
+
+
+def goodput_table(problem: Problem, max_gpus: int) -> GoodputTable:
+    """The configuration set of the cluster and every job's raw goodput on it (A5.2-A5.3)."""
+    jobs, cluster = problem.jobs, problem.cluster
+    m, n = jobs.num_jobs, cluster.num_types
+    layout = node_layout(cluster)
+    configs = configuration_set(layout, n, max_gpus)
+    c_type = np.asarray([c.type_index for c in configs], np.int64)
+    c_dev = np.asarray([c.devices for c in configs], np.int64)
+    index = {(c.type_index, c.nodes, c.devices): k for k, c in enumerate(configs)}
+    raw = np.zeros((m, len(configs)))
+    atomic = np.zeros((m, len(configs)), np.int64)
+    accum = np.zeros((m, len(configs)), np.int64)
+    unit_t = jobs.scale_unit if jobs.scale_unit.shape == (m, n) else np.ones((m, n), np.int64)
+    unit = unit_t[:, c_type].astype(np.float64) if configs else np.zeros((m, 0))
+    for i in range(m):
+        given = jobs.given_goodput[i] if len(jobs.given_goodput) == m else ()
+        model = jobs.pollux[i] if len(jobs.pollux) == m else None
+        if given:
+            for entry in given:
+                k = index.get((entry.type_index, entry.nodes, entry.devices))
+                if k is not None:
+                    raw[i, k] = entry.goodput
+        elif model is not None:
+            grad = GradParams(model.grad_sqr, model.grad_var)
+            limits = BatchLimits(
+                model.init_batch_size,
+                model.max_batch_size,
+                model.min_local_batch_size,
+                model.max_local_batch_size,
+            )
+            for k, conf in enumerate(configs):
+                row = model.perf_params[conf.type_index]
+                if not np.all(np.isfinite(row)):
+                    continue
+                best = best_goodput(
+                    PerfParams(*map(float, row)), grad, limits, conf.nodes, conf.devices
+                )
+                raw[i, k] = best.goodput
+                atomic[i, k], accum[i, k] = best.atomic_batch, best.accumulation_steps
+        else:
+            s = int(jobs.scale_factor[i])
+            for k, conf in enumerate(configs):
+                if conf.devices == s:
+                    raw[i, k] = jobs.throughput[i, conf.type_index]
+    lo = jobs.min_devices if jobs.min_devices.size == m else np.ones(m, np.int64)
+    hi = jobs.max_devices if jobs.max_devices.size == m else np.zeros(m, np.int64)
+    fits = (c_dev[None, :] >= np.maximum(lo, 1)[:, None]) & (
+        (hi[:, None] <= 0) | (c_dev[None, :] <= hi[:, None])
+    )
+    multiple = (c_dev[None, :] % np.maximum(unit, 1).astype(np.int64)) == 0
+    raw = np.where(fits & multiple & np.isfinite(raw) & (raw > 0), raw, 0.0)
+    return GoodputTable(configs, layout, raw, unit, atomic, accum)
+
+
+def current_configuration(
+    problem: Problem, configs: tuple[Configuration, ...], layout: NodeLayout
+) -> IntArray:
+    """(m,) index of each running job's current configuration, -1 when not running or when the
+    shape is not in the configuration set (convert rejects the latter for sia)."""
+    m = problem.jobs.num_jobs
+    out = np.full(m, -1, np.int64)
+    hist = problem.history
+    if hist.current_type.size != m:
+        return out
+    index = {(c.type_index, c.nodes, c.devices): k for k, c in enumerate(configs)}
+    for i in range(m):
+        t = int(hist.current_type[i])
+        if t < 0:
+            continue
+        devices = int(hist.current_devices[i]) or int(problem.jobs.scale_factor[i])
+        nodes = len(hist.current_nodes[i]) if len(hist.current_nodes) == m else 0
+        if nodes == 0:
+            g = layout.gpus_per_node(t)
+            nodes = max(1, math.ceil(devices / g)) if g else 1
+        out[i] = index.get((t, nodes, devices), -1)
+    return out
+
+
+def job_restart_factor(problem: Problem, running: np.ndarray) -> FloatArray:
+    """(m,) r_i from age, restarts and delta_i; 1 for jobs not running (module docstring)."""
+    m = problem.jobs.num_jobs
+    age = np.maximum(problem.time_s - problem.jobs.arrival_time_s, 0.0)
+    delta = problem.jobs.restart_penalty_s
+    if delta.size != m:
+        delta = np.full(m, DEFAULT_RESTART_PENALTY_S)
+    r = restart_factor(age, problem.history.restarts, delta)
+    return np.asarray(np.where(running, r, 1.0))
+
+
+def build_instance(
+    problem: Problem,
+    params: SiaParameters,
+    compat: Compat,
+    table: GoodputTable,
+    current: IntArray,
+    restart: FloatArray,
+) -> tuple[SiaInstance, FloatArray]:
+    """The ILP of A5.5 and the normalized goodput matrix G."""
+    p = params.fairness_power
+    normalized = normalize_goodput(table.raw, table.unit)
+    sia = compat is Compat.SIA
+    coef, allowed = coefficients(
+        normalized,
+        restart,
+        current,
+        p,
+        round2=params.round_coefficients or sia,
+        clip=params.coefficient_clip,
+        zero_alloc_gain=ZERO_ALLOC_GAIN if sia else None,
+    )
+    # a job without any valid configuration is unservable, also in compat mode
+    allowed &= np.asarray((table.raw > 0).any(axis=1), dtype=bool)[:, None]
+    pinned = (
+        np.where(current >= 0, current, -1) if params.pin_running else np.full_like(current, -1)
+    )
+    instance = SiaInstance(
+        config_type=np.asarray([c.type_index for c in table.configs], np.int64),
+        config_devices=np.asarray([c.devices for c in table.configs], np.int64),
+        capacity=problem.cluster.count.astype(np.int64),
+        coefficient=coef,
+        allowed=allowed,
+        weight=problem.jobs.priority_weight.astype(np.float64),
+        no_allocation_penalty=params.no_allocation_penalty,
+        maximize=p > 0,
+        pinned=pinned.astype(np.int64),
+    )
+    return instance, normalized
+
+
+_TERMINATION = {
+    "optimal": Termination.OPTIMAL,
+    "feasible": Termination.FEASIBLE,
+    "infeasible": Termination.INFEASIBLE,
+    "no_solution": Termination.NO_SOLUTION,
+    "error": Termination.ERROR,
+}
+
+
+def solve_policy(
+    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+) -> Plan:
+    """Sia's ILP solved exactly; never raises for infeasible or timed-out solves."""
+    assert isinstance(parameters, SiaParameters)
+    started = time.perf_counter()
+    table = goodput_table(problem, parameters.max_gpus)
+    current = current_configuration(problem, table.configs, table.layout)
+    restart = job_restart_factor(problem, current >= 0)
+    instance, normalized = build_instance(problem, parameters, compat, table, current, restart)
+    build = time.perf_counter() - started
+    result = solve_exact(
+        instance,
+        time_limit_s=options.time_limit_s,
+        relative_gap=options.relative_gap or 1e-4,
+        threads=options.threads,
+    )
+    formulation = (
+        "sia goodput ILP: multiple-choice knapsack over (type, nodes, GPUs) configurations, "
+        f"p = {parameters.fairness_power:g}, lambda_n = {parameters.no_allocation_penalty:g}"
+        + (
+            ", coefficients rounded to 2 decimals"
+            if parameters.round_coefficients or compat is Compat.SIA
+            else ""
+        )
+    )
+    return plan_from_result(
+        problem, table, instance, normalized, current, restart, result, formulation, build
+    )
+
+
+def plan_from_result(
+    problem: Problem,
+    table: GoodputTable,
+    instance: SiaInstance,
+    normalized: FloatArray,
+    current: IntArray,
+    restart: FloatArray,
+    result: IlpResult,
+    formulation: str,
+    build_time_s: float,
+) -> Plan:
+    """Plan, certificate, placement and per-job reasons from an ILP result."""
+    m, n = problem.jobs.num_jobs, problem.cluster.num_types
+    choice = result.choice
+    bad = violations_of(instance, choice) if result.objective is not None else []
+    placement = place(table.layout, table.configs, choice, problem.history.current_nodes, current)
+    failed = set(placement.failed)
+    share = np.zeros((m, n))
+    goodput = np.zeros(m)
+    norm = np.zeros(m)
+    term = np.full(m, instance.no_allocation_penalty)
+    status: list[JobStatus] = []
+    reasons: list[str] = []
+    chosen: list[ConfigurationChoice | None] = []
+    servable = np.asarray(instance.allowed.any(axis=1), dtype=bool)
+    for i in range(m):
+        c = int(choice[i])
+        if c < 0:
+            chosen.append(None)
+            if not servable[i]:
+                status.append(JobStatus.UNSERVABLE)
+                reasons.append(
+                    "no valid configuration: no positive goodput on any shape the "
+                    "cluster offers within the job's device limits"
+                )
+            elif result.objective is None:
+                status.append(JobStatus.DEFERRED)
+                reasons.append(f"no plan: solver {result.status}")
+            else:
+                status.append(JobStatus.DEFERRED)
+                reasons.append(
+                    "left unallocated by the ILP (no configuration it could get "
+                    "lowers the objective by more than lambda_n)"
+                )
+            continue
+        conf = table.configs[c]
+        share[i, conf.type_index] = 1.0
+        goodput[i] = table.raw[i, c]
+        norm[i] = normalized[i, c]
+        term[i] = instance.weight[i] * instance.coefficient[i, c]
+        names = table.layout.names
+        pairs = tuple((names[v], d) for v, d in placement.nodes[i] if names[v])
+        detail = ""
+        if i in failed:
+            detail = (
+                f"no {conf.nodes} node(s) of type {problem.cluster.type_names[conf.type_index]} "
+                f"with {conf.devices // conf.nodes} free GPUs each left after placing "
+                "larger configurations"
+            )
+        status.append(JobStatus.ALLOCATED)
+        reasons.append(f"placement failed: {detail}" if detail else "")
+        chosen.append(
+            ConfigurationChoice(
+                type_index=conf.type_index,
+                nodes=conf.nodes,
+                devices=conf.devices,
+                goodput=float(table.raw[i, c]),
+                normalized_goodput=float(normalized[i, c]),
+                restart_factor=float(restart[i]),
+                unchanged=bool(current[i] == c),
+                node_devices=() if i in failed else pairs,
+                placed=i not in failed,
+                placement_detail=detail,
+                atomic_batch_size=int(table.atomic_batch[i, c]),
+                accumulation_steps=int(table.accumulation[i, c]),
+            )
+        )
+    termination = _TERMINATION.get(result.status, Termination.ERROR)
+    detail = result.detail
+    if bad:
+        termination, detail = Termination.ERROR, "; ".join(bad)
+    if failed:
+        detail += f"; placement failed for {len(failed)} job(s)"
+    if placement.fell_back:
+        detail += "; previous nodes could not all be kept (placed again without preference)"
+    cert = Certificate(
+        termination=termination,
+        maximize=instance.maximize,
+        objective=result.objective,
+        bound=result.bound,
+        solver=result.solver,
+        solver_version=result.solver_version,
+        formulation=formulation,
+        build_time_s=build_time_s,
+        solve_time_s=result.solve_time_s,
+        model_size=result.model_size,
+        detail=detail.strip("; "),
+    )
+    return Plan(
+        time_share=share,
+        effective_throughput=goodput,
+        normalized_throughput=norm,
+        objective_value=term,
+        job_dual=np.zeros(m),
+        accelerator_prices=np.zeros(n),
+        certificate=cert,
+        job_status=tuple(status),
+        job_reason=tuple(reasons),
+        configuration=tuple(chosen),
+    )

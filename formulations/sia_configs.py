@@ -1,0 +1,159 @@
+"""Sia's configuration set (formulations.md A5.2) and the placement of chosen configurations on
+concrete nodes (A5.6). Pure Python/numpy; devices are GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from apportion.solver.model import Cluster, IntArray
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """c = (type, nodes n_c, GPUs g_c)."""
+
+    type_index: int
+    nodes: int
+    devices: int
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """Nodes of the cluster: real ones, or one virtual node per type holding all its GPUs when
+    the snapshot gives no node layout."""
+
+    node_type: IntArray
+    """(nodes,) type index."""
+    node_devices: IntArray
+    """(nodes,) GPUs per node."""
+    names: tuple[str, ...]
+    """Node names ("" for virtual nodes)."""
+
+    def gpus_per_node(self, type_index: int) -> int:
+        """G_t: the largest node of the type (0 when the type has no node)."""
+        sizes = self.node_devices[self.node_type == type_index]
+        return int(sizes.max()) if sizes.size else 0
+
+    def full_nodes(self, type_index: int) -> int:
+        """Nodes of the type holding G_t GPUs (the ones multi-node shapes can use)."""
+        g = self.gpus_per_node(type_index)
+        return int(((self.node_type == type_index) & (self.node_devices == g)).sum()) if g else 0
+
+
+def node_layout(cluster: Cluster) -> NodeLayout:
+    """The cluster's nodes (types without any node get one virtual node holding `count`)."""
+    types = list(cluster.node_type.tolist())
+    devices = list(cluster.node_devices.tolist())
+    names = list(cluster.node_names)
+    for t in range(cluster.num_types):
+        if t not in types and cluster.count[t] > 0:
+            types.append(t)
+            devices.append(int(cluster.count[t]))
+            names.append("")
+    return NodeLayout(np.asarray(types, np.int64), np.asarray(devices, np.int64), tuple(names))
+
+
+def configuration_set(
+    layout: NodeLayout, num_types: int, max_gpus: int = 64, max_nodes: int = 0
+) -> tuple[Configuration, ...]:
+    """Per type: powers of two up to G_t on one node, then whole nodes (k, k*G_t) for
+    k = 2..full nodes, every shape capped at `max_gpus` GPUs and `max_nodes` nodes (0 = no cap).
+    Ordered by type, then GPUs."""
+    out: list[Configuration] = []
+    for t in range(num_types):
+        g = layout.gpus_per_node(t)
+        size = 1
+        while 0 < size <= min(g, max_gpus):
+            out.append(Configuration(t, 1, size))
+            size *= 2
+        k = 2
+        while (
+            k <= layout.full_nodes(t) and k * g <= max_gpus and (max_nodes <= 0 or k <= max_nodes)
+        ):
+            out.append(Configuration(t, k, k * g))
+            k += 1
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class PlacementResult:
+    """Where each chosen configuration landed."""
+
+    nodes: tuple[tuple[tuple[int, int], ...], ...]
+    """Per job, (node index, GPUs on it) pairs; empty for unallocated or failed jobs."""
+    failed: tuple[int, ...]
+    """Jobs whose chosen configuration could not be placed."""
+    fell_back: bool = False
+    """True when preferring previous nodes made placement fail, so that jobs keeping their
+    configuration were placed again without that preference (they may move nodes)."""
+
+
+def _place(
+    layout: NodeLayout,
+    configs: tuple[Configuration, ...],
+    choice: IntArray,
+    previous: tuple[tuple[int, ...], ...],
+    keep: np.ndarray,
+) -> PlacementResult:
+    free = layout.node_devices.astype(np.int64).copy()
+    size = layout.node_devices
+    result: list[tuple[tuple[int, int], ...]] = [()] * len(choice)
+    failed: list[int] = []
+    order = sorted(
+        (i for i in range(len(choice)) if choice[i] >= 0),
+        key=lambda i: (-configs[choice[i]].devices, -configs[choice[i]].nodes, not keep[i], i),
+    )
+    for i in order:
+        conf = configs[choice[i]]
+        of_type = np.nonzero(layout.node_type == conf.type_index)[0]
+        prev = [v for v in previous[i] if v in set(of_type.tolist())] if keep[i] else []
+        if conf.nodes > 1:
+            per = conf.devices // conf.nodes
+            whole = [v for v in of_type if free[v] == size[v] == per]
+            whole.sort(key=lambda v: (v not in prev, v))
+            if len(whole) < conf.nodes:
+                failed.append(i)
+                continue
+            picked = whole[: conf.nodes]
+            for v in picked:
+                free[v] = 0
+            result[i] = tuple((int(v), int(per)) for v in picked)
+        else:
+            fits = [v for v in of_type if free[v] >= conf.devices]
+            if not fits:
+                failed.append(i)
+                continue
+            best = min(fits, key=lambda v: (v not in prev, free[v], v))
+            free[best] -= conf.devices
+            result[i] = ((int(best), conf.devices),)
+    return PlacementResult(tuple(result), tuple(failed))
+
+
+def place(
+    layout: NodeLayout,
+    configs: tuple[Configuration, ...],
+    choice: IntArray,
+    previous: tuple[tuple[int, ...], ...] = (),
+    current: IntArray | None = None,
+) -> PlacementResult:
+    """Best-fit decreasing (A5.6): largest configurations first; multi-node ones take whole
+    free nodes, single-node ones the node with the fewest free GPUs that fits. Jobs keeping
+    their current configuration prefer their previous nodes; if that preference makes any
+    placement fail, everything is placed again without it (which always succeeds when the
+    per-type totals fit and node sizes are equal powers of two)."""
+    m = len(choice)
+    prev = previous if len(previous) == m else ((),) * m
+    cur = np.full(m, -1, np.int64) if current is None or len(current) != m else current
+    keep = (
+        (np.asarray(choice) >= 0)
+        & (np.asarray(choice) == cur)
+        & np.asarray([len(p) > 0 for p in prev], dtype=bool)
+    )
+    first = _place(layout, configs, np.asarray(choice), prev, keep)
+    if not first.failed or not keep.any():
+        return first
+    second = _place(layout, configs, np.asarray(choice), prev, np.zeros(m, dtype=bool))
+    return PlacementResult(second.nodes, second.failed, fell_back=True)

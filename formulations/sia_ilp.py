@@ -1,0 +1,649 @@
+"""Sia's goodput ILP (formulations.md A5.3-A5.5) on plain arrays: coefficients, the exact
+multiple-choice knapsack solved by HiGHS (MIP), its LP relaxation, and CP-SAT as a second solver.
+
+Objective (policy units, dimensionless): F(x) = sum_i sum_c w_i*A[i,c]*x[i,c]
++ lambda_n*(N - sum x). Minimized for p < 0 and maximized for p > 0, subject to at most one
+configuration per job and per-type GPU capacity. A = (r * normalized goodput)^p, clipped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from importlib.metadata import version
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import NDArray
+
+from apportion.formulations.lp import new_highs, set_threads
+from apportion.solver.model import FloatArray, IntArray
+from apportion.solver.result import ModelSize
+
+BoolArray = NDArray[np.bool_]
+
+ZERO_ALLOC_GAIN = 1e-4
+"""Sia's goodput for an invalid configuration (simulator value; compat-sia only)."""
+
+
+@dataclass(frozen=True)
+class SiaInstance:
+    """The ILP on arrays: m jobs, C configurations, n types."""
+
+    config_type: IntArray
+    """(C,) accelerator type of each configuration."""
+    config_devices: IntArray
+    """(C,) GPUs of each configuration."""
+    capacity: IntArray
+    """(n,) GPUs per type."""
+    coefficient: FloatArray
+    """(m, C) A[i,c] (dimensionless)."""
+    allowed: BoolArray
+    """(m, C) variables present in the model."""
+    weight: FloatArray
+    """(m,) w_i > 0."""
+    no_allocation_penalty: float
+    """lambda_n: objective term per unallocated job."""
+    maximize: bool
+    """True for p > 0."""
+    pinned: IntArray
+    """(m,) configuration a job must keep (checkpointing now), -1 = free."""
+
+    @property
+    def num_jobs(self) -> int:
+        return int(self.coefficient.shape[0])
+
+
+@dataclass(frozen=True)
+class IlpResult:
+    status: str
+    """"optimal", "feasible" (limit with incumbent), "infeasible", "no_solution", "error"."""
+    choice: IntArray
+    """(m,) chosen configuration per job, -1 = none."""
+    objective: float | None
+    """F of `choice`, recomputed from it (None without a solution)."""
+    bound: float | None
+    """Proven bound on the optimal F (best bound of the solver)."""
+    solver: str
+    solver_version: str
+    solve_time_s: float
+    model_size: ModelSize
+    detail: str = ""
+    fractional: FloatArray | None = None
+    """(m, C) the LP relaxation's solution (relaxation only)."""
+
+
+def restart_factor(age_s: FloatArray, restarts: IntArray, delta_s: FloatArray) -> FloatArray:
+    """r_i = max(A - Q*delta, 0)/(A + delta), and 1 if A < delta (A5.4; dimensionless)."""
+    age = np.asarray(age_s, np.float64)
+    delta = np.asarray(delta_s, np.float64)
+    q = np.asarray(restarts, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.maximum(age - q * delta, 0.0) / (age + delta)
+    return np.asarray(np.where(age < delta, 1.0, np.nan_to_num(r, nan=1.0)))
+
+
+def normalize_goodput(raw: FloatArray, unit: FloatArray | None = None) -> FloatArray:
+    """G[i,c] = raw[i,c] * u* / m_i with m_i the smallest positive entry of row i and u* the
+    scale unit of the configuration attaining it (A5.3). Non-positive entries stay 0."""
+    raw = np.asarray(raw, np.float64)
+    units = np.ones_like(raw) if unit is None else np.asarray(unit, np.float64)
+    positive = raw > 0
+    masked = np.where(positive, raw, np.inf)
+    arg = np.argmin(masked, axis=1)
+    rows = np.arange(raw.shape[0])
+    low = masked[rows, arg]
+    scale = np.where(np.isfinite(low), units[rows, arg] / np.where(np.isfinite(low), low, 1.0), 0)
+    return np.asarray(np.where(positive, raw * scale[:, None], 0.0))
+
+
+def coefficients(
+    normalized: FloatArray,
+    restart: FloatArray,
+    current: IntArray,
+    p: float,
+    round2: bool = False,
+    clip: float = 3000.0,
+    zero_alloc_gain: float | None = None,
+) -> tuple[FloatArray, BoolArray]:
+    """A[i,c] = min(G'[i,c]^p, clip) with G' = r_i*G off the job's current configuration
+    (A5.4-A5.5), optionally rounded to 2 decimals (compat-sia). Returns (A, allowed).
+
+    Invalid (zero) entries are not allowed, unless `zero_alloc_gain` is given (compat-sia), in
+    which case they get goodput `zero_alloc_gain` and stay in the model as Sia does."""
+    g = np.asarray(normalized, np.float64)
+    valid = g > 0
+    m, c = g.shape
+    factor = np.repeat(np.asarray(restart, np.float64)[:, None], c, axis=1)
+    running = np.asarray(current) >= 0
+    factor[np.nonzero(running)[0], np.asarray(current)[running]] = 1.0
+    if zero_alloc_gain is not None:
+        g = np.where(g > zero_alloc_gain, g, zero_alloc_gain)
+        allowed = np.ones((m, c), dtype=bool)
+    else:
+        allowed = valid.copy()
+    effective = g * factor
+    with np.errstate(divide="ignore"):
+        powered = np.where(effective > 0, np.power(np.where(effective > 0, effective, 1.0), p), 0)
+    if p < 0:
+        powered = np.where(effective > 0, powered, np.inf)
+    if round2:
+        powered = np.round(powered, 2)
+    return np.asarray(np.minimum(powered, clip)), allowed
+
+
+def objective_of(instance: SiaInstance, choice: IntArray) -> float:
+    """F(choice) in float64, independently of any solver."""
+    chosen = np.asarray(choice) >= 0
+    rows = np.nonzero(chosen)[0]
+    terms = instance.weight[rows] * instance.coefficient[rows, np.asarray(choice)[rows]]
+    unallocated = instance.num_jobs - int(chosen.sum())
+    return float(terms.sum() + instance.no_allocation_penalty * unallocated)
+
+
+def violations_of(instance: SiaInstance, choice: IntArray) -> list[str]:
+    """Constraint violations of an integral choice (empty = feasible)."""
+    problems: list[str] = []
+    choice = np.asarray(choice)
+    used = np.zeros(instance.capacity.size, np.int64)
+    for i, c in enumerate(choice):
+        if c < 0:
+            if instance.pinned[i] >= 0:
+                problems.append(f"job {i} is pinned to configuration {instance.pinned[i]}")
+            continue
+        if not instance.allowed[i, c]:
+            problems.append(f"job {i}: configuration {c} not allowed")
+        if instance.pinned[i] >= 0 and instance.pinned[i] != c:
+            problems.append(f"job {i} is pinned to configuration {instance.pinned[i]}")
+        used[instance.config_type[c]] += instance.config_devices[c]
+    for t in np.nonzero(used > instance.capacity)[0]:
+        problems.append(f"type {t}: {used[t]} GPUs > capacity {instance.capacity[t]}")
+    return problems
+
+
+def _columns(instance: SiaInstance) -> tuple[IntArray, IntArray, FloatArray]:
+    """Variables (job, config) and their minimization cost."""
+    jobs, confs = np.nonzero(instance.allowed & np.isfinite(instance.coefficient))
+    value = instance.weight[jobs] * instance.coefficient[jobs, confs]
+    gain = value - instance.no_allocation_penalty
+    cost = -gain if instance.maximize else gain
+    return jobs.astype(np.int64), confs.astype(np.int64), np.asarray(cost, np.float64)
+
+
+def _choice_from(
+    instance: SiaInstance, jobs: IntArray, confs: IntArray, values: FloatArray
+) -> IntArray:
+    choice = np.full(instance.num_jobs, -1, np.int64)
+    on = values > 0.5
+    choice[jobs[on]] = confs[on]
+    return choice
+
+
+def _constant(instance: SiaInstance) -> float:
+    return instance.no_allocation_penalty * instance.num_jobs
+
+
+def solve_highs(
+    instance: SiaInstance,
+    relax: bool = False,
+    time_limit_s: float = 0.0,
+    relative_gap: float = 1e-4,
+    threads: int = 0,
+) -> IlpResult:
+    """Exact MILP with HiGHS (branch and cut); `relax` solves the LP relaxation instead."""
+    import highspy
+
+    started = time.perf_counter()
+    m = instance.num_jobs
+    n = instance.capacity.size
+    jobs, confs, cost = _columns(instance)
+    k = jobs.size
+    if k == 0 and not (instance.pinned >= 0).any():
+        choice = np.full(m, -1, np.int64)
+        return IlpResult(
+            "optimal",
+            choice,
+            objective_of(instance, choice),
+            objective_of(instance, choice),
+            "highs",
+            version("highspy"),
+            0.0,
+            ModelSize(),
+            "no allowed configuration",
+        )
+    rows = np.concatenate([jobs, m + instance.config_type[confs]])
+    cols = np.concatenate([np.arange(k), np.arange(k)])
+    vals = np.concatenate([np.ones(k), instance.config_devices[confs].astype(np.float64)])
+    matrix = sp.csc_matrix((vals, (rows, cols)), shape=(m + n, k))
+    lower = np.zeros(k)
+    pinned = instance.pinned[jobs]
+    lower[(pinned >= 0) & (pinned == confs)] = 1.0
+    missing = [
+        i
+        for i in np.nonzero(instance.pinned >= 0)[0]
+        if not ((jobs == i) & (confs == instance.pinned[i])).any()
+    ]
+    if missing:
+        return IlpResult(
+            "infeasible",
+            np.full(m, -1, np.int64),
+            None,
+            None,
+            "highs",
+            version("highspy"),
+            0.0,
+            ModelSize(k, m + n, int(matrix.nnz), 0 if relax else k),
+            f"pinned configuration not allowed for jobs {missing}",
+        )
+    lp = highspy.HighsLp()
+    lp.num_col_ = k
+    lp.num_row_ = m + n
+    lp.col_cost_ = cost
+    lp.col_lower_ = lower
+    lp.col_upper_ = np.ones(k)
+    lp.row_lower_ = np.full(m + n, -highspy.kHighsInf)
+    lp.row_upper_ = np.concatenate([np.ones(m), instance.capacity.astype(np.float64)])
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = matrix.indptr
+    lp.a_matrix_.index_ = matrix.indices
+    lp.a_matrix_.value_ = matrix.data
+    if not relax:
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * k
+    highs = new_highs()
+    highs.setOptionValue("output_flag", False)
+    highs.setOptionValue("mip_rel_gap", float(relative_gap))
+    highs.setOptionValue("mip_abs_gap", 1e-9)
+    if time_limit_s > 0:
+        highs.setOptionValue("time_limit", float(time_limit_s))
+    set_threads(highs, threads)
+    highs.passModel(lp)
+    solve_started = time.perf_counter()
+    highs.run()
+    elapsed = time.perf_counter() - solve_started
+    model_status = highs.getModelStatus()
+    text = highs.modelStatusToString(model_status)
+    size = ModelSize(k, m + n, int(matrix.nnz), 0 if relax else k)
+    sign = -1.0 if instance.maximize else 1.0
+    info = highs.getInfo()
+    solution = highs.getSolution()
+    values = np.asarray(solution.col_value, np.float64)
+    has_solution = (
+        values.size == k
+        and model_status
+        in (
+            highspy.HighsModelStatus.kOptimal,
+            highspy.HighsModelStatus.kTimeLimit,
+            highspy.HighsModelStatus.kInterrupt,
+            highspy.HighsModelStatus.kSolutionLimit,
+        )
+        and (
+            relax
+            or info.primal_solution_status >= 1
+            or model_status == highspy.HighsModelStatus.kOptimal
+        )
+    )
+    const = _constant(instance)
+    if model_status == highspy.HighsModelStatus.kInfeasible:
+        status = "infeasible"
+    elif model_status == highspy.HighsModelStatus.kOptimal:
+        status = "optimal"
+    elif has_solution:
+        status = "feasible"
+    elif model_status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
+        status = "no_solution"
+    else:
+        status = "error"
+    if not has_solution:
+        return IlpResult(
+            status,
+            np.full(m, -1, np.int64),
+            None,
+            None,
+            "highs",
+            version("highspy"),
+            elapsed,
+            size,
+            text,
+        )
+    if relax:
+        frac = np.zeros(instance.coefficient.shape)
+        frac[jobs, confs] = values
+        lp_value = const + sign * float(cost @ values)
+        return IlpResult(
+            status,
+            np.full(m, -1, np.int64),
+            lp_value,
+            lp_value,
+            "highs",
+            version("highspy"),
+            elapsed,
+            size,
+            text,
+            fractional=frac,
+        )
+    choice = _choice_from(instance, jobs, confs, values)
+    bound_min = float(info.mip_dual_bound)
+    bound = const + sign * bound_min if np.isfinite(bound_min) else None
+    obj = objective_of(instance, choice)
+    if bound is not None:  # the bound can never be better than the incumbent
+        bound = max(bound, obj) if instance.maximize else min(bound, obj)
+    del started
+    return IlpResult(
+        status,
+        choice,
+        obj,
+        bound,
+        "highs",
+        version("highspy"),
+        elapsed,
+        size,
+        text,
+    )
+
+
+def solve_cpsat(
+    instance: SiaInstance, scale: float = 100.0, time_limit_s: float = 0.0, threads: int = 0
+) -> IlpResult:
+    """Second exact solver: OR-Tools CP-SAT on costs rounded to integers after multiplying by
+    `scale` (exact when coefficients have 2 decimals and scale = 100, as in compat-sia)."""
+    from ortools.sat.python import cp_model
+
+    m = instance.num_jobs
+    jobs, confs, cost = _columns(instance)
+    model = cp_model.CpModel()
+    xs = [model.new_bool_var(f"x{k}") for k in range(jobs.size)]
+    for i in range(m):
+        mine = [xs[k] for k in np.nonzero(jobs == i)[0]]
+        if mine:
+            model.add_at_most_one(mine)
+        if instance.pinned[i] >= 0:
+            hit = [xs[k] for k in np.nonzero((jobs == i) & (confs == instance.pinned[i]))[0]]
+            if not hit:
+                return IlpResult(
+                    "infeasible",
+                    np.full(m, -1, np.int64),
+                    None,
+                    None,
+                    "cp-sat",
+                    version("ortools"),
+                    0.0,
+                    ModelSize(),
+                    "pinned configuration not allowed",
+                )
+            model.add(hit[0] == 1)
+    for t in range(instance.capacity.size):
+        ks = np.nonzero(instance.config_type[confs] == t)[0]
+        if ks.size:
+            model.add(
+                sum(int(instance.config_devices[confs[k]]) * xs[k] for k in ks)
+                <= int(instance.capacity[t])
+            )
+    integer_cost = np.rint(cost * scale).astype(np.int64)
+    model.minimize(sum(int(integer_cost[k]) * xs[k] for k in range(jobs.size)))
+    solver: Any = cp_model.CpSolver()
+    solver.parameters.num_workers = threads if threads > 0 else 2
+    solver.parameters.random_seed = 1
+    if time_limit_s > 0:
+        solver.parameters.max_time_in_seconds = float(time_limit_s)
+    started = time.perf_counter()
+    code = solver.Solve(model)
+    elapsed = time.perf_counter() - started
+    size = ModelSize(jobs.size, m + instance.capacity.size, 2 * jobs.size, jobs.size)
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        status = "infeasible" if code == cp_model.INFEASIBLE else "no_solution"
+        return IlpResult(
+            status,
+            np.full(m, -1, np.int64),
+            None,
+            None,
+            "cp-sat",
+            version("ortools"),
+            elapsed,
+            size,
+            solver.StatusName(code),
+        )
+    values = np.asarray([solver.Value(x) for x in xs], np.float64)
+    choice = _choice_from(instance, jobs, confs, values)
+    sign = -1.0 if instance.maximize else 1.0
+    bound = _constant(instance) + sign * solver.BestObjectiveBound() / scale
+    return IlpResult(
+        "optimal" if code == cp_model.OPTIMAL else "feasible",
+        choice,
+        objective_of(instance, choice),
+        bound,
+        "cp-sat",
+        version("ortools"),
+        elapsed,
+        size,
+        solver.StatusName(code),
+    )
+
+
+def round_relaxation(instance: SiaInstance, fractional: FloatArray) -> IntArray:
+    """An integral choice from an LP point: keep the jobs the LP assigns integrally, then give
+    each remaining job (largest gain first) its best allowed configuration that still fits."""
+    m = instance.num_jobs
+    choice = np.full(m, -1, np.int64)
+    whole = fractional >= 1 - 1e-6
+    rows, cols = np.nonzero(whole)
+    choice[rows] = cols
+    used = np.zeros(instance.capacity.size, np.int64)
+    np.add.at(used, instance.config_type[cols], instance.config_devices[cols])
+    jobs, confs, cost = _columns(instance)
+    open_jobs = np.nonzero(choice < 0)[0]
+    if open_jobs.size == 0:
+        return choice
+    best_cost = np.full(m, np.inf)
+    np.minimum.at(best_cost, jobs, cost)
+    for i in open_jobs[np.argsort(best_cost[open_jobs], kind="stable")]:
+        mine = np.nonzero(jobs == i)[0]
+        for k in mine[np.argsort(cost[mine], kind="stable")]:
+            if cost[k] >= 0 and instance.pinned[i] < 0:
+                break
+            t, d = instance.config_type[confs[k]], instance.config_devices[confs[k]]
+            if used[t] + d <= instance.capacity[t]:
+                choice[i] = confs[k]
+                used[t] += d
+                break
+    return choice
+
+
+def _lagrangian_try(instance: SiaInstance, relative_gap: float, started: float) -> IlpResult | None:
+    """The Lagrangian route of `solve_exact`; None when it does not close the gap."""
+    dual = lagrangian_bound(instance, tolerance=max(relative_gap, 1e-9) / 10)
+    if dual is None:
+        return None
+    value, prices, dense = dual
+    choice = lagrangian_plan(instance, prices, dense)
+    if violations_of(instance, choice):
+        return None
+    obj = objective_of(instance, choice)
+    sign = -1.0 if instance.maximize else 1.0
+    pinned = instance.pinned >= 0
+    fixed = sum(
+        float(dense_cost)
+        for dense_cost in (
+            instance.weight[pinned] * instance.coefficient[pinned, instance.pinned[pinned]]
+            - instance.no_allocation_penalty
+        )
+    )
+    bound_min = value + sign * fixed
+    bound = _constant(instance) + sign * bound_min
+    bound = max(bound, obj) if instance.maximize else min(bound, obj)
+    gap = abs(obj - bound) / max(abs(obj), abs(bound), 1e-12)
+    if gap > relative_gap:
+        return None
+    k = int(instance.allowed.sum())
+    size = ModelSize(k, instance.num_jobs + instance.capacity.size, 2 * k, k)
+    return IlpResult(
+        "optimal",
+        choice,
+        obj,
+        bound,
+        "lagrangian dual (Kelley, scipy/HiGHS) + rounding",
+        version("highspy"),
+        time.perf_counter() - started,
+        size,
+        f"Lagrangian bound with type prices {np.round(prices, 6).tolist()}; gap {gap:.2e}",
+    )
+
+
+def solve_exact(
+    instance: SiaInstance,
+    time_limit_s: float = 0.0,
+    relative_gap: float = 1e-4,
+    threads: int = 0,
+) -> IlpResult:
+    """Exact within `relative_gap`: the LP relaxation (a proven bound), rounded and repaired;
+    when the rounded plan is already within the gap of the LP bound it is returned with that
+    bound (few coupling rows make the relaxation tight, A5.5), else HiGHS's branch and cut
+    decides (and the better of the two plans is kept)."""
+    started = time.perf_counter()
+    fast = _lagrangian_try(instance, relative_gap, started)
+    if fast is not None:
+        return fast
+    lp = solve_highs(instance, relax=True, time_limit_s=time_limit_s, threads=threads)
+    if lp.status == "optimal" and lp.fractional is not None and lp.objective is not None:
+        choice = round_relaxation(instance, lp.fractional)
+        if not violations_of(instance, choice):
+            obj = objective_of(instance, choice)
+            bound = min(lp.objective, obj) if not instance.maximize else max(lp.objective, obj)
+            gap = abs(obj - bound) / max(abs(obj), abs(bound), 1e-12)
+            if gap <= relative_gap:
+                size = replace(lp.model_size, integer_variables=lp.model_size.variables)
+                return IlpResult(
+                    "optimal",
+                    choice,
+                    obj,
+                    bound,
+                    "highs",
+                    lp.solver_version,
+                    time.perf_counter() - started,
+                    size,
+                    f"LP relaxation bound; rounded plan within gap {gap:.2e}",
+                )
+    elif lp.status == "infeasible":
+        return replace(lp, solve_time_s=time.perf_counter() - started)
+    remaining = max(time_limit_s - (time.perf_counter() - started), 1e-3) if time_limit_s else 0
+    mip = solve_highs(instance, time_limit_s=remaining, relative_gap=relative_gap, threads=threads)
+    return replace(mip, solve_time_s=time.perf_counter() - started)
+
+
+def _reduced(
+    cost: FloatArray, devices: FloatArray, ctype: IntArray, prices: FloatArray
+) -> FloatArray:
+    """(m, C) cost + price of the configuration's GPUs (inf where not allowed)."""
+    return np.asarray(cost + (prices[ctype] * devices)[None, :])
+
+
+def lagrangian_bound(
+    instance: SiaInstance, max_iterations: int = 400, tolerance: float = 1e-9
+) -> tuple[float, FloatArray, FloatArray] | None:
+    """Maximize the Lagrangian dual of the capacity rows by Kelley's cutting planes over the
+    type prices (one variable per type). Returns (L(prices), prices, dense cost) for the free
+    (unpinned) jobs in minimization form, or None when pinned jobs alone exceed capacity.
+
+    L(pi) = sum_i min(0, min_c cost[i,c] + pi_t(c) g_c) - sum_t pi_t * C_t is a lower bound on
+    the minimization ILP for every pi >= 0 (weak duality); its maximum equals the LP
+    relaxation's value."""
+    from scipy.optimize import linprog
+
+    m, c = instance.coefficient.shape
+    n = instance.capacity.size
+    jobs, confs, cost = _columns(instance)
+    free_jobs = instance.pinned < 0
+    capacity = instance.capacity.astype(np.float64).copy()
+    for i in np.nonzero(~free_jobs)[0]:
+        k = instance.pinned[i]
+        capacity[instance.config_type[k]] -= instance.config_devices[k]
+    if (capacity < 0).any():
+        return None
+    dense = np.full((m, c), np.inf)
+    dense[jobs, confs] = cost
+    dense[~free_jobs] = np.inf
+    devices = instance.config_devices.astype(np.float64)
+    ctype = instance.config_type
+    top = float(np.abs(cost).max()) if cost.size else 1.0
+    upper_box = top / max(float(devices.min()) if devices.size else 1.0, 1.0) + 1.0
+
+    def evaluate(prices: FloatArray) -> tuple[float, FloatArray]:
+        red = _reduced(dense, devices, ctype, prices)
+        best = red.min(axis=1) if c else np.zeros(m)
+        arg = red.argmin(axis=1) if c else np.zeros(m, np.int64)
+        take = best < 0
+        used = np.bincount(ctype[arg[take]], weights=devices[arg[take]], minlength=n)
+        value = float(best[take].sum() - prices @ capacity)
+        return value, np.asarray(used - capacity)
+
+    prices = np.zeros(n)
+    best_value, grad = evaluate(prices)
+    best_prices = prices.copy()
+    cuts_a: list[FloatArray] = []
+    cuts_b: list[float] = []
+    value = best_value
+    for _ in range(max_iterations):
+        # cut: z <= value + grad . (pi - prices)  <=>  z - grad . pi <= value - grad . prices
+        cuts_a.append(np.concatenate([[1.0], -grad]))
+        cuts_b.append(value - float(grad @ prices))
+        res = linprog(
+            np.concatenate([[-1.0], np.zeros(n)]),
+            A_ub=np.asarray(cuts_a),
+            b_ub=np.asarray(cuts_b),
+            bounds=[(None, None)] + [(0.0, upper_box)] * n,
+            method="highs",
+        )
+        if res.status != 0:
+            break
+        model_max = -float(res.fun)
+        prices = np.asarray(res.x[1:], np.float64)
+        value, grad = evaluate(prices)
+        if value > best_value:
+            best_value, best_prices = value, prices.copy()
+        if model_max - best_value <= tolerance * max(1.0, abs(best_value)):
+            break
+    return best_value, best_prices, dense
+
+
+def lagrangian_plan(instance: SiaInstance, prices: FloatArray, dense: FloatArray) -> IntArray:
+    """Integral plan from dual prices: every free job takes its best configuration at the
+    prices; types over capacity shed the jobs that lose least by moving; then a greedy fill
+    with the true costs."""
+    m = instance.num_jobs
+    n = instance.capacity.size
+    devices = instance.config_devices
+    ctype = instance.config_type
+    red = _reduced(dense, devices.astype(np.float64), ctype, prices)
+    choice = np.where(instance.pinned >= 0, instance.pinned, -1).astype(np.int64)
+    free = instance.pinned < 0
+    arg = red.argmin(axis=1)
+    take = free & (red[np.arange(m), arg] < 0)
+    choice[take] = arg[take]
+    used = np.zeros(n, np.int64)
+    on = choice >= 0
+    np.add.at(used, ctype[choice[on]], devices[choice[on]])
+    for t in np.nonzero(used > instance.capacity)[0]:
+        members = np.nonzero(free & on & (ctype[np.maximum(choice, 0)] == t))[0]
+        # how much the job's reduced cost rises if it moves to its best other-type option
+        other = red[members][:, ctype != t]
+        alt = np.minimum(other.min(axis=1) if other.size else 0.0, 0.0)
+        loss = alt - red[members, choice[members]]
+        for i in members[np.argsort(loss, kind="stable")]:
+            if used[t] <= instance.capacity[t]:
+                break
+            used[t] -= devices[choice[i]]
+            choice[i] = -1
+    # greedy fill with true costs, best gain first
+    order = np.argsort(np.where(np.isfinite(dense), dense, np.inf).min(axis=1), kind="stable")
+    for i in order:
+        if choice[i] >= 0 or not free[i]:
+            continue
+        row = dense[i]
+        for k in np.argsort(row, kind="stable"):
+            if not np.isfinite(row[k]) or row[k] >= 0:
+                break
+            if used[ctype[k]] + devices[k] <= instance.capacity[ctype[k]]:
+                choice[i] = k
+                used[ctype[k]] += devices[k]
+                break
+    return choice
