@@ -1,0 +1,330 @@
+"""Fisher market / Eisenberg–Gale (formulations.md A4.1) proven by independent routes.
+
+* The equilibrium (KKT) conditions of the capped market, checked from the returned X and prices
+  alone: sigma_i is *derived* as B_i - spending_i (condition 3), then sigma >= 0, sigma > 0 only
+  when the time budget binds, bang per buck at effective prices (condition 2) with equality on
+  the support, and market clearing for positive prices (condition 4).
+* Envy-freeness and proportionality where they hold (equal budgets; equal scale factors for
+  envy-freeness; jobs whose time budget does not bind).
+* Pareto optimality by an LP (scipy/HiGHS) that tries to raise every utility at once.
+* A second formulation (cvxpy's own model) reaches the same optimal value; utilities agree.
+* Metamorphic: scaling all budgets scales prices and leaves utilities unchanged; permuting jobs.
+* Bad inputs with field paths, and one request end to end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+from scipy.optimize import linprog
+
+from apportion.formulations.fisher_market import market_inputs
+from apportion.server.convert import request_to_model
+from apportion.server.pipeline import solve_request
+from apportion.solver.errors import ValidationError
+from apportion.solver.model import PolicyRequest, Problem, make_problem
+from apportion.solver.parameters import BudgetSource, FisherMarketParameters
+from apportion.solver.result import Plan, Termination
+from apportion.solver.solve import solve
+from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1 import policy_pb2 as policy_pb
+
+Array = NDArray[np.float64]
+TOL = 1e-5
+"""Stated tolerance of the equilibrium conditions (relative to the largest budget): interior-
+point duals are accurate to about 1e-6 on degenerate markets."""
+META = 1e-4
+"""Relative tolerance when two solves are compared (utilities and prices of an interior-point
+solution are accurate to about the square root of its 1e-10 gap)."""
+
+
+@dataclass(frozen=True)
+class Instance:
+    T: Array
+    W: Array
+    s: Array
+    w: Array
+
+    def problem(self, w: Array | None = None, order: NDArray[np.int64] | None = None) -> Problem:
+        idx = np.arange(self.T.shape[0]) if order is None else order
+        weights = self.w if w is None else w
+        return make_problem(
+            [f"t{j}" for j in range(self.W.size)],
+            self.W.astype(np.int64),
+            self.T[idx],
+            scale_factor=self.s[idx].astype(np.int64),
+            priority_weight=weights[idx],
+        )
+
+
+@st.composite
+def instances(draw: st.DrawFn, equal_s: bool = False) -> Instance:
+    m = draw(st.integers(1, 6))
+    n = draw(st.integers(1, 3))
+    W = np.array([draw(st.integers(1, 6)) for _ in range(n)], dtype=np.float64)
+    s_choices = [1] if equal_s else [1, 2, 4]
+    s = np.array([draw(st.sampled_from(s_choices)) for _ in range(m)], dtype=np.float64)
+    T = np.array(
+        [[draw(st.one_of(st.just(0.0), st.floats(0.1, 10.0))) for _ in range(n)] for _ in range(m)]
+    )
+    usable = (T > 0) & (s[:, None] <= W[None, :])
+    assume(bool(usable.any(axis=1).all()))
+    w = np.array([draw(st.floats(0.2, 5.0)) for _ in range(m)])
+    return Instance(T, W, s, w)
+
+
+def run(problem: Problem, budgets: BudgetSource = BudgetSource.EQUAL) -> Plan:
+    return solve(problem, PolicyRequest("fisher_market", FisherMarketParameters(budgets)))
+
+
+def budgets_of(problem: Problem, source: BudgetSource) -> Array:
+    if source is BudgetSource.PRIORITY_WEIGHT:
+        return problem.jobs.priority_weight
+    return np.ones(problem.jobs.num_jobs)
+
+
+def utilities(problem: Problem, X: Array) -> Array:
+    a, *_ = market_inputs(problem, FisherMarketParameters())
+    return np.einsum("ij,ij->i", a, X)
+
+
+def check_equilibrium(problem: Problem, plan: Plan, source: BudgetSource) -> Array:
+    """Conditions 1-4 of the module docstring; returns the derived sigma."""
+    a, s, W, _, _ = market_inputs(problem, FisherMarketParameters())
+    B = budgets_of(problem, source)
+    X, q = plan.time_share, plan.accelerator_prices
+    assert plan.certificate.termination is Termination.OPTIMAL
+    # feasibility (B1-B4)
+    assert np.all(X >= 0)
+    assert np.all(X[a == 0] == 0)
+    assert np.all(s @ X <= W + 1e-9)
+    assert np.all(X.sum(axis=1) <= 1 + 1e-9)
+    # objective recomputed
+    u = np.einsum("ij,ij->i", a, X)
+    assert np.all(u > 0)
+    objective = float(np.sum(B * np.log(u)))
+    assert plan.certificate.objective == pytest.approx(objective, rel=1e-9, abs=1e-12)
+    assert plan.certificate.bound is not None
+    assert plan.certificate.bound >= objective - 1e-12
+    assert plan.certificate.bound - objective <= 1e-6 * max(1.0, B.sum())
+    # budgets / time budget
+    spending = s * (X @ q)
+    assert plan.job_spending is not None
+    np.testing.assert_allclose(plan.job_spending, spending, rtol=1e-9, atol=1e-12)
+    scale = max(1.0, float(B.max()))
+    sigma = B - spending
+    assert np.all(q >= 0)
+    assert np.all(sigma >= -TOL * scale), "a job overspends its budget"
+    binds = sigma > 10 * TOL * scale
+    assert np.all(X[binds].sum(axis=1) >= 1 - 1e-5), "budget unspent but time budget slack"
+    sigma = np.clip(sigma, 0, None)
+    # bang per buck at effective prices s_i q_j + sigma_i
+    lhs = a * (B / u)[:, None]
+    rhs = s[:, None] * q[None, :] + sigma[:, None]
+    allowed = a > 0
+    assert np.all(lhs[allowed] <= rhs[allowed] * (1 + TOL) + TOL * scale)
+    support = X > 1e-5
+    np.testing.assert_allclose(lhs[support], rhs[support], rtol=10 * TOL, atol=TOL * scale)
+    # market clearing
+    priced = q > 1e-6 * scale
+    np.testing.assert_allclose((s @ X)[priced], W[priced], rtol=1e-5)
+    total = float(q @ W)
+    assert total == pytest.approx(B.sum() - sigma.sum(), rel=1e-4, abs=1e-5 * scale)
+    return sigma
+
+
+@given(instances(), st.sampled_from(list(BudgetSource)))
+def test_equilibrium_conditions(inst: Instance, source: BudgetSource) -> None:
+    problem = inst.problem()
+    check_equilibrium(problem, run(problem, source), source)
+
+
+@given(instances(equal_s=False))
+def test_proportionality_and_envy_freeness_with_equal_budgets(inst: Instance) -> None:
+    problem = inst.problem()
+    plan = run(problem)
+    sigma = check_equilibrium(problem, plan, BudgetSource.EQUAL)
+    a, s, W, _, _ = market_inputs(problem, FisherMarketParameters())
+    u = utilities(problem, plan.time_share)
+    m = problem.jobs.num_jobs
+    del sigma
+    free = plan.time_share.sum(axis=1) < 1 - 1e-6  # time budget slack => sigma_i = 0
+    # proportionality: u_i >= sum_j (a_ij / s_i) W_j / m for jobs whose time budget is slack
+    fair_share = (a / s[:, None]) @ W / m
+    assert np.all(u[free] >= fair_share[free] * (1 - 1e-5) - 1e-9)
+    # envy-freeness among jobs of equal scale factor (whose time budget is slack)
+    for i in np.flatnonzero(free):
+        for k in range(m):
+            if s[k] == s[i]:
+                other = float(a[i] @ plan.time_share[k])
+                assert u[i] >= other * (1 - 1e-5) - 1e-9, (i, k)
+
+
+def pareto_improvement(problem: Problem, u: Array) -> float:
+    """max sum_i u'_i s.t. u'_i >= u_i, u' <= a X', capacity, time budgets (HiGHS via scipy)."""
+    a, s, W, _, _ = market_inputs(problem, FisherMarketParameters())
+    m, n = a.shape
+    nx = m * n
+    c = np.concatenate([np.zeros(nx), -np.ones(m)])
+    rows: list[Array] = []
+    rhs: list[float] = []
+    for i in range(m):  # u'_i - a_i X_i <= 0
+        r = np.zeros(nx + m)
+        r[i * n : (i + 1) * n] = -a[i]
+        r[nx + i] = 1
+        rows.append(r)
+        rhs.append(0.0)
+        r = np.zeros(nx + m)  # time budget
+        r[i * n : (i + 1) * n] = 1
+        rows.append(r)
+        rhs.append(1.0)
+        r = np.zeros(nx + m)  # -u'_i <= -u_i
+        r[nx + i] = -1
+        rows.append(r)
+        rhs.append(-u[i] * (1 - 1e-9))
+    for j in range(n):
+        r = np.zeros(nx + m)
+        r[j:nx:n] = s
+        rows.append(r)
+        rhs.append(W[j])
+    bounds = [(0, None if a.flat[k] > 0 else 0) for k in range(nx)] + [(0, None)] * m
+    res = linprog(c, A_ub=np.array(rows), b_ub=np.array(rhs), bounds=bounds, method="highs")
+    assert res.status == 0
+    return float(-res.fun)
+
+
+@given(instances(), st.sampled_from(list(BudgetSource)))
+def test_pareto_optimal(inst: Instance, source: BudgetSource) -> None:
+    problem = inst.problem()
+    plan = run(problem, source)
+    u = utilities(problem, plan.time_share)
+    best = pareto_improvement(problem, u)
+    assert best <= u.sum() * (1 + 1e-6) + 1e-9
+
+
+@given(instances(), st.floats(0.05, 20.0))
+def test_scaling_budgets_scales_prices(inst: Instance, beta: float) -> None:
+    src = BudgetSource.PRIORITY_WEIGHT
+    base = run(inst.problem(), src)
+    scaled = run(inst.problem(w=inst.w * beta), src)
+    problem = inst.problem()
+    np.testing.assert_allclose(
+        utilities(problem, scaled.time_share), utilities(problem, base.time_share), rtol=META
+    )
+    check_equilibrium(problem, base, src)
+    if not np.all(base.time_share.sum(axis=1) < 1 - 1e-6):
+        return  # prices are unique when no time budget binds; else only utilities compare
+    q0 = base.accelerator_prices
+    np.testing.assert_allclose(
+        scaled.accelerator_prices, beta * q0, rtol=META, atol=META * beta * max(1.0, q0.max())
+    )
+
+
+@given(instances(), st.randoms(use_true_random=False))
+def test_permuting_jobs_permutes_utilities(inst: Instance, rnd: object) -> None:
+    m = inst.T.shape[0]
+    order = np.arange(m)
+    rnd.shuffle(order)  # type: ignore[attr-defined]
+    base = run(inst.problem(), BudgetSource.PRIORITY_WEIGHT)
+    perm = run(inst.problem(order=order), BudgetSource.PRIORITY_WEIGHT)
+    u0 = utilities(inst.problem(), base.time_share)
+    u1 = utilities(inst.problem(order=order), perm.time_share)
+    np.testing.assert_allclose(u1, u0[order], rtol=META)
+    if not np.all(base.time_share.sum(axis=1) < 1 - 1e-6):
+        return  # prices are unique when no time budget binds
+    np.testing.assert_allclose(
+        perm.accelerator_prices,
+        base.accelerator_prices,
+        rtol=META,
+        atol=META * max(1.0, base.accelerator_prices.max()),
+    )
+
+
+@given(instances(), st.sampled_from(list(BudgetSource)))
+def test_second_formulation_agrees(inst: Instance, source: BudgetSource) -> None:
+    """cvxpy's own model of the program (X over all cells, masked) reaches the same value."""
+    import cvxpy as cp
+
+    problem = inst.problem()
+    a, s, W, _, _ = market_inputs(problem, FisherMarketParameters())
+    B = budgets_of(problem, source)
+    X = cp.Variable(a.shape, nonneg=True)
+    u = cp.sum(cp.multiply(a, X), axis=1)
+    cons = [s @ X <= W, cp.sum(X, axis=1) <= 1, cp.multiply((a == 0).astype(float), X) == 0]
+    value = cp.Problem(cp.Maximize(B @ cp.log(u)), cons).solve(solver=cp.CLARABEL)
+    plan = run(problem, source)
+    assert plan.certificate.objective == pytest.approx(value, abs=1e-6 * max(1.0, B.sum()))
+    np.testing.assert_allclose(
+        utilities(problem, plan.time_share), np.einsum("ij,ij->i", a, X.value), rtol=META
+    )
+
+
+def test_three_buyers_two_goods_closed_form() -> None:
+    """Buyer 0 wants only g0; buyers 1 and 2 value g0 and g1 equally; one device of each,
+    budgets 1, time budgets slack. By hand: buyers 1, 2 are indifferent only if q0 = q1, and
+    money clears (q0 + q1 = 3), so q = (1.5, 1.5); buyer 0 buys 1/1.5 = 2/3 of g0, buyers 1, 2
+    split the remaining 4/3 device-time equally. Normalized utilities (prop = 0.5, 1, 1):
+    u = (4/3, 2/3, 2/3)."""
+    problem = make_problem(["g0", "g1"], [1, 1], [[1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
+    plan = run(problem)
+    np.testing.assert_allclose(plan.time_share[0], [2 / 3, 0], atol=1e-6)
+    np.testing.assert_allclose(plan.accelerator_prices, [1.5, 1.5], rtol=1e-6)
+    np.testing.assert_allclose(plan.normalized_throughput, [4 / 3, 2 / 3, 2 / 3], rtol=1e-6)
+    assert plan.job_spending is not None
+    np.testing.assert_allclose(plan.job_spending, [1, 1, 1], rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# wire level
+
+
+def request(budgets: int = 0, weight: float | None = None) -> service_pb.SolveRequest:
+    req = service_pb.SolveRequest()
+    for name, count in (("v100", 2), ("k80", 3)):
+        acc = req.snapshot.cluster.accelerator_types.add()
+        acc.name, acc.count = name, count
+    for k, (v100, k80) in enumerate(((3.0, 1.0), (2.0, 2.0), (4.0, 0.5))):
+        job = req.snapshot.jobs.add()
+        job.id = f"j{k}"
+        job.throughput["v100"] = v100
+        job.throughput["k80"] = k80
+        if weight is not None:
+            job.priority_weight = weight
+    req.policy.name = "fisher_market"
+    req.policy.fisher_market.budgets = budgets  # type: ignore[assignment]
+    return req
+
+
+def test_end_to_end_prices_and_spending() -> None:
+    response = solve_request(request(policy_pb.BUDGET_SOURCE_PRIORITY_WEIGHT, weight=2.0))
+    assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+    prices = dict(response.plan.accelerator_prices)
+    assert set(prices) == {"v100", "k80"}
+    total = sum(prices[name] * count for name, count in (("v100", 2), ("k80", 3)))
+    spent = sum(job.spending for job in response.plan.jobs)
+    assert all(job.HasField("spending") for job in response.plan.jobs)
+    assert total == pytest.approx(spent, rel=1e-6)
+    assert spent <= 6.0 * (1 + 1e-6)
+
+
+def test_bad_inputs_have_field_paths() -> None:
+    req = request(budgets=9)
+    req.snapshot.jobs[1].priority_weight = 0.0
+    with pytest.raises(ValidationError) as err:
+        request_to_model(req)
+    fields = {v.field for v in err.value.violations}
+    assert "policy.fisher_market.budgets" in fields
+    assert "snapshot.jobs[1].priority_weight" in fields
+
+
+def test_unservable_job_reported() -> None:
+    problem = make_problem(["a"], [2], [[1.0], [0.0]])
+    plan = run(problem)
+    assert plan.certificate.termination is Termination.OPTIMAL
+    assert plan.job_status[1].value == "unservable"
+    assert plan.time_share[1].sum() == 0
