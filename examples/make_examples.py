@@ -118,27 +118,66 @@ def invalid() -> service_pb.SolveRequest:
     return request
 
 
+def tenants_and_sharing() -> service_pb.SolveRequest:
+    """Water filling with two tenants (one FIFO) on 2 v100 + 2 k80; the two single-GPU
+    `lm` jobs of tenant research may share devices (space sharing)."""
+    request = _request("hierarchical_max_min_fairness")
+    _add_type(request, "v100", 2)
+    _add_type(request, "k80", 2)
+    research = request.snapshot.tenants.add()
+    research.name = "research"
+    research.weight = 2.0
+    batch = request.snapshot.tenants.add()
+    batch.name = "batch"
+    batch.sharing = snapshot_pb.TENANT_SHARING_FIFO
+    for job_id, tenant, throughput, arrival in (
+        ("lm-1", "research", {"v100": 4.0, "k80": 1.0}, 0.0),
+        ("lm-2", "research", {"v100": 3.5, "k80": 1.1}, 30.0),
+        ("etl-1", "batch", {"v100": 2.0, "k80": 1.8}, 10.0),
+        ("etl-2", "batch", {"v100": 2.1, "k80": 1.7}, 20.0),
+        ("solo", "", {"v100": 1.4, "k80": 1.0}, 40.0),
+    ):
+        job = _add_job(request, job_id, throughput)
+        job.tenant = tenant
+        job.arrival_time_s = arrival
+    pair = request.snapshot.colocations.add()
+    pair.job_a, pair.job_b = "lm-1", "lm-2"
+    pair.throughput_a.update({"v100": 2.6, "k80": 0.7})
+    pair.throughput_b.update({"v100": 2.4, "k80": 0.8})
+    return request
+
+
 BUILDERS: dict[str, Callable[[], service_pb.SolveRequest]] = {
     "four_jobs.json": four_jobs,
     "cluster_32_jobs.json": cluster_32_jobs,
     "invalid.json": invalid,
+    "tenants_and_sharing.json": tenants_and_sharing,
 }
 
 
 def render(request: service_pb.SolveRequest) -> str:
     """Canonical proto3 JSON (camelCase field names), two-space indent, trailing newline.
 
-    Protobuf map iteration order is not stable between processes, so every job's throughput
-    map is written in the cluster's type order (names not in the cluster last, sorted).
+    Protobuf map iteration order is not stable between processes, so every per-type map (job
+    throughputs, co-location throughputs) is written in the cluster's type order (names not in
+    the cluster last, sorted).
     """
     data = json_format.MessageToDict(request)
     snapshot = data.get("snapshot", {})
     order = [t["name"] for t in snapshot.get("cluster", {}).get("acceleratorTypes", [])]
+
+    def ordered(values: dict[str, object]) -> dict[str, object]:
+        keys = [k for k in order if k in values]
+        keys += sorted(k for k in values if k not in order)
+        return {k: values[k] for k in keys}
+
     for job in snapshot.get("jobs", []):
-        throughput: dict[str, object] = job.get("throughput", {})
-        keys = [k for k in order if k in throughput]
-        keys += sorted(k for k in throughput if k not in order)
-        job["throughput"] = {k: throughput[k] for k in keys}
+        if "throughput" in job:
+            job["throughput"] = ordered(job["throughput"])
+    for pair in snapshot.get("colocations", []) + snapshot.get("typeColocations", []):
+        for name in ("throughputA", "throughputB"):
+            if name in pair:
+                pair[name] = ordered(pair[name])
     return json.dumps(data, indent=2) + "\n"
 
 

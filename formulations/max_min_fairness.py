@@ -630,6 +630,10 @@ def solve_policy(
         if isinstance(parameters, MaxMinFairnessParameters)
         else MaxMinFairnessParameters()
     )
+    if params.space_sharing and problem.colocations is not None and problem.jobs.num_jobs:
+        from apportion.formulations.space_sharing import solve_packed
+
+        return solve_packed(problem, params, compat, options)
     started = time.perf_counter()
     m, n = problem.jobs.num_jobs, problem.cluster.num_types
     tolerance = options.relative_gap or DEFAULT_GAP

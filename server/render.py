@@ -107,6 +107,19 @@ def plan_table(
     return "\n".join(lines)
 
 
+def colocation_table(response: service_pb.SolveResponse, max_rows: int = DEFAULT_MAX_ROWS
+                     ) -> str:
+    """Space sharing: the pairs of jobs that share devices, with type and time share."""
+    pairs = list(response.plan.colocated)
+    shown = pairs if max_rows <= 0 else pairs[:max_rows]
+    rows = [[_clip(p.job_a), _clip(p.job_b), p.accelerator_type, _share(p.time_share)]
+            for p in shown]
+    lines = ["shared devices:", *_format_rows(["job", "with", "type", "share"], rows, left=3)]
+    if len(pairs) > len(shown):
+        lines.append(f"... {len(pairs) - len(shown)} more pairs (use --all to print every pair)")
+    return "\n".join(lines)
+
+
 def _optional(
     stats: service_pb.SolveStats,
     field: Literal["objective", "best_bound", "relative_gap"],
@@ -160,7 +173,10 @@ def solve_report(
 ) -> str:
     """The full `apportion solve` text output: plan table, blank line, stats block, and a
     closing note when the solve did not prove optimality."""
-    parts = [plan_table(response, type_names, max_rows), "", stats_block(response.stats)]
+    parts = [plan_table(response, type_names, max_rows)]
+    if response.plan.colocated:
+        parts += ["", colocation_table(response, max_rows)]
+    parts += ["", stats_block(response.stats)]
     if response.stats.termination != service_pb.TERMINATION_REASON_OPTIMAL:
         reason = termination_name(response.stats.termination)
         parts += ["", f"note: the solve ended with termination {reason!r}, not a proven optimum"]

@@ -1,0 +1,126 @@
+"""Max-min fairness with space sharing: apportion against the plain per-pair cvxpy form.
+
+    python benchmarks/space_sharing.py [--sizes 512 2048] [--reference-max 512]
+
+Workload: Gavel-like catalog (26 job types x 4 scale factors over 3 types, identical rows
+within an entry) with co-location throughputs per job-type pair: each job keeps a factor in
+[0.3, 0.9] of its isolated throughput when sharing (combined normalized throughput 0.6-1.8,
+about the reference table's spread). apportion solves the job-type formulation (A2.3 groups);
+the reference is A2.2 written per job pair and vectorized in cvxpy (Clarabel), run only up to
+--reference-max jobs (it has m(m-1)/2 pair variables per type). Peak memory is the process's
+maximum resident set size after apportion's solve, before the reference runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from dataclasses import replace
+
+import cvxpy as cp
+import numpy as np
+import scipy.sparse as sp
+
+from apportion.datasets.synthetic import catalog_problem, make_catalog
+from apportion.solver.model import Colocations, PolicyRequest, Problem
+from apportion.solver.parameters import MaxMinFairnessParameters
+from apportion.solver.solve import solve
+
+
+def workload(num_jobs: int, seed: int = 0) -> Problem:
+    catalog = make_catalog(seed=seed)
+    problem = catalog_problem(num_jobs, seed=seed, catalog=catalog)
+    thr = problem.jobs.throughput
+    # Job type = catalog entry (identical row and scale factor).
+    _, entry = np.unique(np.column_stack([thr, problem.jobs.scale_factor]), axis=0,
+                         return_inverse=True)
+    entry = entry.reshape(-1)
+    kinds = int(entry.max()) + 1
+    base = np.zeros((kinds, thr.shape[1]))
+    base[entry] = thr
+    rng = np.random.default_rng(seed + 7)
+    ratio = rng.uniform(0.3, 0.9, (kinds, kinds))
+    type_a, type_b, rows_a, rows_b = [], [], [], []
+    for u in range(kinds):
+        for v in range(u, kinds):
+            type_a.append(f"e{u}")
+            type_b.append(f"e{v}")
+            rows_a.append(ratio[u, v] * base[u])
+            rows_b.append(ratio[v, u] * base[v] if u != v else ratio[u, v] * base[v])
+    n = thr.shape[1]
+    coloc = Colocations(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, n)),
+                        np.zeros((0, n)), tuple(type_a), tuple(type_b), np.array(rows_a),
+                        np.array(rows_b))
+    jobs = replace(problem.jobs, job_type=tuple(f"e{k}" for k in entry))
+    return replace(problem, jobs=jobs, colocations=coloc)
+
+
+def reference(problem: Problem) -> tuple[float, float]:
+    """(t*, seconds) of A2.2 per job pair, vectorized cvxpy + Clarabel."""
+    started = time.perf_counter()
+    jobs, coloc = problem.jobs, problem.colocations
+    assert coloc is not None
+    thr = jobs.throughput
+    m, n = thr.shape
+    W = problem.cluster.count.astype(float)
+    s = jobs.scale_factor.astype(float)
+    prop = thr @ W / W.sum()
+    scale = s / (jobs.priority_weight * prop)
+    index = {(a, b): q for q, (a, b) in enumerate(zip(coloc.type_a, coloc.type_b, strict=True))}
+    ia, ib = np.triu_indices(m, k=1)
+    same = jobs.scale_factor[ia] == jobs.scale_factor[ib]
+    ia, ib = ia[same], ib[same]
+    pa = np.zeros((ia.size, n))
+    pb = np.zeros((ia.size, n))
+    for p, (a, b) in enumerate(zip(ia, ib, strict=True)):
+        ta, tb = jobs.job_type[a], jobs.job_type[b]
+        if (ta, tb) in index:
+            q = index[(ta, tb)]
+            pa[p], pb[p] = coloc.type_throughput_a[q], coloc.type_throughput_b[q]
+        else:
+            q = index[(tb, ta)]
+            pa[p], pb[p] = coloc.type_throughput_b[q], coloc.type_throughput_a[q]
+        if ta == tb:
+            pa[p] = pb[p] = (coloc.type_throughput_a[q] + coloc.type_throughput_b[q]) / 2
+    P = ia.size
+    inc_a = sp.csr_matrix((np.ones(P), (ia, np.arange(P))), shape=(m, P))
+    inc_b = sp.csr_matrix((np.ones(P), (ib, np.arange(P))), shape=(m, P))
+    x = cp.Variable((m, n), nonneg=True)
+    y = cp.Variable((P, n), nonneg=True)
+    t = cp.Variable()
+    level = (cp.sum(cp.multiply(thr, x), axis=1) + inc_a @ cp.sum(cp.multiply(pa, y), axis=1)
+             + inc_b @ cp.sum(cp.multiply(pb, y), axis=1))
+    budget = cp.sum(x, axis=1) + (inc_a + inc_b) @ cp.sum(y, axis=1)
+    cons = [t <= cp.multiply(scale, level), budget <= 1, s @ x + s[ia] @ y <= W]
+    value = cp.Problem(cp.Maximize(t), cons).solve(solver=cp.CLARABEL)
+    return float(value), time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[512, 2048])
+    parser.add_argument("--reference-max", type=int, default=512)
+    args = parser.parse_args()
+    print(f"{'jobs':>6s} {'apportion s':>12s} {'peak MiB':>9s} {'reference s':>12s} "
+          f"{'ratio':>7s} {'rel. diff':>9s} {'status':>8s} {'gap':>8s}  model")
+    for size in args.sizes:
+        problem = workload(size)
+        started = time.perf_counter()
+        plan = solve(problem, PolicyRequest("weighted_max_min_fairness",
+                                            MaxMinFairnessParameters(space_sharing=True)))
+        elapsed = time.perf_counter() - started
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        cert = plan.certificate
+        ours = float(cert.objective or 0.0)
+        if size <= args.reference_max:
+            ref, ref_s = reference(problem)
+            ref_text = f"{ref_s:12.3f} {ref_s / elapsed:6.0f}x {abs(ours - ref) / ref:9.1e}"
+        else:
+            ref_text = f"{'skipped':>12s} {'-':>7s} {'-':>9s}"
+        print(f"{size:6d} {elapsed:12.3f} {peak:9.0f} {ref_text} {cert.termination!s:>8s} "
+              f"{cert.gap or 0:8.1e}  {cert.model_size.variables} vars", flush=True)
+
+
+if __name__ == "__main__":
+    main()
