@@ -78,7 +78,7 @@ from importlib.metadata import version
 
 import numpy as np
 
-from apportion.formulations.lp import new_highs
+from apportion.formulations.lp import new_highs, set_threads
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import AlloxParameters
 from apportion.solver.result import (
@@ -182,7 +182,7 @@ def _solve_lp(
     allowed = np.isfinite(P)[:, slot_group]
     rows, cols = np.nonzero(allowed)
     cost = base[slot_group[cols]] + slot_k[cols] * P[rows, slot_group[cols]]
-    scale = float(cost.max()) if cost.size else 1.0
+    scale = 1.0  # unscaled: HiGHS tolerances are absolute, costs are seconds
     scale = scale if scale > 0 else 1.0
     nvar = rows.size
     highs = new_highs()
@@ -194,8 +194,7 @@ def _solve_lp(
     highs.setOptionValue("dual_feasibility_tolerance", 1e-10)
     if time_limit_s > 0:
         highs.setOptionValue("time_limit", float(time_limit_s))
-    if threads > 0:
-        highs.setOptionValue("threads", int(threads))
+    set_threads(highs, threads)
     lp = highspy.HighsLp()
     lp.num_col_ = nvar
     lp.num_row_ = N + S
@@ -211,8 +210,19 @@ def _solve_lp(
     highs.passModel(lp)
     started = time.perf_counter()
     highs.run()
-    elapsed = time.perf_counter() - started
     model_status = highs.getModelStatus()
+    if model_status not in (
+        highspy.HighsModelStatus.kOptimal,
+        highspy.HighsModelStatus.kTimeLimit,
+        highspy.HighsModelStatus.kInfeasible,
+    ):
+        # The interior point can stall on small degenerate instances (status "Unknown" at
+        # these tolerances); simplex always settles them.
+        highs.setOptionValue("solver", "simplex")
+        highs.clearSolver()
+        highs.run()
+        model_status = highs.getModelStatus()
+    elapsed = time.perf_counter() - started
     if model_status == highspy.HighsModelStatus.kOptimal:
         status = "optimal"
     elif model_status == highspy.HighsModelStatus.kTimeLimit:

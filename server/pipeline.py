@@ -16,13 +16,17 @@ def solve_request(
     """Validate, solve and convert. Raises `ValidationError` for malformed requests.
 
     `time_limit_cap_s` (s, 0 = none) caps the request's own time limit; the server passes the
-    call deadline minus its safety margin here.
+    call deadline minus its safety margin here. The limit counts from the call: time spent
+    validating is deducted from what the policy gets (at least 1 ms, so the policy still
+    answers with an explicit termination instead of not running).
     """
     started = time.perf_counter()
     problem, policy, options = request_to_model(request)
     limit = options.time_limit_s
     if time_limit_cap_s > 0:
         limit = min(limit, time_limit_cap_s) if limit > 0 else time_limit_cap_s
-        options = replace(options, time_limit_s=limit)
+    if limit > 0:
+        remaining = max(1e-3, limit - (time.perf_counter() - started))
+        options = replace(options, time_limit_s=remaining)
     plan = solve(problem, policy, options)
     return plan_to_response(plan, problem, policy, time.perf_counter() - started, limit)
