@@ -78,7 +78,7 @@ from importlib.metadata import version
 
 import numpy as np
 
-from apportion.formulations.lp import new_highs, set_threads
+from apportion.formulations.lp import new_highs
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import AlloxParameters
 from apportion.solver.result import (
@@ -185,16 +185,12 @@ def _solve_lp(
     scale = 1.0  # unscaled: HiGHS tolerances are absolute, costs are seconds
     scale = scale if scale > 0 else 1.0
     nvar = rows.size
-    highs = new_highs()
-    highs.setOptionValue("output_flag", False)
+    highs = new_highs(threads, time_limit_s)
     # Interior point + crossover (a vertex): 3-6x faster than simplex on 10^4-10^5 arcs here.
     highs.setOptionValue("solver", "ipm")
     highs.setOptionValue("run_crossover", "on")
     highs.setOptionValue("primal_feasibility_tolerance", 1e-10)
     highs.setOptionValue("dual_feasibility_tolerance", 1e-10)
-    if time_limit_s > 0:
-        highs.setOptionValue("time_limit", float(time_limit_s))
-    set_threads(highs, threads)
     lp = highspy.HighsLp()
     lp.num_col_ = nvar
     lp.num_row_ = N + S

@@ -98,8 +98,9 @@ def _solve_clarabel(
 _quiet_highs_done = False
 
 
-def new_highs(threads: int = 0) -> Any:
-    """A highspy.Highs instance asking for `threads` (0 = HiGHS's default; see `set_threads`).
+def new_highs(threads: int = 0, time_limit_s: float = 0.0) -> Any:
+    """A quiet highspy.Highs instance asking for `threads` (0 = HiGHS's default; see
+    `set_threads`) with a wall-clock limit of `time_limit_s` (s; 0 = none).
 
     Create every HiGHS object through this. The first construction in a process prints a
     banner on the C stdout (before any option can be set), which would corrupt
@@ -121,6 +122,8 @@ def new_highs(threads: int = 0) -> Any:
             os.close(saved)
             os.close(devnull)
             _quiet_highs_done = True
+    if time_limit_s > 0:
+        highs.setOptionValue("time_limit", float(time_limit_s))
     set_threads(highs, threads)
     return highs
 
@@ -148,14 +151,11 @@ def _solve_highs(
     import highspy
 
     rows, cols = a_matrix.shape
-    highs = new_highs()
+    highs = new_highs(threads, time_limit_s)
     highs.setOptionValue("output_flag", False)
     highs.setOptionValue("solver", "simplex")
     highs.setOptionValue("primal_feasibility_tolerance", 1e-10)
     highs.setOptionValue("dual_feasibility_tolerance", 1e-10)
-    if time_limit_s > 0:
-        highs.setOptionValue("time_limit", float(time_limit_s))
-    set_threads(highs, threads)
     lp = highspy.HighsLp()
     lp.num_col_ = cols
     lp.num_row_ = rows

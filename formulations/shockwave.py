@@ -60,7 +60,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from apportion.formulations.lp import new_highs, set_threads
+from apportion.formulations.lp import new_highs
 from apportion.formulations.shockwave_predict import (
     equal_share,
     interpolated_epoch_s,
@@ -180,14 +180,10 @@ def _run(
 ) -> tuple[Any, float]:
     import highspy
 
-    highs = new_highs()
-    highs.setOptionValue("output_flag", False)
+    highs = new_highs(threads, time_limit_s)
     highs.setOptionValue("mip_rel_gap", float(gap))
     highs.setOptionValue("mip_abs_gap", 0.0 if gap == 0 else 1e-6)
     highs.setOptionValue("random_seed", 0)
-    if time_limit_s > 0:
-        highs.setOptionValue("time_limit", float(time_limit_s))
-    set_threads(highs, threads)
     lp = highspy.HighsLp()
     lp.num_col_ = num_col
     lp.num_row_ = A.shape[0]

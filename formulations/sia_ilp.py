@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from apportion.formulations.lp import new_highs, set_threads
+from apportion.formulations.lp import new_highs
 from apportion.solver.model import FloatArray, IntArray
 from apportion.solver.result import ModelSize
 
@@ -250,13 +250,9 @@ def solve_highs(
     lp.a_matrix_.value_ = matrix.data
     if not relax:
         lp.integrality_ = [highspy.HighsVarType.kInteger] * k
-    highs = new_highs()
-    highs.setOptionValue("output_flag", False)
+    highs = new_highs(threads, time_limit_s)
     highs.setOptionValue("mip_rel_gap", float(relative_gap))
     highs.setOptionValue("mip_abs_gap", 1e-9)
-    if time_limit_s > 0:
-        highs.setOptionValue("time_limit", float(time_limit_s))
-    set_threads(highs, threads)
     highs.passModel(lp)
     solve_started = time.perf_counter()
     highs.run()
