@@ -56,6 +56,32 @@ class PolicySpec:
 
 _POLICIES: tuple[PolicySpec, ...] = (
     PolicySpec(
+        name="weighted_max_min_fairness",
+        description=(
+            "Heterogeneity-aware max-min fairness of normalized throughput with priority weights "
+            "and scale factors (Gavel's LAS, formulations.md A2.1): maximize the smallest level "
+            "s_i/w_i * throughput_i(X)/proportional_share_i. Exact LP optimum with a dual "
+            "certificate."
+        ),
+        parameters_type=MaxMinFairnessParameters,
+        parameters_message="apportion.v1.MaxMinFairnessParameters",
+        parameters_field="max_min_fairness",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "jobs[].priority_weight",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.max_min_fairness:solve_policy",
+        aliases={
+            "max_min_fairness_perf": {"heterogeneity_agnostic": False},
+            "max_min_fairness": {"heterogeneity_agnostic": True},
+            "las": {"heterogeneity_agnostic": False},
+            "max_min_fairness_packed": {"heterogeneity_agnostic": False, "space_sharing": True},
+        },
+    ),
+    PolicySpec(
         name="hierarchical_max_min_fairness",
         description=(
             "Lexicographic (water-filling) max-min fairness of weighted normalized throughput "
@@ -80,32 +106,6 @@ _POLICIES: tuple[PolicySpec, ...] = (
         aliases={
             "max_min_fairness_water_filling_perf": {"heterogeneity_agnostic": False},
             "max_min_fairness_water_filling": {"heterogeneity_agnostic": True},
-        },
-    ),
-    PolicySpec(
-        name="weighted_max_min_fairness",
-        description=(
-            "Heterogeneity-aware max-min fairness of normalized throughput with priority weights "
-            "and scale factors (Gavel's LAS, formulations.md A2.1): maximize the smallest level "
-            "s_i/w_i * throughput_i(X)/proportional_share_i. Exact LP optimum with a dual "
-            "certificate."
-        ),
-        parameters_type=MaxMinFairnessParameters,
-        parameters_message="apportion.v1.MaxMinFairnessParameters",
-        parameters_field="max_min_fairness",
-        required_inputs=(
-            "cluster.accelerator_types[].count",
-            "jobs[].throughput",
-            "jobs[].scale_factor",
-            "jobs[].priority_weight",
-        ),
-        maximize=True,
-        entry_point="apportion.formulations.max_min_fairness:solve_policy",
-        aliases={
-            "max_min_fairness_perf": {"heterogeneity_agnostic": False},
-            "max_min_fairness": {"heterogeneity_agnostic": True},
-            "las": {"heterogeneity_agnostic": False},
-            "max_min_fairness_packed": {"heterogeneity_agnostic": False, "space_sharing": True},
         },
     ),
     PolicySpec(
