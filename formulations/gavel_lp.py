@@ -24,7 +24,11 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from apportion.formulations.lp import LPResult, solve_lp
-from apportion.formulations.normalizers import proportional_throughput
+from apportion.formulations.normalizers import (
+    isolated_share,
+    proportional_throughput,
+    repair_time_share,
+)
 from apportion.solver.model import (
     Compat,
     FloatArray,
@@ -48,7 +52,6 @@ DEFAULT_GAP = 1e-6
 """Relative gap below which a solve is reported OPTIMAL."""
 FTF_PRECISION = 1e-7
 """Finish-time fairness stops when (hi - lo) <= FTF_PRECISION * hi."""
-ZERO = 1e-9
 LEVELS_GAP = 1e-7
 """Certified gap above which an active-set z-LP answer is replaced by a HiGHS solve."""
 LEVELS_ABOVE = 1000
@@ -152,13 +155,7 @@ def repair(cells: Cells, X: FloatArray) -> tuple[FloatArray, float]:
         float(np.max((cells.s @ raw - cells.W) / np.maximum(cells.W, 1.0), initial=0.0)),
     )
     viol = abs(max(0.0, viol))  # never -0.0
-    out = np.clip(raw, 0.0, 1.0)
-    out[out < ZERO] = 0.0
-    out /= np.maximum(1.0, out.sum(axis=1, keepdims=True))
-    use = cells.s @ out
-    scale = np.where(use > cells.W, cells.W / np.maximum(use, 1e-300), 1.0)
-    out *= scale[None, :]
-    return np.asarray(out, dtype=np.float64), viol
+    return repair_time_share(raw, allowed, cells.s, cells.W), viol
 
 
 def lagrangian_bound(
@@ -188,12 +185,7 @@ def thrmax(cells: Cells) -> FloatArray:
 
 def isolated_throughput(T: FloatArray, s: FloatArray, W: FloatArray) -> FloatArray:
     """iso_i with Gavel's formula over the given jobs (A1.3), blocked cells included."""
-    m = T.shape[0]
-    if m == 0:
-        return np.zeros(0)
-    share = (W[None, :] / m) / s[:, None]
-    share = share / np.maximum(1.0, share.sum(axis=1, keepdims=True))
-    return np.asarray((T * share).sum(axis=1), dtype=np.float64)
+    return np.asarray((T * isolated_share(s, W, T.shape[0])).sum(axis=1), dtype=np.float64)
 
 
 def _solver(options: SolveOptions) -> SolverPreference:
@@ -839,8 +831,7 @@ def solve_finish_time_fairness(
     cap = thrmax(cells)
     act = data.active
     lo = float(np.max((data.t[act] + data.R[act] / cap[act]) / data.D[act]))
-    share = (cells.W[None, :] / act.sum()) / cells.s[:, None]
-    share = share / np.maximum(1.0, share.sum(axis=1, keepdims=True))
+    share = isolated_share(cells.s, cells.W, int(act.sum()))
     X_best, _ = repair(cells, np.where(act[:, None], share, 0.0))
     hi = float(np.max(rho(data, np.einsum("ij,ij->i", T, X_best))))
     model = ZModel(cells, cap)

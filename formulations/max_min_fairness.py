@@ -39,7 +39,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from apportion.formulations.lp import LPResult, solve_lp
-from apportion.formulations.normalizers import proportional_throughput
+from apportion.formulations.normalizers import proportional_throughput, repair_time_share
 from apportion.solver.model import (
     Compat,
     FloatArray,
@@ -597,13 +597,7 @@ def certify(
     """Repair X onto the feasible set and (y, pi) onto the dual feasible set of the per-job LP;
     return the primal objective (min level) and the dual bound (A2.1 dual)."""
     allowed = a > 0
-    X = np.where(allowed, np.clip(X, 0.0, 1.0), 0.0)
-    X[X < 1e-9] = 0.0  # A1.4: tiny entries are solver noise
-    X /= np.maximum(1.0, X.sum(axis=1, keepdims=True))
-    use = s @ X
-    with np.errstate(divide="ignore", invalid="ignore"):
-        factor = np.where(use > W, W / np.where(use > 0, use, 1.0), 1.0)
-    X *= factor[None, :]
+    X = repair_time_share(X, allowed, s, W)
     levels = np.einsum("ij,ij->i", a, X)
     violation = max(
         float(np.max(s @ X - W, initial=0.0)),

@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 
 from apportion.formulations.lp import solve_lp
 from apportion.formulations.max_min_fairness import certify, level_coefficients
+from apportion.formulations.normalizers import repair_time_share
 from apportion.solver.model import (
     Compat,
     FloatArray,
@@ -243,13 +244,12 @@ def solve_policy(
         at_cap = np.all(np.abs(cap_level[newly] - t) <= 1e-7 * max(t, 1e-12))
         if fixed_weights and at_cap:
             batch = max(batch, 8)
-    X = np.where(u_coef > 0, np.clip(X, 0.0, 1.0), 0.0)
-    X[X < 1e-9] = 0.0
-    X /= np.maximum(1.0, X.sum(axis=1, keepdims=True))
-    use = s @ X
-    X *= np.where(use > W, W / np.where(use > 0, use, 1.0), 1.0)[None, :]
+    X = repair_time_share(X, u_coef > 0, s, W)
     normalized = np.einsum("ij,ij->i", u_coef, X)
-    violation = max(float(np.max(use - W, initial=0.0)), 0.0)
+    violation = max(  # of the returned plan, after the repair
+        float(np.max(s @ X - W, initial=0.0)),
+        float(np.max(X.sum(axis=1) - 1.0, initial=0.0)),
+    )
     if status == "optimal":
         termination = Termination.OPTIMAL
     elif status == "time_limit":
