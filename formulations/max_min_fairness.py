@@ -404,7 +404,7 @@ def _solve_uncongested(lp: LevelProblem) -> LevelSolution | None:
         return None
     share = u / best_level
     use = np.bincount(best_type, weights=lp.k * lp.s * share, minlength=n)
-    if np.any(use > lp.W * (1 - 1e-12)):
+    if np.any(use > lp.W):  # using exactly W is feasible
         return None
     X = np.zeros((m, n))
     X[np.arange(m), best_type] = share
