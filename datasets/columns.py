@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import json
 import math
 import warnings
 from collections.abc import Iterator, Sequence
@@ -51,6 +52,15 @@ def open_text(path: str | Path) -> IO[str]:
     if p.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", newline="")
     return open(p, encoding="utf-8", newline="")
+
+
+def load_json(path: str | Path) -> Any:
+    """A whole JSON document (`.gz` allowed); a syntax error names the file and line."""
+    with open_text(path) as fh:
+        try:
+            return json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(str(path), exc.lineno, "", f"invalid JSON: {exc.msg}") from None
 
 
 def _scalar(kind: Kind, text: str) -> Any:

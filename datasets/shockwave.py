@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from apportion.datasets.columns import open_text
+from apportion.datasets.columns import load_json
 from apportion.datasets.errors import TraceFormatError
 
 REQUIRED = ("job_id", "scale_factor", "num_epochs", "bs_every_epoch", "duration_every_epoch_s")
@@ -38,11 +38,7 @@ class EpochProfile:
 
 def read_shockwave_profiles(path: str | Path) -> list[EpochProfile]:
     spath = str(path)
-    with open_text(path) as fh:
-        try:
-            data = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(spath, exc.lineno, "", f"invalid JSON: {exc.msg}") from None
+    data = load_json(path)
     if not isinstance(data, list):
         raise TraceFormatError(spath, 0, "", "expected a JSON list of job profiles")
     out = []

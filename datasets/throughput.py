@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apportion.datasets.columns import open_text
+from apportion.datasets.columns import load_json
 from apportion.datasets.errors import TraceFormatError
 
 JobKey = tuple[str, int]
@@ -72,11 +72,7 @@ def _parse_key(text: str, path: str, where: str) -> JobKey:
 def read_gavel_throughputs(path: str | Path, *, pairs: bool = True) -> ThroughputTable:
     """Read a Gavel-schema throughput JSON (optionally skipping the pair entries)."""
     spath = str(path)
-    with open_text(path) as fh:
-        try:
-            data = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise TraceFormatError(spath, exc.lineno, "", f"invalid JSON: {exc.msg}") from None
+    data = load_json(path)
     if not isinstance(data, dict):
         raise TraceFormatError(spath, 0, "", "expected an object {worker_type: {...}}")
     isolated: dict[JobKey, dict[str, float]] = {}
