@@ -353,7 +353,8 @@ def solve_packed(problem: Problem, params: MaxMinFairnessParameters, compat: Com
     pair_steps += np.bincount(lp.pair_h, lp.c_h * X * pairs.thr_h[lp.pp, lp.pj], minlength=G)
     effective = (np.einsum("ij,ij->i", problem.jobs.throughput, single[groups.group])
                  + pair_steps[groups.group])
-    members = [np.flatnonzero(groups.group == g) for g in range(G)]
+    order = np.argsort(groups.group, kind="stable")  # jobs of each group, one sort
+    members = np.split(order, np.cumsum(groups.size.astype(np.int64))[:-1])
     colocated: list[tuple[int, int, int, float]] = []
     for cell in np.flatnonzero(X > 0):
         g, h, j = int(lp.pair_g[cell]), int(lp.pair_h[cell]), int(lp.pj[cell])
