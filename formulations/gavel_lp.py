@@ -747,17 +747,18 @@ def rhs_at(data: FtfData, level: float) -> FloatArray:
     )
 
 
-def infeasible_below(data: FtfData, z: ZResult, level: float) -> float:
+def infeasible_below(data: FtfData, y_all: FloatArray, bound: float, level: float) -> float:
     """Largest rho' proven infeasible by the multipliers of the z-LP at `level`.
 
-    The clipped multipliers (pi, sigma, y) with value V = z.bound satisfy, for any rho',
+    The clipped multipliers (pi, sigma, y = `y_all`, on the rows b_i z - thr_i <= 0) with
+    value V = `bound` (the z-LP's dual bound) satisfy, for any rho',
     z*(rho') <= V / sum_i y_i b_i(rho') (same dual point, scaled). So every rho' with
     sum_i y_i b_i(rho') > V is infeasible; the sum decreases in rho', so the set is an interval
     (-inf, root). Returns the root found by bisection (a proven lower bound on rho*)."""
-    use = data.active & (z.y > 0)
+    use = data.active & (y_all > 0)
     if not use.any():
         return 0.0
-    y, R, D, t = z.y[use], data.R[use], data.D[use], data.t[use]
+    y, R, D, t = y_all[use], data.R[use], data.D[use], data.t[use]
     lo = float(np.max(t / D))
     hi = max(level, lo)
 
@@ -765,10 +766,17 @@ def infeasible_below(data: FtfData, z: ZResult, level: float) -> float:
         denom = r * D - t
         if np.any(denom <= 0):
             return math.inf
-        return float(np.sum(y * R / denom)) - z.bound
+        return float(np.sum(y * R / denom)) - bound
 
-    if excess(hi) > 0:
-        return hi
+    if excess(hi) > 0:  # the root is above `level`: walk up until the proof fails
+        step = max(hi - lo, 1e-9 * hi)
+        lo = hi
+        hi = lo + step
+        while excess(hi) > 0:
+            lo, step = hi, 2.0 * step
+            hi = lo + step
+            if not math.isfinite(hi):
+                return lo
     for _ in range(200):
         mid = 0.5 * (lo + hi)
         if excess(mid) > 0:
@@ -843,7 +851,9 @@ def solve_finish_time_fairness(
     y_best = np.zeros(m)
     pi_best = np.zeros(n)
     termination = Termination.OPTIMAL
+    tolerance = options.relative_gap or DEFAULT_GAP
     while hi - lo > FTF_PRECISION * hi:
+        width = hi - lo
         if time.perf_counter() > deadline:
             termination = Termination.FEASIBLE
             break
@@ -855,12 +865,18 @@ def solve_finish_time_fairness(
             termination = Termination.FEASIBLE if z.status == "time_limit" else Termination.ERROR
             break
         cand = float(np.max(rho(data, np.einsum("ij,ij->i", T, z.X))))
-        if cand < hi:
+        progress = cand < hi
+        if progress:
             hi, X_best, viol = cand, z.X, z.violation
-        proven = infeasible_below(data, z, level)
+        proven = infeasible_below(data, z.y, z.bound, level)
         if proven > lo:
+            progress = True
             lo = min(proven, hi)
             y_best, pi_best = z.y, z.pi
+        if not progress:  # the same level again would repeat this LP: the bracket is final
+            break
+        if hi - lo > 0.99 * width and _gap(hi, lo) <= tolerance:
+            break  # stalled at the solver's precision, already within the tolerance
         level = lo + STEP * (hi - lo)
         if lps > 200:
             termination = Termination.OPTIMAL_INACCURATE

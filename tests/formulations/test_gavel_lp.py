@@ -486,6 +486,25 @@ def test_ftf_matches_inv_pos_reference_and_certificate(prob: Problem, gavel: boo
     np.testing.assert_allclose(plan.isolated_throughput, iso, rtol=1e-12)
 
 
+def test_ftf_bracket_closes_when_the_proof_lies_above_the_level() -> None:
+    """Regression: the dual of a z-LP at an infeasible level proves infeasibility up to a
+    root *above* that level; the lower bound used to stop at the level itself, so the bracket
+    closed by 5% a step and ended OPTIMAL_INACCURATE after 200 LPs on this instance."""
+    prob = make_problem(["t0"], [3], [[1.0]] * 5, [1] * 5, [1.0, 1.0, 1.0, 1.0, 2.0])
+    elapsed = np.array([400.0, 50.0, 50.0, 0.0, 0.0])
+    prob = replace(
+        prob,
+        time_s=1000.0,
+        jobs=replace(prob.jobs, total_steps=np.array([1000.0, 250.0, 250.0, 100.0, 100.0]),
+                     arrival_time_s=1000.0 - elapsed),
+        history=replace(prob.history, cumulative_isolated_time_s=elapsed / 2),
+    )
+    plan = run(prob, "themis_finish_time_fairness", FinishTimeFairnessParameters())
+    assert plan.certificate.termination is Termination.OPTIMAL
+    assert plan.certificate.gap is not None and plan.certificate.gap <= 1e-6
+    assert plan.certificate.objective == pytest.approx(ftf_inv_pos(inst_of(prob)), rel=1e-6)
+
+
 @given(problems(max_jobs=5), st.sampled_from([0.1, 4.0]), st.sampled_from([0.5, 8.0]))
 def test_ftf_unit_changes(prob: Problem, alpha: float, time_unit: float) -> None:
     base = run(prob, "themis_finish_time_fairness", FinishTimeFairnessParameters())
