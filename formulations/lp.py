@@ -1,8 +1,9 @@
 """Thin, solver-neutral LP plumbing: a sparse LP in inequality form solved by Clarabel
 (interior point) or HiGHS (dual simplex), returning primal values and row duals.
 
-Form: maximize c @ x  subject to  A @ x <= b,  x >= 0.  Duals returned are >= 0 (the
-multipliers of the rows in the maximization's Lagrangian).
+Form: maximize c @ x  subject to  A @ x <= b,  x >= 0, where the last `equalities` rows of A
+are equalities (A @ x = b there). Duals returned are >= 0 on inequality rows (the multipliers
+of the rows in the maximization's Lagrangian) and of either sign on equality rows.
 """
 
 from __future__ import annotations
@@ -40,15 +41,19 @@ def solve_lp(
     solver: SolverPreference = SolverPreference.CLARABEL,
     time_limit_s: float = 0.0,
     threads: int = 0,
+    equalities: int = 0,
+    highs_method: str = "simplex",
 ) -> LPResult:
-    """Solve max c@x s.t. A@x <= b, x >= 0."""
+    """Solve max c@x s.t. A@x <= b (the last `equalities` rows: A@x = b), x >= 0.
+    `highs_method`: HiGHS's "simplex" or "ipm" (interior point with crossover: a vertex)."""
     if solver is SolverPreference.HIGHS:
-        return _solve_highs(c, a_matrix, b, time_limit_s, threads)
-    return _solve_clarabel(c, a_matrix, b, time_limit_s)
+        return _solve_highs(c, a_matrix, b, time_limit_s, threads, equalities, highs_method)
+    return _solve_clarabel(c, a_matrix, b, time_limit_s, equalities)
 
 
 def _solve_clarabel(
-    c: FloatArray, a_matrix: sp.csc_matrix, b: FloatArray, time_limit_s: float
+    c: FloatArray, a_matrix: sp.csc_matrix, b: FloatArray, time_limit_s: float,
+    equalities: int = 0,
 ) -> LPResult:
     import clarabel
 
@@ -65,9 +70,12 @@ def _solve_clarabel(
     if time_limit_s > 0:
         settings.time_limit = time_limit_s
     started = time.perf_counter()
-    solver = clarabel.DefaultSolver(
-        sp.csc_matrix((cols, cols)), -c, g, h, [clarabel.NonnegativeConeT(rows + cols)], settings
-    )
+    if equalities:
+        cones = [clarabel.NonnegativeConeT(rows - equalities), clarabel.ZeroConeT(equalities),
+                 clarabel.NonnegativeConeT(cols)]
+    else:
+        cones = [clarabel.NonnegativeConeT(rows + cols)]
+    solver = clarabel.DefaultSolver(sp.csc_matrix((cols, cols)), -c, g, h, cones, settings)
     solution = solver.solve()
     elapsed = time.perf_counter() - started
     status_text = str(solution.status)
@@ -146,14 +154,15 @@ def set_threads(highs: Any, threads: int) -> None:
 
 
 def _solve_highs(
-    c: FloatArray, a_matrix: sp.csc_matrix, b: FloatArray, time_limit_s: float, threads: int
+    c: FloatArray, a_matrix: sp.csc_matrix, b: FloatArray, time_limit_s: float, threads: int,
+    equalities: int = 0, method: str = "simplex",
 ) -> LPResult:
     import highspy
 
     rows, cols = a_matrix.shape
     highs = new_highs(threads, time_limit_s)
     highs.setOptionValue("output_flag", False)
-    highs.setOptionValue("solver", "simplex")
+    highs.setOptionValue("solver", method)
     highs.setOptionValue("primal_feasibility_tolerance", 1e-10)
     highs.setOptionValue("dual_feasibility_tolerance", 1e-10)
     lp = highspy.HighsLp()
@@ -162,7 +171,10 @@ def _solve_highs(
     lp.col_cost_ = -c
     lp.col_lower_ = np.zeros(cols)
     lp.col_upper_ = np.full(cols, highspy.kHighsInf)
-    lp.row_lower_ = np.full(rows, -highspy.kHighsInf)
+    row_lower = np.full(rows, -highspy.kHighsInf)
+    if equalities:
+        row_lower[rows - equalities:] = b[rows - equalities:]
+    lp.row_lower_ = row_lower
     lp.row_upper_ = b
     csc = sp.csc_matrix(a_matrix)
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
