@@ -353,6 +353,11 @@ class JobAllocation(_message.Message):
     SLO_SHORTFALL_FIELD_NUMBER: _builtins.int
     SPENDING_FIELD_NUMBER: _builtins.int
     REFERENCE_FINISH_TIME_S_FIELD_NUMBER: _builtins.int
+    REFERENCE_ESTIMATE_S_FIELD_NUMBER: _builtins.int
+    REFERENCE_ESTIMATE_TIME_S_FIELD_NUMBER: _builtins.int
+    REFERENCE_EARLIER_AVERAGE_S_FIELD_NUMBER: _builtins.int
+    REFERENCE_EARLIER_WEIGHT_S_FIELD_NUMBER: _builtins.int
+    REFERENCE_JOB_COUNT_FIELD_NUMBER: _builtins.int
     CONFIGURATION_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     status: Global___JobStatus.ValueType
@@ -387,10 +392,23 @@ class JobAllocation(_message.Message):
     """
     reference_finish_time_s: _builtins.float
     """Shockwave: the job's reference finish time F*_i after this call (absolute s on the
-    snapshot clock); send it back in history.jobs[].reference_finish_time_s. A job without one
-    in the history gets the equal-share estimate arrival + (time of the epochs done +
-    predicted remaining time) / min(1, G/n); a given value is kept as is.
+    snapshot clock); send it back in history.jobs[].reference_finish_time_s. It follows
+    Shockwave's rule (A4.6) over the state in the fields below: a new job starts at the
+    equal-share estimate arrival + (time of the epochs done + predicted remaining time) /
+    min(1, G/n). A job with only reference_finish_time_s in the history (no state) keeps it
+    until the job set changes.
     """
+    reference_estimate_s: _builtins.float
+    """Shockwave: the job's reference-finish-time state after this call (formulations.md A4.6);
+    send each back in the same-named field of history.jobs[] (numbers 40-44 there): the latest
+    equal-share estimate (absolute s), when it was made (snapshot clock, s), the time-weighted
+    mean of the earlier estimates (absolute s) and their total weight (s of time in force),
+    and the number of active jobs at the latest estimate.
+    """
+    reference_estimate_time_s: _builtins.float
+    reference_earlier_average_s: _builtins.float
+    reference_earlier_weight_s: _builtins.float
+    reference_job_count: _builtins.int
     @_builtins.property
     def time_share(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Fraction of wall-clock time the job should run on each type (X[i,j] in [0,1], summing to
@@ -429,18 +447,33 @@ class JobAllocation(_message.Message):
         slo_shortfall: _builtins.float | None = ...,
         spending: _builtins.float | None = ...,
         reference_finish_time_s: _builtins.float | None = ...,
+        reference_estimate_s: _builtins.float | None = ...,
+        reference_estimate_time_s: _builtins.float | None = ...,
+        reference_earlier_average_s: _builtins.float | None = ...,
+        reference_earlier_weight_s: _builtins.float | None = ...,
+        reference_job_count: _builtins.int | None = ...,
         configuration: Global___ConfigurationChoice | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_finish_time_s", b"_reference_finish_time_s", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "isolated_throughput", b"isolated_throughput", "queue", b"queue", "reference_finish_time_s", b"reference_finish_time_s", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "isolated_throughput", b"isolated_throughput", "queue", b"queue", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_finish_time_s", b"_reference_finish_time_s", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "dual", b"dual", "effective_throughput", b"effective_throughput", "isolated_throughput", b"isolated_throughput", "job_id", b"job_id", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "queue", b"queue", "reason", b"reason", "reference_finish_time_s", b"reference_finish_time_s", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "status", b"status", "time_share", b"time_share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "dual", b"dual", "effective_throughput", b"effective_throughput", "isolated_throughput", b"isolated_throughput", "job_id", b"job_id", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "queue", b"queue", "reason", b"reason", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "status", b"status", "time_share", b"time_share"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cumulative_isolated_time_s: _TypeAlias = _typing.Literal["cumulative_isolated_time_s"]  # noqa: Y015
     _WhichOneofArgType__cumulative_isolated_time_s: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s"]  # noqa: Y015
     _WhichOneofReturnType__isolated_throughput: _TypeAlias = _typing.Literal["isolated_throughput"]  # noqa: Y015
     _WhichOneofArgType__isolated_throughput: _TypeAlias = _typing.Literal["_isolated_throughput", b"_isolated_throughput"]  # noqa: Y015
+    _WhichOneofReturnType__reference_earlier_average_s: _TypeAlias = _typing.Literal["reference_earlier_average_s"]  # noqa: Y015
+    _WhichOneofArgType__reference_earlier_average_s: _TypeAlias = _typing.Literal["_reference_earlier_average_s", b"_reference_earlier_average_s"]  # noqa: Y015
+    _WhichOneofReturnType__reference_earlier_weight_s: _TypeAlias = _typing.Literal["reference_earlier_weight_s"]  # noqa: Y015
+    _WhichOneofArgType__reference_earlier_weight_s: _TypeAlias = _typing.Literal["_reference_earlier_weight_s", b"_reference_earlier_weight_s"]  # noqa: Y015
+    _WhichOneofReturnType__reference_estimate_s: _TypeAlias = _typing.Literal["reference_estimate_s"]  # noqa: Y015
+    _WhichOneofArgType__reference_estimate_s: _TypeAlias = _typing.Literal["_reference_estimate_s", b"_reference_estimate_s"]  # noqa: Y015
+    _WhichOneofReturnType__reference_estimate_time_s: _TypeAlias = _typing.Literal["reference_estimate_time_s"]  # noqa: Y015
+    _WhichOneofArgType__reference_estimate_time_s: _TypeAlias = _typing.Literal["_reference_estimate_time_s", b"_reference_estimate_time_s"]  # noqa: Y015
     _WhichOneofReturnType__reference_finish_time_s: _TypeAlias = _typing.Literal["reference_finish_time_s"]  # noqa: Y015
     _WhichOneofArgType__reference_finish_time_s: _TypeAlias = _typing.Literal["_reference_finish_time_s", b"_reference_finish_time_s"]  # noqa: Y015
+    _WhichOneofReturnType__reference_job_count: _TypeAlias = _typing.Literal["reference_job_count"]  # noqa: Y015
+    _WhichOneofArgType__reference_job_count: _TypeAlias = _typing.Literal["_reference_job_count", b"_reference_job_count"]  # noqa: Y015
     _WhichOneofReturnType__remaining_steps: _TypeAlias = _typing.Literal["remaining_steps"]  # noqa: Y015
     _WhichOneofArgType__remaining_steps: _TypeAlias = _typing.Literal["_remaining_steps", b"_remaining_steps"]  # noqa: Y015
     _WhichOneofReturnType__slo_shortfall: _TypeAlias = _typing.Literal["slo_shortfall"]  # noqa: Y015
@@ -452,7 +485,17 @@ class JobAllocation(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__isolated_throughput) -> _WhichOneofReturnType__isolated_throughput | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_earlier_average_s) -> _WhichOneofReturnType__reference_earlier_average_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_earlier_weight_s) -> _WhichOneofReturnType__reference_earlier_weight_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_estimate_s) -> _WhichOneofReturnType__reference_estimate_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_estimate_time_s) -> _WhichOneofReturnType__reference_estimate_time_s | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_finish_time_s) -> _WhichOneofReturnType__reference_finish_time_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_job_count) -> _WhichOneofReturnType__reference_job_count | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__remaining_steps) -> _WhichOneofReturnType__remaining_steps | None: ...
     @_typing.overload
@@ -639,9 +682,14 @@ class RoundGrant(_message.Message):
     ACCELERATOR_TYPE_FIELD_NUMBER: _builtins.int
     DEVICES_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
+    COLOCATED_WITH_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     accelerator_type: _builtins.str
     devices: _builtins.int
+    colocated_with: _builtins.str
+    """Space sharing: id of the job that shares these devices during the round (its own grant
+    has the same accelerator_type, devices and nodes); empty = the job runs alone.
+    """
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -651,10 +699,11 @@ class RoundGrant(_message.Message):
         accelerator_type: _builtins.str = ...,
         devices: _builtins.int = ...,
         nodes: _abc.Iterable[_builtins.str] | None = ...,
+        colocated_with: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "devices", b"devices", "job_id", b"job_id", "nodes", b"nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "colocated_with", b"colocated_with", "devices", b"devices", "job_id", b"job_id", "nodes", b"nodes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61pportion/v1/policy.proto\x12\x0c\x61pportion.v1\"\xe6\x05\n\x06Policy\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x06\x63ompat\x18\x02 \x01(\x0e\x32\x14.apportion.v1.Compat\x12\x42\n\x10max_min_fairness\x18\n \x01(\x0b\x32&.apportion.v1.MaxMinFairnessParametersH\x00\x12.\n\x05\x61llox\x18\x0b \x01(\x0b\x32\x1d.apportion.v1.AlloxParametersH\x00\x12=\n\rwater_filling\x18\x0c \x01(\x0b\x32$.apportion.v1.WaterFillingParametersH\x00\x12\x46\n\x12max_sum_throughput\x18\x14 \x01(\x0b\x32(.apportion.v1.MaxSumThroughputParametersH\x00\x12\x41\n\x0f\x63ost_throughput\x18\x15 \x01(\x0b\x32&.apportion.v1.CostThroughputParametersH\x00\x12;\n\x0cmin_makespan\x18\x16 \x01(\x0b\x32#.apportion.v1.MinMakespanParametersH\x00\x12J\n\x14\x66inish_time_fairness\x18\x17 \x01(\x0b\x32*.apportion.v1.FinishTimeFairnessParametersH\x00\x12=\n\rfisher_market\x18( \x01(\x0b\x32$.apportion.v1.FisherMarketParametersH\x00\x12\x36\n\tshockwave\x18) \x01(\x0b\x32!.apportion.v1.ShockwaveParametersH\x00\x12*\n\x03sia\x18\x1e \x01(\x0b\x32\x1b.apportion.v1.SiaParametersH\x00\x12\x30\n\x06pollux\x18\x1f \x01(\x0b\x32\x1e.apportion.v1.PolluxParametersH\x00\x42\x0c\n\nparameters\"\x87\x01\n\x18MaxMinFairnessParameters\x12\x1e\n\x16heterogeneity_agnostic\x18\x01 \x01(\x08\x12\x34\n\x0c\x63\x61nonicalize\x18\x02 \x01(\x0e\x32\x1e.apportion.v1.Canonicalization\x12\x15\n\rspace_sharing\x18\x03 \x01(\x08\"/\n\x0f\x41lloxParameters\x12\x12\n\x05\x61lpha\x18\x01 \x01(\x01H\x00\x88\x01\x01\x42\x08\n\x06_alpha\"n\n\x1aMaxSumThroughputParameters\x12\x38\n\tnormalize\x18\x01 \x01(\x0e\x32%.apportion.v1.ThroughputNormalization\x12\x16\n\x0ereference_type\x18\x02 \x01(\t\"_\n\x18\x43ostThroughputParameters\x12\x10\n\x08use_slos\x18\x01 \x01(\x08\x12\x19\n\x11\x61llow_missed_slos\x18\x02 \x01(\x08\x12\x16\n\x0ereference_type\x18\x03 \x01(\t\"/\n\x15MinMakespanParameters\x12\x16\n\x0ereference_type\x18\x01 \x01(\t\"6\n\x1c\x46inishTimeFairnessParameters\x12\x16\n\x0ereference_type\x18\x01 \x01(\t\"8\n\x16WaterFillingParameters\x12\x1e\n\x16heterogeneity_agnostic\x18\x01 \x01(\x08\"E\n\x16\x46isherMarketParameters\x12+\n\x07\x62udgets\x18\x01 \x01(\x0e\x32\x1a.apportion.v1.BudgetSource\"\xa0\x02\n\x13ShockwaveParameters\x12\x1c\n\x0fplanning_rounds\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x1c\n\x0fmakespan_weight\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x1e\n\x11\x66\x61irness_exponent\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x14\n\x07rho_max\x18\x04 \x01(\x01H\x03\x88\x01\x01\x12\x37\n\tpredictor\x18\x05 \x01(\x0e\x32$.apportion.v1.RemainingTimePredictor\x12\x14\n\x0c\x64isable_fill\x18\x06 \x01(\x08\x42\x12\n\x10_planning_roundsB\x12\n\x10_makespan_weightB\x14\n\x12_fairness_exponentB\n\n\x08_rho_max\"\xa2\x01\n\x0cSolveOptions\x12\x14\n\x0ctime_limit_s\x18\x01 \x01(\x01\x12\x14\n\x0crelative_gap\x18\x02 \x01(\x01\x12\x0f\n\x07threads\x18\x03 \x01(\x05\x12\x0c\n\x04seed\x18\x04 \x01(\x03\x12.\n\x06solver\x18\x05 \x01(\x0e\x32\x1e.apportion.v1.SolverPreference\x12\x17\n\x0fschedule_rounds\x18\x06 \x01(\x05\"\xd2\x01\n\rSiaParameters\x12\x1b\n\x0e\x66\x61irness_power\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\"\n\x15no_allocation_penalty\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x15\n\x08max_gpus\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x1a\n\x12round_coefficients\x18\x04 \x01(\x08\x12\x13\n\x0bpin_running\x18\x05 \x01(\x08\x42\x11\n\x0f_fairness_powerB\x18\n\x16_no_allocation_penaltyB\x0b\n\t_max_gpus\"f\n\x10PolluxParameters\x12\x1b\n\x0e\x66\x61irness_power\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x15\n\x08max_gpus\x18\x02 \x01(\x05H\x01\x88\x01\x01\x42\x11\n\x0f_fairness_powerB\x0b\n\t_max_gpus*X\n\x06\x43ompat\x12\x16\n\x12\x43OMPAT_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x43OMPAT_GAVEL\x10\x01\x12\x14\n\x10\x43OMPAT_SHOCKWAVE\x10\x02\x12\x0e\n\nCOMPAT_SIA\x10\x03*\x91\x01\n\x17ThroughputNormalization\x12(\n$THROUGHPUT_NORMALIZATION_UNSPECIFIED\x10\x00\x12!\n\x1dTHROUGHPUT_NORMALIZATION_NONE\x10\x01\x12)\n%THROUGHPUT_NORMALIZATION_PROPORTIONAL\x10\x02*i\n\x0c\x42udgetSource\x12\x1d\n\x19\x42UDGET_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x42UDGET_SOURCE_EQUAL\x10\x01\x12!\n\x1d\x42UDGET_SOURCE_PRIORITY_WEIGHT\x10\x02*\x8f\x01\n\x16RemainingTimePredictor\x12(\n$REMAINING_TIME_PREDICTOR_UNSPECIFIED\x10\x00\x12&\n\"REMAINING_TIME_PREDICTOR_DIRICHLET\x10\x01\x12#\n\x1fREMAINING_TIME_PREDICTOR_ORACLE\x10\x02*i\n\x10\x43\x61nonicalization\x12 \n\x1c\x43\x41NONICALIZATION_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43\x41NONICALIZATION_NONE\x10\x01\x12\x18\n\x14\x43\x41NONICALIZATION_SUM\x10\x02*r\n\x10SolverPreference\x12!\n\x1dSOLVER_PREFERENCE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aSOLVER_PREFERENCE_CLARABEL\x10\x01\x12\x1b\n\x17SOLVER_PREFERENCE_HIGHS\x10\x02\x42S\n\x0fio.apportion.v1P\x01Z>github.com/apportion/apportion/gen/go/apportion/v1;apportionv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x61pportion/v1/policy.proto\x12\x0c\x61pportion.v1\"\xe6\x05\n\x06Policy\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x06\x63ompat\x18\x02 \x01(\x0e\x32\x14.apportion.v1.Compat\x12\x42\n\x10max_min_fairness\x18\n \x01(\x0b\x32&.apportion.v1.MaxMinFairnessParametersH\x00\x12.\n\x05\x61llox\x18\x0b \x01(\x0b\x32\x1d.apportion.v1.AlloxParametersH\x00\x12=\n\rwater_filling\x18\x0c \x01(\x0b\x32$.apportion.v1.WaterFillingParametersH\x00\x12\x46\n\x12max_sum_throughput\x18\x14 \x01(\x0b\x32(.apportion.v1.MaxSumThroughputParametersH\x00\x12\x41\n\x0f\x63ost_throughput\x18\x15 \x01(\x0b\x32&.apportion.v1.CostThroughputParametersH\x00\x12;\n\x0cmin_makespan\x18\x16 \x01(\x0b\x32#.apportion.v1.MinMakespanParametersH\x00\x12J\n\x14\x66inish_time_fairness\x18\x17 \x01(\x0b\x32*.apportion.v1.FinishTimeFairnessParametersH\x00\x12=\n\rfisher_market\x18( \x01(\x0b\x32$.apportion.v1.FisherMarketParametersH\x00\x12\x36\n\tshockwave\x18) \x01(\x0b\x32!.apportion.v1.ShockwaveParametersH\x00\x12*\n\x03sia\x18\x1e \x01(\x0b\x32\x1b.apportion.v1.SiaParametersH\x00\x12\x30\n\x06pollux\x18\x1f \x01(\x0b\x32\x1e.apportion.v1.PolluxParametersH\x00\x42\x0c\n\nparameters\"\x87\x01\n\x18MaxMinFairnessParameters\x12\x1e\n\x16heterogeneity_agnostic\x18\x01 \x01(\x08\x12\x34\n\x0c\x63\x61nonicalize\x18\x02 \x01(\x0e\x32\x1e.apportion.v1.Canonicalization\x12\x15\n\rspace_sharing\x18\x03 \x01(\x08\"/\n\x0f\x41lloxParameters\x12\x12\n\x05\x61lpha\x18\x01 \x01(\x01H\x00\x88\x01\x01\x42\x08\n\x06_alpha\"\x85\x01\n\x1aMaxSumThroughputParameters\x12\x38\n\tnormalize\x18\x01 \x01(\x0e\x32%.apportion.v1.ThroughputNormalization\x12\x16\n\x0ereference_type\x18\x02 \x01(\t\x12\x15\n\rspace_sharing\x18\x03 \x01(\x08\"_\n\x18\x43ostThroughputParameters\x12\x10\n\x08use_slos\x18\x01 \x01(\x08\x12\x19\n\x11\x61llow_missed_slos\x18\x02 \x01(\x08\x12\x16\n\x0ereference_type\x18\x03 \x01(\t\"F\n\x15MinMakespanParameters\x12\x16\n\x0ereference_type\x18\x01 \x01(\t\x12\x15\n\rspace_sharing\x18\x02 \x01(\x08\"M\n\x1c\x46inishTimeFairnessParameters\x12\x16\n\x0ereference_type\x18\x01 \x01(\t\x12\x15\n\rspace_sharing\x18\x02 \x01(\x08\"O\n\x16WaterFillingParameters\x12\x1e\n\x16heterogeneity_agnostic\x18\x01 \x01(\x08\x12\x15\n\rspace_sharing\x18\x02 \x01(\x08\"E\n\x16\x46isherMarketParameters\x12+\n\x07\x62udgets\x18\x01 \x01(\x0e\x32\x1a.apportion.v1.BudgetSource\"\xa0\x02\n\x13ShockwaveParameters\x12\x1c\n\x0fplanning_rounds\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x1c\n\x0fmakespan_weight\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x1e\n\x11\x66\x61irness_exponent\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x14\n\x07rho_max\x18\x04 \x01(\x01H\x03\x88\x01\x01\x12\x37\n\tpredictor\x18\x05 \x01(\x0e\x32$.apportion.v1.RemainingTimePredictor\x12\x14\n\x0c\x64isable_fill\x18\x06 \x01(\x08\x42\x12\n\x10_planning_roundsB\x12\n\x10_makespan_weightB\x14\n\x12_fairness_exponentB\n\n\x08_rho_max\"\xa2\x01\n\x0cSolveOptions\x12\x14\n\x0ctime_limit_s\x18\x01 \x01(\x01\x12\x14\n\x0crelative_gap\x18\x02 \x01(\x01\x12\x0f\n\x07threads\x18\x03 \x01(\x05\x12\x0c\n\x04seed\x18\x04 \x01(\x03\x12.\n\x06solver\x18\x05 \x01(\x0e\x32\x1e.apportion.v1.SolverPreference\x12\x17\n\x0fschedule_rounds\x18\x06 \x01(\x05\"\xd2\x01\n\rSiaParameters\x12\x1b\n\x0e\x66\x61irness_power\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\"\n\x15no_allocation_penalty\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x15\n\x08max_gpus\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x1a\n\x12round_coefficients\x18\x04 \x01(\x08\x12\x13\n\x0bpin_running\x18\x05 \x01(\x08\x42\x11\n\x0f_fairness_powerB\x18\n\x16_no_allocation_penaltyB\x0b\n\t_max_gpus\"f\n\x10PolluxParameters\x12\x1b\n\x0e\x66\x61irness_power\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x15\n\x08max_gpus\x18\x02 \x01(\x05H\x01\x88\x01\x01\x42\x11\n\x0f_fairness_powerB\x0b\n\t_max_gpus*X\n\x06\x43ompat\x12\x16\n\x12\x43OMPAT_UNSPECIFIED\x10\x00\x12\x10\n\x0c\x43OMPAT_GAVEL\x10\x01\x12\x14\n\x10\x43OMPAT_SHOCKWAVE\x10\x02\x12\x0e\n\nCOMPAT_SIA\x10\x03*\x91\x01\n\x17ThroughputNormalization\x12(\n$THROUGHPUT_NORMALIZATION_UNSPECIFIED\x10\x00\x12!\n\x1dTHROUGHPUT_NORMALIZATION_NONE\x10\x01\x12)\n%THROUGHPUT_NORMALIZATION_PROPORTIONAL\x10\x02*i\n\x0c\x42udgetSource\x12\x1d\n\x19\x42UDGET_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x42UDGET_SOURCE_EQUAL\x10\x01\x12!\n\x1d\x42UDGET_SOURCE_PRIORITY_WEIGHT\x10\x02*\x8f\x01\n\x16RemainingTimePredictor\x12(\n$REMAINING_TIME_PREDICTOR_UNSPECIFIED\x10\x00\x12&\n\"REMAINING_TIME_PREDICTOR_DIRICHLET\x10\x01\x12#\n\x1fREMAINING_TIME_PREDICTOR_ORACLE\x10\x02*i\n\x10\x43\x61nonicalization\x12 \n\x1c\x43\x41NONICALIZATION_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43\x41NONICALIZATION_NONE\x10\x01\x12\x18\n\x14\x43\x41NONICALIZATION_SUM\x10\x02*r\n\x10SolverPreference\x12!\n\x1dSOLVER_PREFERENCE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aSOLVER_PREFERENCE_CLARABEL\x10\x01\x12\x1b\n\x17SOLVER_PREFERENCE_HIGHS\x10\x02\x42S\n\x0fio.apportion.v1P\x01Z>github.com/apportion/apportion/gen/go/apportion/v1;apportionv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,42 +32,42 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'apportion.v1.policy_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017io.apportion.v1P\001Z>github.com/apportion/apportion/gen/go/apportion/v1;apportionv1'
-  _globals['_COMPAT']._serialized_start=2191
-  _globals['_COMPAT']._serialized_end=2279
-  _globals['_THROUGHPUTNORMALIZATION']._serialized_start=2282
-  _globals['_THROUGHPUTNORMALIZATION']._serialized_end=2427
-  _globals['_BUDGETSOURCE']._serialized_start=2429
-  _globals['_BUDGETSOURCE']._serialized_end=2534
-  _globals['_REMAININGTIMEPREDICTOR']._serialized_start=2537
-  _globals['_REMAININGTIMEPREDICTOR']._serialized_end=2680
-  _globals['_CANONICALIZATION']._serialized_start=2682
-  _globals['_CANONICALIZATION']._serialized_end=2787
-  _globals['_SOLVERPREFERENCE']._serialized_start=2789
-  _globals['_SOLVERPREFERENCE']._serialized_end=2903
+  _globals['_COMPAT']._serialized_start=2284
+  _globals['_COMPAT']._serialized_end=2372
+  _globals['_THROUGHPUTNORMALIZATION']._serialized_start=2375
+  _globals['_THROUGHPUTNORMALIZATION']._serialized_end=2520
+  _globals['_BUDGETSOURCE']._serialized_start=2522
+  _globals['_BUDGETSOURCE']._serialized_end=2627
+  _globals['_REMAININGTIMEPREDICTOR']._serialized_start=2630
+  _globals['_REMAININGTIMEPREDICTOR']._serialized_end=2773
+  _globals['_CANONICALIZATION']._serialized_start=2775
+  _globals['_CANONICALIZATION']._serialized_end=2880
+  _globals['_SOLVERPREFERENCE']._serialized_start=2882
+  _globals['_SOLVERPREFERENCE']._serialized_end=2996
   _globals['_POLICY']._serialized_start=44
   _globals['_POLICY']._serialized_end=786
   _globals['_MAXMINFAIRNESSPARAMETERS']._serialized_start=789
   _globals['_MAXMINFAIRNESSPARAMETERS']._serialized_end=924
   _globals['_ALLOXPARAMETERS']._serialized_start=926
   _globals['_ALLOXPARAMETERS']._serialized_end=973
-  _globals['_MAXSUMTHROUGHPUTPARAMETERS']._serialized_start=975
-  _globals['_MAXSUMTHROUGHPUTPARAMETERS']._serialized_end=1085
-  _globals['_COSTTHROUGHPUTPARAMETERS']._serialized_start=1087
-  _globals['_COSTTHROUGHPUTPARAMETERS']._serialized_end=1182
-  _globals['_MINMAKESPANPARAMETERS']._serialized_start=1184
-  _globals['_MINMAKESPANPARAMETERS']._serialized_end=1231
-  _globals['_FINISHTIMEFAIRNESSPARAMETERS']._serialized_start=1233
-  _globals['_FINISHTIMEFAIRNESSPARAMETERS']._serialized_end=1287
-  _globals['_WATERFILLINGPARAMETERS']._serialized_start=1289
-  _globals['_WATERFILLINGPARAMETERS']._serialized_end=1345
-  _globals['_FISHERMARKETPARAMETERS']._serialized_start=1347
-  _globals['_FISHERMARKETPARAMETERS']._serialized_end=1416
-  _globals['_SHOCKWAVEPARAMETERS']._serialized_start=1419
-  _globals['_SHOCKWAVEPARAMETERS']._serialized_end=1707
-  _globals['_SOLVEOPTIONS']._serialized_start=1710
-  _globals['_SOLVEOPTIONS']._serialized_end=1872
-  _globals['_SIAPARAMETERS']._serialized_start=1875
-  _globals['_SIAPARAMETERS']._serialized_end=2085
-  _globals['_POLLUXPARAMETERS']._serialized_start=2087
-  _globals['_POLLUXPARAMETERS']._serialized_end=2189
+  _globals['_MAXSUMTHROUGHPUTPARAMETERS']._serialized_start=976
+  _globals['_MAXSUMTHROUGHPUTPARAMETERS']._serialized_end=1109
+  _globals['_COSTTHROUGHPUTPARAMETERS']._serialized_start=1111
+  _globals['_COSTTHROUGHPUTPARAMETERS']._serialized_end=1206
+  _globals['_MINMAKESPANPARAMETERS']._serialized_start=1208
+  _globals['_MINMAKESPANPARAMETERS']._serialized_end=1278
+  _globals['_FINISHTIMEFAIRNESSPARAMETERS']._serialized_start=1280
+  _globals['_FINISHTIMEFAIRNESSPARAMETERS']._serialized_end=1357
+  _globals['_WATERFILLINGPARAMETERS']._serialized_start=1359
+  _globals['_WATERFILLINGPARAMETERS']._serialized_end=1438
+  _globals['_FISHERMARKETPARAMETERS']._serialized_start=1440
+  _globals['_FISHERMARKETPARAMETERS']._serialized_end=1509
+  _globals['_SHOCKWAVEPARAMETERS']._serialized_start=1512
+  _globals['_SHOCKWAVEPARAMETERS']._serialized_end=1800
+  _globals['_SOLVEOPTIONS']._serialized_start=1803
+  _globals['_SOLVEOPTIONS']._serialized_end=1965
+  _globals['_SIAPARAMETERS']._serialized_start=1968
+  _globals['_SIAPARAMETERS']._serialized_end=2178
+  _globals['_POLLUXPARAMETERS']._serialized_start=2180
+  _globals['_POLLUXPARAMETERS']._serialized_end=2282
 # @@protoc_insertion_point(module_scope)

@@ -318,20 +318,27 @@ class MaxSumThroughputParameters(_message.Message):
 
     NORMALIZE_FIELD_NUMBER: _builtins.int
     REFERENCE_TYPE_FIELD_NUMBER: _builtins.int
+    SPACE_SHARING_FIELD_NUMBER: _builtins.int
     normalize: Global___ThroughputNormalization.ValueType
     reference_type: _builtins.str
     """Heterogeneity-agnostic variant (A1.3): copy this type's throughput column into every
     type. Empty = heterogeneity-aware. Must name a type of the cluster.
+    """
+    space_sharing: _builtins.bool
+    """Space sharing: two jobs with equal scale factors may share the same devices, with the
+    throughputs of Snapshot.colocations / type_colocations (formulations.md A2.2). Default
+    false. The plan reports pairs in Plan.colocated.
     """
     def __init__(
         self,
         *,
         normalize: Global___ThroughputNormalization.ValueType = ...,
         reference_type: _builtins.str = ...,
+        space_sharing: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["normalize", b"normalize", "reference_type", b"reference_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["normalize", b"normalize", "reference_type", b"reference_type", "space_sharing", b"space_sharing"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -387,16 +394,24 @@ class MinMakespanParameters(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REFERENCE_TYPE_FIELD_NUMBER: _builtins.int
+    SPACE_SHARING_FIELD_NUMBER: _builtins.int
     reference_type: _builtins.str
     """See MaxSumThroughputParameters.reference_type (Gavel's "min_total_duration" uses v100)."""
+    space_sharing: _builtins.bool
+    """Gavel's "min_total_duration_packed" sets it.
+    Space sharing: two jobs with equal scale factors may share the same devices, with the
+    throughputs of Snapshot.colocations / type_colocations (formulations.md A2.2). Default
+    false. The plan reports pairs in Plan.colocated.
+    """
     def __init__(
         self,
         *,
         reference_type: _builtins.str = ...,
+        space_sharing: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reference_type", b"reference_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reference_type", b"reference_type", "space_sharing", b"space_sharing"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -419,16 +434,24 @@ class FinishTimeFairnessParameters(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     REFERENCE_TYPE_FIELD_NUMBER: _builtins.int
+    SPACE_SHARING_FIELD_NUMBER: _builtins.int
     reference_type: _builtins.str
     """See MaxSumThroughputParameters.reference_type (Gavel's "finish_time_fairness" uses v100)."""
+    space_sharing: _builtins.bool
+    """Gavel's "finish_time_fairness_packed" sets it.
+    Space sharing: two jobs with equal scale factors may share the same devices, with the
+    throughputs of Snapshot.colocations / type_colocations (formulations.md A2.2). Default
+    false. The plan reports pairs in Plan.colocated.
+    """
     def __init__(
         self,
         *,
         reference_type: _builtins.str = ...,
+        space_sharing: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reference_type", b"reference_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reference_type", b"reference_type", "space_sharing", b"space_sharing"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -445,18 +468,26 @@ class WaterFillingParameters(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HETEROGENEITY_AGNOSTIC_FIELD_NUMBER: _builtins.int
+    SPACE_SHARING_FIELD_NUMBER: _builtins.int
     heterogeneity_agnostic: _builtins.bool
     """Ignore heterogeneity: every usable throughput counts as 1 (Gavel's
     "max_min_fairness_water_filling"). Default false ("..._perf").
+    """
+    space_sharing: _builtins.bool
+    """Gavel's "max_min_fairness_water_filling_packed" sets it.
+    Space sharing: two jobs with equal scale factors may share the same devices, with the
+    throughputs of Snapshot.colocations / type_colocations (formulations.md A2.2). Default
+    false. The plan reports pairs in Plan.colocated.
     """
     def __init__(
         self,
         *,
         heterogeneity_agnostic: _builtins.bool = ...,
+        space_sharing: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["heterogeneity_agnostic", b"heterogeneity_agnostic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heterogeneity_agnostic", b"heterogeneity_agnostic", "space_sharing", b"space_sharing"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -496,11 +527,13 @@ class ShockwaveParameters(_message.Message):
     the accelerator types' counts are pooled into G devices (types are not distinguished). Reads
     time_s, round_duration_s (0 = 120 s), jobs[].scale_factor, arrival_time_s,
     progress.epochs_done / total_epochs (total >= 1), epoch_profile (one duration and batch size
-    per epoch, total_epochs entries) and history.jobs[].reference_finish_time_s. The response's
+    per epoch, total_epochs entries; optional measured progress for the recalibration) and
+    history.jobs[].reference_finish_time_s with the reference_* state fields. The response's
     Plan.rounds holds the T-round schedule (round 0 = the actionable plan, after the
     work-conserving fill; it is also time_share 1 on the job's type), and every job's updated
-    reference finish time is in JobAllocation.reference_finish_time_s (send it back in the next
-    snapshot's history). stats.formulation says which branch ran (guarded or fallback).
+    reference finish time is in JobAllocation.reference_finish_time_s, with its state in
+    JobAllocation.reference_* (send them back in the next snapshot's history).
+    stats.formulation says which branch ran (guarded or fallback).
     options.relative_gap 0 = Shockwave's MIP gap 1e-3.
     """
 

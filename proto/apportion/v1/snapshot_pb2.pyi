@@ -460,6 +460,17 @@ class EpochProfile(_message.Message):
 
     EPOCH_DURATION_S_FIELD_NUMBER: _builtins.int
     BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    MEASURED_RUN_TIME_S_FIELD_NUMBER: _builtins.int
+    MEASURED_EPOCHS_FIELD_NUMBER: _builtins.int
+    measured_run_time_s: _builtins.float
+    """Measured progress, for Shockwave's throughput recalibration (formulations.md A4.6): the
+    job has run for measured_run_time_s seconds on its full gang since it started (s, >= 0)
+    and completed measured_epochs epochs in that time (fractional epochs, >= 0, at most
+    total_epochs). When both are > 0 and the epochs the profile completes in that time differ
+    from measured_epochs by more than 40%, every profiled epoch duration is multiplied by
+    (profiled epochs / measured_epochs) before predicting. 0 = no measurement.
+    """
+    measured_epochs: _builtins.float
     @_builtins.property
     def epoch_duration_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
         """Profiled duration of each epoch on the job's full gang (s, > 0)."""
@@ -473,10 +484,12 @@ class EpochProfile(_message.Message):
         *,
         epoch_duration_s: _abc.Iterable[_builtins.float] | None = ...,
         batch_size: _abc.Iterable[_builtins.int] | None = ...,
+        measured_run_time_s: _builtins.float = ...,
+        measured_epochs: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "epoch_duration_s", b"epoch_duration_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "epoch_duration_s", b"epoch_duration_s", "measured_epochs", b"measured_epochs", "measured_run_time_s", b"measured_run_time_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -907,6 +920,11 @@ class JobHistory(_message.Message):
     REFERENCE_FINISH_TIME_S_FIELD_NUMBER: _builtins.int
     PREVIOUS_ISOLATED_THROUGHPUT_FIELD_NUMBER: _builtins.int
     PREVIOUS_REMAINING_STEPS_FIELD_NUMBER: _builtins.int
+    REFERENCE_ESTIMATE_S_FIELD_NUMBER: _builtins.int
+    REFERENCE_ESTIMATE_TIME_S_FIELD_NUMBER: _builtins.int
+    REFERENCE_EARLIER_AVERAGE_S_FIELD_NUMBER: _builtins.int
+    REFERENCE_EARLIER_WEIGHT_S_FIELD_NUMBER: _builtins.int
+    REFERENCE_JOB_COUNT_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """Id of a job of the snapshot."""
     cumulative_isolated_time_s: _builtins.float
@@ -922,6 +940,27 @@ class JobHistory(_message.Message):
     previous_isolated_throughput before solving (Gavel's update, formulations.md A2.5).
     """
     previous_remaining_steps: _builtins.float
+    reference_estimate_s: _builtins.float
+    """Shockwave's reference-finish-time state (formulations.md A4.6), returned in
+    JobAllocation.reference_* by the previous call; send all of it back. Whenever the job set
+    changes, every job gets an equal-share estimate arrival + (time of the epochs done +
+    predicted remaining time) / min(1, G/n); F*_i is 0.9 x (the mean of the job's estimates
+    weighted by the time each was in force) + 0.1 x the latest estimate.
+    The latest estimate (absolute s on the snapshot clock). Unset = the job has no state: a
+    job with reference_finish_time_s > 0 is taken to have that estimate since time_s, any
+    other job is new (the job set changed).
+    """
+    reference_estimate_time_s: _builtins.float
+    """When the latest estimate was made (snapshot clock, s; finite, <= Snapshot.time_s)."""
+    reference_earlier_average_s: _builtins.float
+    """Time-weighted mean of the job's earlier estimates (absolute s; finite) and the total
+    time they were in force (s, >= 0; 0 = no earlier estimate).
+    """
+    reference_earlier_weight_s: _builtins.float
+    reference_job_count: _builtins.int
+    """Number of active (unfinished) jobs when the latest estimate was made (>= 1); a different
+    number of active jobs now means the job set changed and every job is re-estimated.
+    """
     @_builtins.property
     def received_time_s(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Time the job has run on each type since the last reset (s, >= 0, at most
@@ -950,19 +989,44 @@ class JobHistory(_message.Message):
         reference_finish_time_s: _builtins.float = ...,
         previous_isolated_throughput: _builtins.float | None = ...,
         previous_remaining_steps: _builtins.float | None = ...,
+        reference_estimate_s: _builtins.float | None = ...,
+        reference_estimate_time_s: _builtins.float | None = ...,
+        reference_earlier_average_s: _builtins.float | None = ...,
+        reference_earlier_weight_s: _builtins.float | None = ...,
+        reference_job_count: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "current", b"current", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "current", b"current", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_job_count", b"reference_job_count"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "current", b"current", "job_id", b"job_id", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "previous_time_share", b"previous_time_share", "received_time_s", b"received_time_s", "reference_finish_time_s", b"reference_finish_time_s", "restarts", b"restarts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "current", b"current", "job_id", b"job_id", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "previous_time_share", b"previous_time_share", "received_time_s", b"received_time_s", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "restarts", b"restarts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__previous_isolated_throughput: _TypeAlias = _typing.Literal["previous_isolated_throughput"]  # noqa: Y015
     _WhichOneofArgType__previous_isolated_throughput: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput"]  # noqa: Y015
     _WhichOneofReturnType__previous_remaining_steps: _TypeAlias = _typing.Literal["previous_remaining_steps"]  # noqa: Y015
     _WhichOneofArgType__previous_remaining_steps: _TypeAlias = _typing.Literal["_previous_remaining_steps", b"_previous_remaining_steps"]  # noqa: Y015
+    _WhichOneofReturnType__reference_earlier_average_s: _TypeAlias = _typing.Literal["reference_earlier_average_s"]  # noqa: Y015
+    _WhichOneofArgType__reference_earlier_average_s: _TypeAlias = _typing.Literal["_reference_earlier_average_s", b"_reference_earlier_average_s"]  # noqa: Y015
+    _WhichOneofReturnType__reference_earlier_weight_s: _TypeAlias = _typing.Literal["reference_earlier_weight_s"]  # noqa: Y015
+    _WhichOneofArgType__reference_earlier_weight_s: _TypeAlias = _typing.Literal["_reference_earlier_weight_s", b"_reference_earlier_weight_s"]  # noqa: Y015
+    _WhichOneofReturnType__reference_estimate_s: _TypeAlias = _typing.Literal["reference_estimate_s"]  # noqa: Y015
+    _WhichOneofArgType__reference_estimate_s: _TypeAlias = _typing.Literal["_reference_estimate_s", b"_reference_estimate_s"]  # noqa: Y015
+    _WhichOneofReturnType__reference_estimate_time_s: _TypeAlias = _typing.Literal["reference_estimate_time_s"]  # noqa: Y015
+    _WhichOneofArgType__reference_estimate_time_s: _TypeAlias = _typing.Literal["_reference_estimate_time_s", b"_reference_estimate_time_s"]  # noqa: Y015
+    _WhichOneofReturnType__reference_job_count: _TypeAlias = _typing.Literal["reference_job_count"]  # noqa: Y015
+    _WhichOneofArgType__reference_job_count: _TypeAlias = _typing.Literal["_reference_job_count", b"_reference_job_count"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__previous_isolated_throughput) -> _WhichOneofReturnType__previous_isolated_throughput | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__previous_remaining_steps) -> _WhichOneofReturnType__previous_remaining_steps | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_earlier_average_s) -> _WhichOneofReturnType__reference_earlier_average_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_earlier_weight_s) -> _WhichOneofReturnType__reference_earlier_weight_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_estimate_s) -> _WhichOneofReturnType__reference_estimate_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_estimate_time_s) -> _WhichOneofReturnType__reference_estimate_time_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_job_count) -> _WhichOneofReturnType__reference_job_count | None: ...
 
 Global___JobHistory: _TypeAlias = JobHistory  # noqa: Y015
 
