@@ -32,9 +32,10 @@ exactly.
 
 **Guard and fallback (A4.3).** If the guarded program is infeasible (or reaches its time limit
 without a plan; a solver error is reported as such, not papered over), every job gets the
-priority pi_i = rho_i ** lambda_f when rho_i > rho_max, else rho_i ** 100 when it has less
-than one round of work left (P_i < Delta), else 1 (precedence: the first case wins, an
-assumption, formulations.md C2.5), with rho_i = (now - a_i + P_i/share) / (F*_i - a_i)
+priority pi_i = rho_i ** lambda_f when rho_i > rho_max, raised to rho_i ** 100 instead when
+such a job also has less than one round of work left (P_i < Delta), else 1 (upstream's
+`relax_finish_time_constraints`: the short-job case applies only to jobs behind schedule;
+formulations.md C2.5 left the precedence open), with rho_i = (now - a_i + P_i/share) / (F*_i - a_i)
 (compat: absolute, (now + P_i/share) / F*_i). pi is capped at `MAX_PRIORITY`. The program is
 re-solved without the guard and with pi, then the ranking MILP keeps each job's round count
 N_i and minimizes sum_i pi_i/N_i sum_t t x[i,t] (front-loads jobs that are behind). Both
@@ -42,6 +43,14 @@ programs share the objective value (it depends on x only through N_i).
 
 **Work-conserving fill (A4.5).** Leftover devices of each round go to unscheduled jobs with
 work left, longest predicted remaining time first, when they fit.
+
+**Inputs (A4.6).** When a job reports measured progress that is more than 40% off its profile,
+all its epoch durations are scaled first (`recalibrated_durations`); delta_i, P_i, the time of
+the epochs done and the fill all use the scaled profile. F*_i follows Shockwave's rule
+(`update_reference`): on a job-set change (a job without state, or a state made with another
+number of active jobs) every job gets its equal-share estimate a_i + (done + P_i)/share as its
+latest estimate; F*_i = 0.9 x the time-weighted mean of its estimates + 0.1 x the latest one.
+The state travels in the snapshot history and comes back in the plan (`reference_state`).
 
 **Certificate.** The objective is recomputed from the MILP plan (before the fill) with
 `window_objective`; the bound is HiGHS's MIP dual bound (the fill only adds rounds to jobs in
@@ -64,10 +73,20 @@ from apportion.formulations.lp import new_highs
 from apportion.formulations.shockwave_predict import (
     equal_share,
     interpolated_epoch_s,
+    recalibrated_durations,
+    reestimate_reference,
     reference_finish_time_s,
+    reference_from_state,
     remaining_time_s,
 )
-from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
+from apportion.solver.model import (
+    Compat,
+    FloatArray,
+    IntArray,
+    Problem,
+    ReferenceFinishState,
+    SolveOptions,
+)
 from apportion.solver.parameters import ShockwaveParameters
 from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Termination
 
@@ -181,6 +200,7 @@ def _run(
     import highspy
 
     highs = new_highs(threads, time_limit_s)
+    highs.setOptionValue("output_flag", False)
     highs.setOptionValue("mip_rel_gap", float(gap))
     highs.setOptionValue("mip_abs_gap", 0.0 if gap == 0 else 1e-6)
     highs.setOptionValue("random_seed", 0)
@@ -395,13 +415,14 @@ def fill(x: Bool2D, s: IntArray, P: FloatArray, G: int) -> Bool2D:
 def priorities(
     rho: FloatArray, P: FloatArray, round_s: float, exponent: float, rho_max: float
 ) -> FloatArray:
-    """Fallback pi_i (A4.3): rho^lambda_f if rho > rho_max; else rho^100 if less than one round
-    of work is left; else 1. Capped at MAX_PRIORITY."""
+    """Fallback pi_i (A4.3): for rho > rho_max, rho^100 if less than one round of work is left,
+    else rho^lambda_f; 1 otherwise (upstream `relax_finish_time_constraints`). Capped at
+    MAX_PRIORITY."""
     with np.errstate(over="ignore"):
         behind = np.power(np.maximum(rho, 0.0), exponent)
         short = np.power(np.maximum(rho, 0.0), 100.0)
     few = round_s > P
-    pi = np.where(rho > rho_max, behind, np.where(few, short, 1.0))
+    pi = np.where(rho > rho_max, np.where(few, short, behind), 1.0)
     return np.asarray(
         np.minimum(np.nan_to_num(pi, nan=1.0, posinf=MAX_PRIORITY), MAX_PRIORITY), np.float64
     )
@@ -414,9 +435,52 @@ class ShockwaveState:
     inputs: WindowInputs
     arrival: FloatArray
     reference: FloatArray
-    """F*_i (absolute s), given or freshly estimated."""
+    """F*_i (absolute s) from the updated state (A4.6)."""
     guard: FloatArray
     rho: FloatArray
+    reference_state: ReferenceFinishState
+    """The F* bookkeeping of the active jobs after this call."""
+    reestimated: bool
+    """True when the job set changed and every job got a new estimate."""
+
+
+def update_reference(
+    problem: Problem, active: IntArray, estimate: FloatArray, now: float
+) -> tuple[ReferenceFinishState, FloatArray, bool]:
+    """F*_i of the active jobs under Shockwave's rule (A4.6): (state after this call, F*,
+    whether the job set changed).
+
+    The job set changed when some active job has no state (a new job) or some job's state
+    was made with a different number of active jobs; then every active job gets `estimate`
+    (its equal-share estimate now) as its latest estimate (`reestimate_reference`). F* is
+    then `reference_from_state` at `now`. A job with a given reference_finish_time_s > 0 but
+    no state (a client of the earlier contract) is taken to have had that value as its
+    estimate since now: kept until the job set changes."""
+    n = active.size
+    hist = problem.history
+    prior = (
+        hist.reference_state.take(active)
+        if hist.reference_state is not None
+        else ReferenceFinishState.empty(n)
+    )
+    given = (
+        hist.reference_finish_time_s[active] if hist.reference_finish_time_s.size else np.zeros(n)
+    )
+    has = ~np.isnan(prior.estimate_s)
+    legacy = ~has & (given > 0)
+    if legacy.any():
+        prior = ReferenceFinishState(
+            estimate_s=np.where(legacy, given, prior.estimate_s),
+            estimate_time_s=np.where(legacy, now, prior.estimate_time_s),
+            earlier_average_s=np.where(legacy, 0.0, prior.earlier_average_s),
+            earlier_weight_s=np.where(legacy, 0.0, prior.earlier_weight_s),
+            job_count=np.where(legacy, n, prior.job_count),
+        )
+    new = ~has & ~legacy
+    known = has & (prior.job_count > 0)
+    changed = bool(new.any() or np.any(prior.job_count[known] != n))
+    state = reestimate_reference(prior, estimate, now, n) if changed else prior
+    return state, reference_from_state(state, now), changed
 
 
 def prepare(
@@ -434,6 +498,13 @@ def prepare(
     E = jobs.total_epochs[active].astype(np.float64)
     e = jobs.epochs_done[active].astype(np.float64)
     durations = [jobs.epoch_duration_s[i] for i in active]
+    if jobs.measured_run_time_s.size and jobs.measured_epochs.size:
+        durations = [
+            recalibrated_durations(
+                d, float(jobs.measured_run_time_s[i]), float(jobs.measured_epochs[i])
+            )
+            for d, i in zip(durations, active, strict=True)
+        ]
     batches = [jobs.epoch_batch_size[i] for i in active]
     delta = np.array([interpolated_epoch_s(d, int(k)) for d, k in zip(durations, e, strict=True)])
     P = np.array(
@@ -443,11 +514,6 @@ def prepare(
         ]
     )
     arrival = jobs.arrival_time_s[active]
-    given = (
-        problem.history.reference_finish_time_s[active]
-        if problem.history.reference_finish_time_s.size
-        else np.zeros(n)
-    )
     done_s = np.array([float(np.sum(d[: int(k)])) for d, k in zip(durations, e, strict=True)])
     estimate = np.array(
         [
@@ -455,8 +521,8 @@ def prepare(
             for a, d, p in zip(arrival, done_s, P, strict=True)
         ]
     )
-    reference = np.where(given > 0, given, estimate)
     now = problem.time_s
+    reference_state, reference, changed = update_reference(problem, active, estimate, now)
     T = params.planning_rounds
     if compat is Compat.SHOCKWAVE:
         guard = share * (params.rho_max * reference - (now + round_s * T))
@@ -476,7 +542,7 @@ def prepare(
         T=T,
         kappa=params.makespan_weight,
     )
-    return ShockwaveState(inputs, arrival, reference, guard, rho)
+    return ShockwaveState(inputs, arrival, reference, guard, rho, reference_state, changed)
 
 
 @dataclass(frozen=True)
@@ -570,6 +636,11 @@ def solve_policy(
         if problem.history.reference_finish_time_s.size
         else np.zeros(m)
     )
+    ref_state = (
+        problem.history.reference_state
+        if problem.history.reference_state is not None
+        else ReferenceFinishState.empty(m)
+    )
     schedule = np.zeros((T, m), bool)
     if active.size == 0:
         cert = Certificate(
@@ -581,6 +652,7 @@ def solve_policy(
             job_reason=reasons,
             round_schedule=schedule,
             reference_finish_time_s=reference,
+            reference_state=ref_state,
         )
     out = run_window(problem, params, compat, options, active)
     sol, inp = out.solution, out.state.inputs
@@ -615,6 +687,7 @@ def solve_policy(
     value = np.zeros(m)
     value[active] = out.pi * log_progress((inp.e + p) / inp.E) / (n * T)
     reference[active] = out.state.reference
+    ref_state = _put_state(ref_state, active, out.state.reference_state)
     return Plan(
         time_share=share,
         effective_throughput=jobs.throughput[:, type_index] * share[:, type_index],
@@ -627,7 +700,27 @@ def solve_policy(
         job_reason=reasons,
         round_schedule=schedule,
         reference_finish_time_s=reference,
+        reference_state=ref_state,
     )
+
+
+def _put_state(
+    into: ReferenceFinishState, index: IntArray, rows: ReferenceFinishState
+) -> ReferenceFinishState:
+    """`into` with the entries of jobs `index` replaced by `rows`."""
+    out = ReferenceFinishState(
+        estimate_s=into.estimate_s.copy(),
+        estimate_time_s=into.estimate_time_s.copy(),
+        earlier_average_s=into.earlier_average_s.copy(),
+        earlier_weight_s=into.earlier_weight_s.copy(),
+        job_count=into.job_count.copy(),
+    )
+    out.estimate_s[index] = rows.estimate_s
+    out.estimate_time_s[index] = rows.estimate_time_s
+    out.earlier_average_s[index] = rows.earlier_average_s
+    out.earlier_weight_s[index] = rows.earlier_weight_s
+    out.job_count[index] = rows.job_count
+    return out
 
 
 def window_problem(

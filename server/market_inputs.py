@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from apportion.solver.errors import Violation
-from apportion.solver.model import History, Jobs, PolicyRequest, Problem
+from apportion.solver.model import History, Jobs, PolicyRequest, Problem, ReferenceFinishState
 from apportion.solver.parameters import (
     BudgetSource,
     FisherMarketParameters,
@@ -94,13 +94,15 @@ market_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {
 def epoch_inputs(
     msg: snapshot_pb.Snapshot, jobs: Jobs, history: History, violations: list[Violation]
 ) -> tuple[Jobs, History]:
-    """`jobs` and `history` with the epoch counts, the per-epoch profile and Shockwave's
-    reference finish times filled in (validated)."""
+    """`jobs` and `history` with the epoch counts, the per-epoch profile, the measured
+    progress and Shockwave's reference finish times and their state filled in (validated)."""
     m = len(msg.jobs)
     done = np.zeros(m, np.int64)
     total = np.zeros(m, np.int64)
     durations: list[np.ndarray] = []
     batches: list[np.ndarray] = []
+    measured_time = np.zeros(m)
+    measured_epochs = np.zeros(m)
     for i, job in enumerate(msg.jobs):
         p = f"snapshot.jobs[{i}]"
         prog = job.progress
@@ -137,7 +139,25 @@ def epoch_inputs(
                 )
         durations.append(dur)
         batches.append(bs)
+        for name, value, out in (
+            ("measured_run_time_s", prof.measured_run_time_s, measured_time),
+            ("measured_epochs", prof.measured_epochs, measured_epochs),
+        ):
+            if not (math.isfinite(value) and value >= 0):
+                violations.append(
+                    Violation(f"{p}.epoch_profile.{name}", f"must be finite and >= 0, got {value}")
+                )
+            else:
+                out[i] = value
+        if prog.total_epochs > 0 and prof.measured_epochs > prog.total_epochs:
+            violations.append(
+                Violation(
+                    f"{p}.epoch_profile.measured_epochs",
+                    f"{prof.measured_epochs} is more than total_epochs {prog.total_epochs}",
+                )
+            )
     index = {job_id: i for i, job_id in enumerate(jobs.ids)}
+    state = _reference_state(msg, index, violations)
     reference = np.zeros(m)
     for k, entry in enumerate(msg.history.jobs):
         row = index.get(entry.job_id)
@@ -154,8 +174,82 @@ def epoch_inputs(
         total_epochs=total,
         epoch_duration_s=tuple(durations),
         epoch_batch_size=tuple(batches),
+        measured_run_time_s=measured_time,
+        measured_epochs=measured_epochs,
     )
-    return jobs, replace(history, reference_finish_time_s=reference)
+    return jobs, replace(history, reference_finish_time_s=reference, reference_state=state)
+
+
+def _has_state(entry: snapshot_pb.JobHistory) -> bool:
+    """Whether a history entry sets any of Shockwave's reference_* state fields."""
+    return (
+        entry.HasField("reference_estimate_s")
+        or entry.HasField("reference_estimate_time_s")
+        or entry.HasField("reference_earlier_average_s")
+        or entry.HasField("reference_earlier_weight_s")
+        or entry.HasField("reference_job_count")
+    )
+
+
+def _reference_state(
+    msg: snapshot_pb.Snapshot, index: dict[str, int], violations: list[Violation]
+) -> ReferenceFinishState | None:
+    """Shockwave's F* state from history.jobs[] (None when no entry has any of it). An entry
+    with state needs reference_estimate_s; times and averages finite, the estimate time not
+    after Snapshot.time_s, the weight >= 0 and the job count >= 1."""
+    entries = [(k, entry) for k, entry in enumerate(msg.history.jobs) if _has_state(entry)]
+    if not entries:
+        return None
+    state = ReferenceFinishState.empty(len(msg.jobs))
+    now = msg.time_s
+    for k, entry in entries:
+        p = f"snapshot.history.jobs[{k}]"
+        ok = True
+        if not entry.HasField("reference_estimate_s"):
+            violations.append(
+                Violation(
+                    f"{p}.reference_estimate_s",
+                    "required when any other reference_* state field is set",
+                )
+            )
+            ok = False
+        for name in ("reference_estimate_s", "reference_earlier_average_s"):
+            value = getattr(entry, name)
+            if not math.isfinite(value):
+                violations.append(Violation(f"{p}.{name}", f"must be finite, got {value}"))
+                ok = False
+        when = entry.reference_estimate_time_s
+        if not (math.isfinite(when) and when <= now):
+            violations.append(
+                Violation(
+                    f"{p}.reference_estimate_time_s",
+                    f"must be finite and <= snapshot.time_s {now}, got {when}",
+                )
+            )
+            ok = False
+        weight = entry.reference_earlier_weight_s
+        if not (math.isfinite(weight) and weight >= 0):
+            violations.append(
+                Violation(
+                    f"{p}.reference_earlier_weight_s", f"must be finite and >= 0, got {weight}"
+                )
+            )
+            ok = False
+        if entry.HasField("reference_job_count") and entry.reference_job_count < 1:
+            violations.append(
+                Violation(
+                    f"{p}.reference_job_count", f"must be >= 1, got {entry.reference_job_count}"
+                )
+            )
+            ok = False
+        row = index.get(entry.job_id)
+        if ok and row is not None:
+            state.estimate_s[row] = entry.reference_estimate_s
+            state.estimate_time_s[row] = when
+            state.earlier_average_s[row] = entry.reference_earlier_average_s
+            state.earlier_weight_s[row] = weight
+            state.job_count[row] = entry.reference_job_count
+    return state
 
 
 def market_input_violations(problem: Problem, policy: PolicyRequest) -> list[Violation]:
@@ -202,6 +296,13 @@ def fill_market_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> 
             entry.spending = float(plan.job_spending[i])
         if plan.reference_finish_time_s is not None:
             entry.reference_finish_time_s = float(plan.reference_finish_time_s[i])
+        state = plan.reference_state
+        if state is not None and not math.isnan(state.estimate_s[i]):
+            entry.reference_estimate_s = float(state.estimate_s[i])
+            entry.reference_estimate_time_s = float(state.estimate_time_s[i])
+            entry.reference_earlier_average_s = float(state.earlier_average_s[i])
+            entry.reference_earlier_weight_s = float(state.earlier_weight_s[i])
+            entry.reference_job_count = int(state.job_count[i])
     if plan.round_schedule is None:
         return
     counts = problem.cluster.count

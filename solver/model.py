@@ -127,6 +127,11 @@ class Jobs:
     """(m,) restart penalty delta_i (s, >= 0; default 30) (sia). Empty = 30 for every job."""
     job_type: tuple[str, ...] = ()
     """Per job, its job type for type-pair co-location throughputs ("" = none). Empty = none."""
+    measured_run_time_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) shockwave recalibration: time the job has run on its full gang (s, >= 0; 0 = no
+    measurement). Empty = none."""
+    measured_epochs: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) epochs completed in `measured_run_time_s` (fractional, >= 0). Empty = none."""
 
     @property
     def num_jobs(self) -> int:
@@ -136,6 +141,47 @@ class Jobs:
     def remaining_steps(self) -> FloatArray:
         """(m,) R_i = total_steps - steps_done (steps)."""
         return np.asarray(self.total_steps - self.steps_done, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class ReferenceFinishState:
+    """Shockwave's reference-finish-time bookkeeping (formulations.md A4.6), one entry per job.
+
+    The job's equal-share finish-time estimates form a series; the latest one is kept as is,
+    the earlier ones only as their time-weighted mean and total weight. NaN in `estimate_s`
+    = no state for that job."""
+
+    estimate_s: FloatArray
+    """(m,) latest equal-share estimate F^_i (absolute s on the snapshot clock); NaN = none."""
+    estimate_time_s: FloatArray
+    """(m,) when the latest estimate was made (snapshot clock, s)."""
+    earlier_average_s: FloatArray
+    """(m,) time-weighted mean of the earlier estimates (absolute s; 0 when no weight)."""
+    earlier_weight_s: FloatArray
+    """(m,) total time the earlier estimates were in force (s, >= 0)."""
+    job_count: IntArray
+    """(m,) active jobs n when the latest estimate was made (0 = unknown)."""
+
+    @staticmethod
+    def empty(m: int) -> ReferenceFinishState:
+        """No state for any of m jobs."""
+        return ReferenceFinishState(
+            estimate_s=np.full(m, np.nan),
+            estimate_time_s=np.zeros(m),
+            earlier_average_s=np.zeros(m),
+            earlier_weight_s=np.zeros(m),
+            job_count=np.zeros(m, np.int64),
+        )
+
+    def take(self, index: IntArray) -> ReferenceFinishState:
+        """The entries of the jobs `index`, in that order."""
+        return ReferenceFinishState(
+            estimate_s=self.estimate_s[index],
+            estimate_time_s=self.estimate_time_s[index],
+            earlier_average_s=self.earlier_average_s[index],
+            earlier_weight_s=self.earlier_weight_s[index],
+            job_count=self.job_count[index],
+        )
 
 
 @dataclass(frozen=True)
@@ -165,6 +211,8 @@ class History:
     reference_finish_time_s: FloatArray = field(default_factory=lambda: np.zeros(0))
     """(m,) shockwave reference finish time F*_i (absolute s; 0 = not yet estimated).
     Empty = none."""
+    reference_state: ReferenceFinishState | None = None
+    """Shockwave's F* state per job (A4.6); None = no job has any."""
 
     def running(self, m: int) -> NDArray[np.bool_]:
         """(m,) True for jobs with a current placement."""

@@ -330,6 +330,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "jobs[].progress.total_epochs",
             "jobs[].epoch_profile",
             "history.jobs[].reference_finish_time_s",
+            "history.jobs[].reference_estimate_s (and the other reference_* state fields)",
         ),
         maximize=True,
         entry_point="apportion.formulations.shockwave:solve_policy",

@@ -8,7 +8,7 @@ from enum import StrEnum
 import numpy as np
 from numpy.typing import NDArray
 
-from apportion.solver.model import FloatArray
+from apportion.solver.model import FloatArray, ReferenceFinishState
 
 
 class Termination(StrEnum):
@@ -201,6 +201,8 @@ class Plan:
     reference_finish_time_s: FloatArray | None = None
     """(m,) shockwave state F*_i after this call (absolute s), to send back in the next
     snapshot's history; None = n/a."""
+    reference_state: ReferenceFinishState | None = None
+    """Shockwave's F* bookkeeping after this call (A4.6), to send back with F*; None = n/a."""
     configuration: tuple[ConfigurationChoice | None, ...] = ()
     """Per job, the chosen configuration (sia, pollux), None = none. Empty = n/a."""
 

@@ -262,7 +262,8 @@ def test_guard_semantics(case: tuple[Problem, int]) -> None:
         np.testing.assert_array_equal(out.pi, np.ones(n))
     else:
         rho = (now - a + inp.P / share) / (F - a)
-        expected = np.where(rho > 1.0, rho**12.0, np.where(inp.round_s > inp.P, rho**100.0, 1.0))
+        behind = np.where(inp.round_s > inp.P, rho**100.0, rho**12.0)
+        expected = np.where(rho > 1.0, behind, 1.0)
         np.testing.assert_allclose(out.pi, np.minimum(expected, sw.MAX_PRIORITY), rtol=1e-12)
         assert out.unranked is not None
         np.testing.assert_array_equal(out.solution.x.sum(axis=0), out.unranked.sum(axis=0))
@@ -335,6 +336,16 @@ def test_time_origin_shift_only_matters_in_compat() -> None:
 
     np.testing.assert_allclose(rho(0.0, Compat.NONE), rho(1e5, Compat.NONE), rtol=1e-9)
     assert not np.allclose(rho(0.0, Compat.SHOCKWAVE), rho(1e5, Compat.SHOCKWAVE), rtol=1e-3)
+
+
+def test_fallback_priority_precedence_follows_upstream() -> None:
+    """Upstream `relax_finish_time_constraints`: rho > rho_max gives rho^lambda, raised to
+    rho^100 when less than one round of work is left; every other job keeps 1 (a short job on
+    schedule is not demoted)."""
+    rho = np.array([2.0, 1.1, 2.0, 0.5, 0.5])
+    P = np.array([500.0, 50.0, 50.0, 50.0, 500.0])
+    pi = sw.priorities(rho, P, 120.0, 12.0, 1.0)
+    np.testing.assert_allclose(pi, [2.0**12, 1.1**100, sw.MAX_PRIORITY, 1.0, 1.0])
 
 
 def test_ranking_milp_front_loads_high_priority() -> None:
