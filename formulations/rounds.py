@@ -16,13 +16,38 @@ Placement (when the snapshot lists nodes): within a type, jobs in decreasing s_i
 the node with the fewest free devices that still holds it whole (best fit); if no node can,
 it takes whole nodes in decreasing free devices (as few nodes as possible). Never more devices
 than a type or a node has. Lease extension (keeping last round's devices) is not modelled.
+
+Combinations (space sharing, `Plan.colocated`). The entries are combinations c: every job alone
+(a single) and every pair (a, b) that shares devices. A pair's X[c, j] is its share (the time a
+and b run together on j, shares of the same unordered pair and type summed); a single's is
+`X[i, j] - sum of i's pair shares on j` (clipped at 0; below 1e-9 counts as 0). Combinations are
+indexed singles 0..m-1, then pairs m.. in order of first appearance; this index breaks the
+remaining ties. A pair holds s_a = s_b devices of one type once (skipped if the scale factors
+differ); it is skipped if either member already runs this round, and when granted both members
+are marked, so a job runs in at most one combination (and on one type) per round. Both jobs of
+a granted pair get a `RoundGrant` with the same type, devices and nodes, each naming the other
+in `colocated_with`. Pairs are eligible where X[c, j] > 0 and s_c <= W[j] (their share is only
+positive where both jobs can share on j). `job_time` and the deficit are per combination; the
+one job_time update after a round adds delta to the granted combination only.
+
+Pair history (our choice): the snapshot carries per-job received time only, so a job's
+`received_time_s[i, j]` is split over its combinations on j in proportion to their X (the past
+is assumed to have followed this plan's mix): its single is attributed `received * X_single /
+X[i, j]` and each pair `received * X[c, j] / X[i, j]`; a pair's received time is the mean of
+its two members' attributed parts. Every combination, pairs included, then gets the same
+pseudo-count delta/2 as a single (A2.11), and the deficit uses the attributed received time.
+With no history, pairs start at delta/2 exactly like fresh jobs. Jobs in no pair keep their
+full received time, so without pairs the schedule is exactly the single-job mechanism above.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
 
-from apportion.solver.model import FloatArray, Problem
+import numpy as np
+from numpy.typing import NDArray
+
+from apportion.solver.model import FloatArray, IntArray, Problem
 from apportion.solver.result import RoundGrant, ScheduledRound
 
 GAVEL_ROUND_S = 360.0
@@ -38,26 +63,107 @@ LP_POLICIES = frozenset(
         "cost_normalized_throughput",
         "min_makespan",
         "themis_finish_time_fairness",
+        "hierarchical_max_min_fairness",
     }
 )
 """Policies whose time-share plan gets the round schedule when `schedule_rounds > 0`."""
 
 
-def _placement(problem: Problem, j: int, jobs: list[int]) -> dict[int, tuple[str, ...]]:
-    """Nodes for the jobs granted on type j (consolidated, see module docstring)."""
+Colocated = tuple[tuple[int, int, int, float], ...]
+"""`Plan.colocated`: (job a, job b, type index, share of time a and b run together there)."""
+
+SINGLE_TOLERANCE = 1e-9
+"""A paired job's single share (time share minus its pair shares) below this counts as 0."""
+
+
+@dataclass(frozen=True)
+class Combinations:
+    """The entries of the round mechanism: singles 0..m-1 (job i alone), then pairs."""
+
+    X: FloatArray
+    """(C, n) time share of the combination on each type (fraction of wall-clock time)."""
+    received: FloatArray
+    """(C, n) time the combination received on each type since the reset (s)."""
+    eligible: NDArray[np.bool_]
+    """(C, n) may be granted on the type."""
+    members: tuple[tuple[int, ...], ...]
+    """Job indices of each combination: (i,) for a single, (a, b) for a pair."""
+    scale: IntArray
+    """(C,) devices the combination holds while it runs."""
+
+
+def combinations(problem: Problem, X: FloatArray, colocated: Colocated = ()) -> Combinations:
+    """Singles and pairs with their shares and attributed history (see module docstring)."""
+    m, n = X.shape
+    T = problem.jobs.throughput
+    s = problem.jobs.scale_factor.astype(np.int64)
+    W = problem.cluster.count.astype(np.int64)
+    received = problem.history.received_time_s
+    if received.shape != (m, n):
+        received = np.zeros((m, n))
+    pair_rows: dict[tuple[int, int], FloatArray] = {}
+    orientation: dict[tuple[int, int], tuple[int, int]] = {}
+    for a, b, j, share in colocated:
+        if a == b or not share > 0:
+            continue
+        key = (min(a, b), max(a, b))
+        if key not in pair_rows:
+            pair_rows[key] = np.zeros(n)
+            orientation[key] = (int(a), int(b))
+        pair_rows[key][j] += share
+    eligible = (X > 0) & (T > 0) & (s[:, None] <= W[None, :])
+    if not pair_rows:
+        return Combinations(X, received, eligible, tuple((i,) for i in range(m)), s)
+    pairs = [orientation[key] for key in pair_rows]
+    pair_X = np.array([pair_rows[key] for key in pair_rows])
+    first = np.array([p[0] for p in pairs], np.int64)
+    second = np.array([p[1] for p in pairs], np.int64)
+    in_pairs = np.zeros((m, n))
+    np.add.at(in_pairs, first, pair_X)
+    np.add.at(in_pairs, second, pair_X)
+    paired = np.union1d(first, second)
+    single_X = X.copy()
+    rest = np.maximum(X[paired] - in_pairs[paired], 0.0)
+    single_X[paired] = np.where(rest > SINGLE_TOLERANCE, rest, 0.0)
+    # received time per unit of time share, for the proportional split of paired jobs' history
+    per_share = np.divide(received, X, out=np.zeros((m, n)), where=X > 0)
+    single_received = received.copy()
+    single_received[paired] = np.where(
+        X[paired] > 0, per_share[paired] * single_X[paired], received[paired]
+    )
+    pair_received = 0.5 * (per_share[first] + per_share[second]) * pair_X
+    pair_scale = s[first]
+    pair_eligible = (
+        (pair_X > 0) & (s[first] == s[second])[:, None] & (pair_scale[:, None] <= W[None, :])
+    )
+    single_eligible = eligible.copy()
+    single_eligible[paired] &= single_X[paired] > 0
+    return Combinations(
+        X=np.vstack([single_X, pair_X]),
+        received=np.vstack([single_received, pair_received]),
+        eligible=np.vstack([single_eligible, pair_eligible]),
+        members=tuple((i,) for i in range(m)) + tuple(pairs),
+        scale=np.concatenate([s, pair_scale]),
+    )
+
+
+def _placement(
+    problem: Problem, j: int, items: list[tuple[int, int]]
+) -> dict[int, tuple[str, ...]]:
+    """Nodes for the combinations (index, devices) granted on type j (consolidated, see module
+    docstring)."""
     cluster = problem.cluster
     nodes = np.flatnonzero(cluster.node_type == j) if cluster.node_names else np.zeros(0, int)
     if nodes.size == 0:
-        return {i: () for i in jobs}
+        return {c: () for c, _ in items}
     free = {int(k): int(cluster.node_devices[k]) for k in nodes}
     out: dict[int, tuple[str, ...]] = {}
-    for i in sorted(jobs, key=lambda i: (-int(problem.jobs.scale_factor[i]), i)):
-        need = int(problem.jobs.scale_factor[i])
+    for c, need in sorted(items, key=lambda item: (-item[1], item[0])):
         whole = [k for k in free if free[k] >= need]
         if whole:
             k = min(whole, key=lambda k: (free[k], k))
             free[k] -= need
-            out[i] = (cluster.node_names[k],)
+            out[c] = (cluster.node_names[k],)
             continue
         taken: list[str] = []
         for k in sorted(free, key=lambda k: (-free[k], k)):
@@ -68,54 +174,66 @@ def _placement(problem: Problem, j: int, jobs: list[int]) -> dict[int, tuple[str
                 free[k] -= use
                 need -= use
                 taken.append(cluster.node_names[k])
-        out[i] = tuple(taken)
+        out[c] = tuple(taken)
     return out
 
 
-def round_schedule(problem: Problem, X: FloatArray, rounds: int) -> tuple[ScheduledRound, ...]:
-    """The next `rounds` rounds for time shares X (m, n) (see module docstring)."""
+def round_schedule(
+    problem: Problem, X: FloatArray, rounds: int, colocated: Colocated = ()
+) -> tuple[ScheduledRound, ...]:
+    """The next `rounds` rounds for time shares X (m, n) (each job's total time on each type,
+    alone and in pairs) and the pairs `colocated` (`Plan.colocated`; see module docstring)."""
     m, n = X.shape
     if rounds <= 0 or m == 0:
         return ()
     delta = problem.round_duration_s or GAVEL_ROUND_S
-    T = problem.jobs.throughput
-    s = problem.jobs.scale_factor.astype(np.int64)
     W = problem.cluster.count.astype(np.int64)
-    received = problem.history.received_time_s
-    if received.shape != (m, n):
-        received = np.zeros((m, n))
-    job_time = received + delta / 2.0
-    deficit = X * problem.history.elapsed_since_reset_s - received
-    eligible = (X > 0) & (T > 0) & (s[:, None] <= W[None, :])
-    order = np.argsort(-T.sum(axis=0), kind="stable")
+    comb = combinations(problem, X, colocated)
+    Xc, s, eligible, members = comb.X, comb.scale, comb.eligible, comb.members
+    C = Xc.shape[0]
+    job_time = comb.received + delta / 2.0
+    deficit = Xc * problem.history.elapsed_since_reset_s - comb.received
+    order = np.argsort(-problem.jobs.throughput.sum(axis=0), kind="stable")
     out: list[ScheduledRound] = []
     for r in range(rounds):
         worker_time = job_time.sum(axis=0)
         fraction = np.divide(
-            job_time, worker_time[None, :], out=np.zeros((m, n)), where=worker_time > 0
+            job_time, worker_time[None, :], out=np.zeros((C, n)), where=worker_time > 0
         )
-        priority = np.where(fraction > 0, X / np.where(fraction > 0, fraction, 1.0), X * FRESH)
+        priority = np.where(fraction > 0, Xc / np.where(fraction > 0, fraction, 1.0), Xc * FRESH)
         priority = np.where(eligible, priority, 0.0)
         remaining = W.copy()
         scheduled = np.zeros(m, bool)
         granted: dict[int, list[int]] = {}
         for j in order:
             cand = np.flatnonzero(eligible[:, j])
-            keys = np.lexsort((-X[cand, j], -deficit[cand, j], -priority[cand, j]))
-            for i in cand[keys]:
+            keys = np.lexsort((-Xc[cand, j], -deficit[cand, j], -priority[cand, j]))
+            for c in cand[keys]:
                 if remaining[j] == 0:
                     break
-                if scheduled[i] or s[i] > remaining[j]:
+                if s[c] > remaining[j] or any(scheduled[i] for i in members[c]):
                     continue
-                remaining[j] -= s[i]
-                scheduled[i] = True
-                granted.setdefault(int(j), []).append(int(i))
+                remaining[j] -= s[c]
+                for i in members[c]:
+                    scheduled[i] = True
+                granted.setdefault(int(j), []).append(int(c))
         grants: list[RoundGrant] = []
-        for j, jobs in granted.items():
-            nodes = _placement(problem, j, jobs)
-            for i in jobs:
-                grants.append(RoundGrant(job=i, type_index=j, devices=int(s[i]), nodes=nodes[i]))
-                job_time[i, j] += delta
+        for j, combos in granted.items():
+            nodes = _placement(problem, j, [(c, int(s[c])) for c in combos])
+            for c in combos:
+                jobs = members[c]
+                for i in jobs:
+                    partner = next((k for k in jobs if k != i), -1)
+                    grants.append(
+                        RoundGrant(
+                            job=i,
+                            type_index=j,
+                            devices=int(s[c]),
+                            nodes=nodes[c],
+                            colocated_with=partner,
+                        )
+                    )
+                job_time[c, j] += delta
         grants.sort(key=lambda g: (g.type_index, g.job))
         out.append(ScheduledRound(index=r, grants=tuple(grants)))
     return tuple(out)

@@ -745,6 +745,9 @@ def plan_to_response(
                 accelerator_type=names[grant.type_index],
                 devices=grant.devices,
                 nodes=list(grant.nodes),
+                colocated_with=(
+                    problem.jobs.ids[grant.colocated_with] if grant.colocated_with >= 0 else ""
+                ),
             )
     ids = problem.jobs.ids
     for device in plan.device_queues:

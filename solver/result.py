@@ -143,6 +143,9 @@ class RoundGrant:
     """Devices of the type the job holds during the round (its scale factor)."""
     nodes: tuple[str, ...] = ()
     """Nodes holding them (empty when the snapshot lists no nodes)."""
+    colocated_with: int = -1
+    """Space sharing: index of the job sharing these devices (its grant has the same type,
+    devices and nodes); -1 = the job runs alone."""
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,9 @@ def solve(problem: Problem, policy: PolicyRequest, options: SolveOptions | None 
         from apportion.formulations.rounds import LP_POLICIES, round_schedule
 
         if spec.name in LP_POLICIES:
-            rounds = round_schedule(problem, plan.time_share, opts.schedule_rounds)
+            rounds = round_schedule(
+                problem, plan.time_share, opts.schedule_rounds, plan.colocated
+            )
             plan = replace(plan, rounds=rounds)
     return plan
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from apportion.formulations.rounds import round_schedule
+from apportion.formulations.rounds import combinations, round_schedule
 from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
 from apportion.solver.model import Cluster, PolicyRequest, Problem, SolveOptions, make_problem
@@ -201,3 +201,387 @@ def test_every_lp_policy_schedules(policy: str) -> None:
     )
     assert len(plan.rounds) == 5
     check_rounds(prob, plan.time_share, plan.rounds)
+
+
+# --- space sharing: combinations (singles and pairs), formulations.md A2.11 ---
+
+Colocated = tuple[tuple[int, int, int, float], ...]
+
+
+def reference_single_rounds(
+    prob: Problem, X: Array, rounds: int
+) -> list[list[tuple[int, int, int, tuple[str, ...]]]]:
+    """A copy of the single-job mechanism before pairs existed (A2.11 with c = jobs only):
+    per round, the grants as (type, job, devices, nodes)."""
+    m, n = X.shape
+    delta = prob.round_duration_s or 360.0
+    T, W = prob.jobs.throughput, prob.cluster.count.astype(np.int64)
+    s = prob.jobs.scale_factor.astype(np.int64)
+    received = prob.history.received_time_s
+    if received.shape != (m, n):
+        received = np.zeros((m, n))
+    job_time = received + delta / 2.0
+    deficit = X * prob.history.elapsed_since_reset_s - received
+    eligible = (X > 0) & (T > 0) & (s[:, None] <= W[None, :])
+    order = np.argsort(-T.sum(axis=0), kind="stable")
+    cluster = prob.cluster
+    out = []
+    for _ in range(rounds):
+        worker_time = job_time.sum(axis=0)
+        fraction = np.divide(
+            job_time, worker_time[None, :], out=np.zeros((m, n)), where=worker_time > 0
+        )
+        priority = np.where(fraction > 0, X / np.where(fraction > 0, fraction, 1.0), X * 1e9)
+        priority = np.where(eligible, priority, 0.0)
+        remaining, scheduled = W.copy(), np.zeros(m, bool)
+        granted: dict[int, list[int]] = {}
+        for j in order:
+            cand = np.flatnonzero(eligible[:, j])
+            for i in cand[np.lexsort((-X[cand, j], -deficit[cand, j], -priority[cand, j]))]:
+                if remaining[j] == 0:
+                    break
+                if scheduled[i] or s[i] > remaining[j]:
+                    continue
+                remaining[j] -= s[i]
+                scheduled[i] = True
+                granted.setdefault(int(j), []).append(int(i))
+        grants = []
+        for j, jobs in granted.items():
+            nodes_j = (
+            np.flatnonzero(cluster.node_type == j) if cluster.node_names else np.zeros(0, int)
+        )
+            free = {int(k): int(cluster.node_devices[k]) for k in nodes_j}
+            placed: dict[int, tuple[str, ...]] = {}
+            for i in sorted(jobs, key=lambda i: (-int(s[i]), i)):
+                need = int(s[i])
+                if not free:
+                    placed[i] = ()
+                    continue
+                whole = [k for k in free if free[k] >= need]
+                if whole:
+                    k = min(whole, key=lambda k: (free[k], k))
+                    free[k] -= need
+                    placed[i] = (cluster.node_names[k],)
+                    continue
+                taken = []
+                for k in sorted(free, key=lambda k: (-free[k], k)):
+                    if need == 0:
+                        break
+                    use = min(free[k], need)
+                    if use:
+                        free[k] -= use
+                        need -= use
+                        taken.append(cluster.node_names[k])
+                placed[i] = tuple(taken)
+            for i in jobs:
+                grants.append((j, i, int(s[i]), placed[i]))
+                job_time[i, j] += delta
+        out.append(sorted(grants))
+    return out
+
+
+def with_history(prob: Problem, received: Array, elapsed: float, delta: float) -> Problem:
+    return replace(
+        prob,
+        round_duration_s=delta,
+        history=replace(
+            prob.history, received_time_s=received, elapsed_since_reset_s=elapsed
+        ),
+    )
+
+
+@given(noded_problems(), st.integers(0, 10_000), st.sampled_from([0.0, 60.0, 360.0]))
+def test_no_pairs_is_the_single_job_mechanism(
+    case: tuple[Problem, Array], seed: int, delta: float
+) -> None:
+    """Without pairs (none, or only zero shares) the output is exactly the old mechanism's,
+    with or without history."""
+    prob, X = case
+    rng = np.random.default_rng(seed)
+    if seed % 2:
+        received = rng.choice([0.0, 180.0, 360.0, 1000.0], X.shape)
+        prob = with_history(prob, received, float(rng.uniform(0, 3600)), delta)
+    expected = reference_single_rounds(prob, X, 8)
+    zero_pairs: Colocated = ((0, 0, 0, 0.5), (0, 1, 0, 0.0)) if X.shape[0] > 1 else ()
+    for colocated in ((), zero_pairs):
+        rounds = round_schedule(prob, X, 8, colocated)
+        got = [
+            sorted((g.type_index, g.job, g.devices, g.nodes) for g in r.grants) for r in rounds
+        ]
+        assert got == expected
+        assert all(g.colocated_with == -1 for r in rounds for g in r.grants)
+
+
+@st.composite
+def paired_plans(draw: st.DrawFn) -> tuple[Problem, Array, Colocated]:
+    """A noded problem, random pairs among jobs of equal scale factor (a job may be in
+    several pairs, on several types), random shares, random history."""
+    prob, X = draw(noded_problems())
+    m, n = X.shape
+    s = prob.jobs.scale_factor
+    rng = np.random.default_rng(draw(st.integers(0, 10_000)))
+    candidates = [(a, b) for a in range(m) for b in range(a + 1, m) if s[a] == s[b]]
+    colocated: list[tuple[int, int, int, float]] = []
+    X = X.copy()
+    if candidates:
+        k = draw(st.integers(1, min(4, len(candidates))))
+        for idx in rng.choice(len(candidates), k, replace=False):
+            a, b = candidates[idx]
+            if rng.random() < 0.5:
+                a, b = b, a
+            for j in range(n):
+                if rng.random() < 0.6 and s[a] <= prob.cluster.count[j]:
+                    share = float(rng.choice([0.1, 0.25, 0.5]))
+                    colocated.append((int(a), int(b), j, share))
+                    X[a, j] += share
+                    X[b, j] += share
+    if draw(st.booleans()):
+        received = rng.choice([0.0, 180.0, 720.0], X.shape)
+        prob = with_history(prob, received, 1800.0, 360.0)
+    return prob, X, tuple(colocated)
+
+
+def pair_shares(X: Array, colocated: Colocated) -> tuple[Array, dict[tuple[int, int], Array]]:
+    """The combinations' shares: singles (X minus pair shares) and pairs (unordered key)."""
+    single = X.copy()
+    pairs: dict[tuple[int, int], Array] = {}
+    for a, b, j, share in colocated:
+        pairs.setdefault((min(a, b), max(a, b)), np.zeros(X.shape[1]))[j] += share
+        single[a, j] -= share
+        single[b, j] -= share
+    return single, pairs
+
+
+def check_pair_rounds(
+    prob: Problem, X: Array, colocated: Colocated, rounds: tuple[ScheduledRound, ...]
+) -> None:
+    """Per-round feasibility with pairs: devices per type <= W with a pair counted once, a
+    pair holds s GPUs once, both members have identical type, devices and nodes and name each
+    other, no job twice, no combination granted where its share is 0, nodes never over-full."""
+    W = prob.cluster.count
+    s = prob.jobs.scale_factor
+    single, pairs = pair_shares(X, colocated)
+    node_index = {name: k for k, name in enumerate(prob.cluster.node_names)}
+    for r in rounds:
+        by_job = {}
+        for g in r.grants:
+            assert g.job not in by_job  # a job runs in at most one combination per round
+            by_job[g.job] = g
+        used = np.zeros_like(W)
+        take = np.zeros(len(node_index), np.int64)
+        for g in r.grants:
+            if g.colocated_with >= 0:
+                partner = by_job[g.colocated_with]
+                assert partner.colocated_with == g.job
+                assert (partner.type_index, partner.devices, partner.nodes) == (
+                    g.type_index,
+                    g.devices,
+                    g.nodes,
+                )
+                assert g.devices == s[g.job] == s[partner.job]
+                key = (min(g.job, partner.job), max(g.job, partner.job))
+                assert pairs[key][g.type_index] > 0  # a pair only where its share > 0
+                if g.job > partner.job:
+                    continue  # the pair holds its devices once
+            else:
+                assert g.devices == s[g.job]
+                assert single[g.job, g.type_index] > 1e-9  # alone only where that share > 0
+            used[g.type_index] += g.devices
+            for name in g.nodes:
+                assert prob.cluster.node_type[node_index[name]] == g.type_index
+            if len(g.nodes) == 1:
+                take[node_index[g.nodes[0]]] += g.devices
+        assert np.all(used <= W)
+        assert np.all(take <= prob.cluster.node_devices)
+
+
+@given(paired_plans())
+def test_rounds_with_pairs_are_feasible(case: tuple[Problem, Array, Colocated]) -> None:
+    prob, X, colocated = case
+    rounds = round_schedule(prob, X, 6, colocated)
+    assert [r.index for r in rounds] == list(range(6))
+    check_pair_rounds(prob, X, colocated, rounds)
+
+
+def test_pair_with_unequal_scale_factors_is_never_granted() -> None:
+    """A2.11: skip a pair whose scale factors differ (its members may still run alone)."""
+    prob = make_problem(["a"], [4], [[1.0], [1.0]], scale_factor=[1, 2])
+    X = np.array([[1.0], [1.0]])
+    rounds = round_schedule(prob, X, 5, ((0, 1, 0, 0.5),))
+    assert all(g.colocated_with == -1 for r in rounds for g in r.grants)
+
+
+@st.composite
+def realizable_pair_plans(
+    draw: st.DrawFn,
+) -> tuple[Problem, Array, Colocated, Array, list[tuple[int, ...]]]:
+    """One type, s = 1: a plan that is a convex combination of K full rounds (every device
+    busy; each job in at most one combination per round) over singles and disjoint pairs, so
+    it can be tracked. Returns the problem, X, the colocations, the combination shares Y
+    (singles 0..m-1, then pairs) and the combinations' members."""
+    rng = np.random.default_rng(draw(st.integers(0, 10_000)))
+    W = int(rng.integers(1, 4))
+    m = int(rng.integers(max(2, W), 9))
+    perm = rng.permutation(m)
+    pairs = [(int(perm[2 * k]), int(perm[2 * k + 1])) for k in range(rng.integers(1, m // 2 + 1))]
+    members: list[tuple[int, ...]] = [(i,) for i in range(m)] + list(pairs)
+    weights = rng.dirichlet(np.ones(int(rng.integers(2, 6))))
+    Y = np.zeros((len(members), 1))
+    for weight in weights:
+        while True:  # a random full round: W disjoint combinations
+            busy: set[int] = set()
+            picks: list[int] = []
+            for _ in range(W):
+                free = [c for c, mem in enumerate(members) if not busy & set(mem)]
+                if not free:
+                    break
+                c = int(rng.choice(free))
+                busy |= set(members[c])
+                picks.append(c)
+            if len(picks) == W:
+                break
+        Y[picks, 0] += weight
+    X = Y[:m].copy()
+    colocated = []
+    for k, (a, b) in enumerate(pairs):
+        X[[a, b], 0] += Y[m + k, 0]
+        if Y[m + k, 0] > 0:
+            colocated.append((a, b, 0, float(Y[m + k, 0])))
+    prob = make_problem(["t0"], [W], np.ones((m, 1)))
+    return prob, X, tuple(colocated), Y, members
+
+
+@given(realizable_pair_plans())
+def test_pair_shares_converge(
+    case: tuple[Problem, Array, Colocated, Array, list[tuple[int, ...]]],
+) -> None:
+    """s = 1, a fixed plan with pairs that fills the devices: after 100 rounds the realized
+    fraction of rounds each combination (single or pair) runs is within 0.05 of its share
+    (A2.11 3 with combinations). One type: with several types and jobs whose time budget is
+    full, the greedy's fixed type order can miss by more even without pairs."""
+    prob, X, colocated, Y, members = case
+    rounds = round_schedule(prob, X, 100, colocated)
+    check_pair_rounds(prob, X, colocated, rounds)
+    index = {mem: c for c, mem in enumerate(members)}
+    ran = np.zeros_like(Y)
+    for r in rounds:
+        for g in r.grants:
+            if g.colocated_with < 0:
+                ran[g.job, g.type_index] += 1
+            elif (g.job, g.colocated_with) in index:  # count each pair once
+                ran[index[(g.job, g.colocated_with)], g.type_index] += 1
+    error = np.abs(ran / 100 - Y).max()
+    assert error <= 0.05, (error, Y, ran / 100)
+
+
+def test_pair_without_history_is_a_fresh_combination() -> None:
+    """No history: every combination starts at the pseudo-count delta/2, so priorities follow
+    X; on one device, shares 0.25 / 0.25 / 0.5 (pair) are met exactly in 4 rounds."""
+    prob = make_problem(["a"], [1], [[1.0], [1.0]])
+    X = np.array([[0.75], [0.75]])  # alone 0.25 each, together 0.5
+    rounds = round_schedule(prob, X, 4, ((0, 1, 0, 0.5),))
+    ran = [[(g.job, g.colocated_with) for g in r.grants] for r in rounds]
+    assert ran == [[(0, 1), (1, 0)], [(0, -1)], [(1, -1)], [(0, 1), (1, 0)]]
+
+
+def test_history_is_split_over_combinations() -> None:
+    """The design choice for pairs (module docstring): a paired job's received time is split
+    over its single and its pairs in proportion to their shares; a pair gets the mean of its
+    members' parts; unpaired jobs keep theirs."""
+    prob = make_problem(["a", "b"], [2, 2], [[1.0, 1.0]] * 3)
+    received = np.array([[600.0, 100.0], [300.0, 0.0], [50.0, 70.0]])
+    prob = with_history(prob, received, 3600.0, 360.0)
+    X = np.array([[0.6, 0.2], [0.4, 0.0], [0.3, 0.3]])
+    comb = combinations(prob, X, ((1, 0, 0, 0.2), (0, 1, 0, 0.1)))  # one pair, 0.3 on "a"
+    assert comb.members == ((0,), (1,), (2,), (1, 0))
+    np.testing.assert_allclose(comb.X, [[0.3, 0.2], [0.1, 0.0], [0.3, 0.3], [0.3, 0.0]])
+    np.testing.assert_allclose(
+        comb.received,
+        [[300.0, 100.0], [75.0, 0.0], [50.0, 70.0], [0.5 * (300.0 + 225.0), 0.0]],
+    )
+    assert comb.eligible.tolist() == [[True, True], [True, False], [True, True], [True, False]]
+
+
+def packed_instance() -> Problem:
+    """Five 1-GPU jobs on 2 v100 (one per node) and 1 k80; two beneficial pairs (together
+    each job keeps 80% of its throughput alone)."""
+    from apportion.solver.model import Colocations
+
+    prob = make_problem(["v100", "k80"], [2, 1], [[2.0, 1.0]] * 4 + [[1.0, 1.0]])
+    prob = with_nodes(prob, [[1, 1], [1]])
+    coloc = Colocations(
+        job_a=np.array([0, 2], np.int64),
+        job_b=np.array([1, 3], np.int64),
+        throughput_a=np.array([[1.6, 0.8], [1.6, 0.8]]),
+        throughput_b=np.array([[1.6, 0.8], [1.6, 0.8]]),
+    )
+    return replace(prob, colocations=coloc)
+
+
+def test_space_sharing_plan_gets_pair_grants() -> None:
+    """End to end: max-min fairness with space sharing (`max_min_fairness_packed`) with
+    schedule_rounds > 0 schedules the pairs of its plan on shared devices."""
+    from apportion.solver.parameters import MaxMinFairnessParameters
+
+    prob = packed_instance()
+    plan = solve(
+        prob,
+        PolicyRequest("weighted_max_min_fairness", MaxMinFairnessParameters(space_sharing=True)),
+        SolveOptions(schedule_rounds=30),
+    )
+    assert plan.colocated and len(plan.rounds) == 30
+    check_pair_rounds(prob, plan.time_share, plan.colocated, plan.rounds)
+    pair_grants = [g for r in plan.rounds for g in r.grants if g.colocated_with >= 0]
+    assert pair_grants
+    _, pairs = pair_shares(plan.time_share, plan.colocated)
+    for g in pair_grants:
+        assert (min(g.job, g.colocated_with), max(g.job, g.colocated_with)) in pairs
+        assert len(g.nodes) == 1
+
+
+def test_pair_grants_in_the_response() -> None:
+    """Through the wire: each job of a granted pair has its own RoundGrant with identical
+    type, devices and nodes, and `colocated_with` names the partner (empty when alone)."""
+    from google.protobuf import json_format
+
+    doc: dict[str, object] = {
+        "snapshot": {
+            "cluster": {
+                "acceleratorTypes": [{"name": "v100", "count": 2}],
+                "nodes": [
+                    {"name": "n0", "acceleratorType": "v100", "devices": 1},
+                    {"name": "n1", "acceleratorType": "v100", "devices": 1},
+                ],
+            },
+            "jobs": [{"id": name, "throughput": {"v100": 2.0}} for name in "abcd"],
+            "colocations": [
+                {"jobA": "a", "jobB": "b", "throughputA": {"v100": 1.6},
+                 "throughputB": {"v100": 1.6}},
+                {"jobA": "c", "jobB": "d", "throughputA": {"v100": 1.6},
+                 "throughputB": {"v100": 1.6}},
+            ],
+        },
+        "policy": {"name": "max_min_fairness_packed"},
+        "options": {"scheduleRounds": 10},
+    }
+    response = solve_request(json_format.ParseDict(doc, service_pb.SolveRequest()))
+    assert response.plan.colocated and len(response.plan.rounds) == 10
+    partners = {"a": "b", "b": "a", "c": "d", "d": "c"}
+    paired = 0
+    for r in response.plan.rounds:
+        grants = {g.job_id: g for g in r.grants}
+        assert len(grants) == len(r.grants)
+        for g in r.grants:
+            if g.colocated_with:
+                paired += 1
+                assert g.colocated_with == partners[g.job_id]
+                other = grants[g.colocated_with]
+                assert other.colocated_with == g.job_id
+                assert (other.accelerator_type, other.devices, list(other.nodes)) == (
+                    g.accelerator_type,
+                    g.devices,
+                    list(g.nodes),
+                )
+        devices = sum(g.devices for g in r.grants if g.job_id < (g.colocated_with or "~"))
+        assert devices <= 2
+    assert paired > 0
