@@ -1,6 +1,8 @@
-"""Max-min fairness with space sharing: apportion against the plain per-pair cvxpy form.
+"""Space sharing (max-min fairness, makespan, finish-time fairness, max-sum-throughput,
+water filling): apportion against the plain per-pair cvxpy form.
 
     python benchmarks/space_sharing.py [--sizes 512 2048] [--reference-max 512]
+        [--policies max_min makespan ftf throughput water_filling]
 
 Workload: Gavel-like catalog (26 job types x 4 scale factors over 3 types, identical rows
 within an entry) with co-location throughputs per job-type pair: each job keeps a factor in
@@ -8,7 +10,12 @@ within an entry) with co-location throughputs per job-type pair: each job keeps 
 about the reference table's spread). apportion solves the job-type formulation (A2.3 groups);
 the reference is A2.2 written per job pair and vectorized in cvxpy (Clarabel), run only up to
 --reference-max jobs (it has m(m-1)/2 pair variables per type). Peak memory is the process's
-maximum resident set size after apportion's solve, before the reference runs.
+maximum resident set size after apportion's solve, before the reference runs. Remaining work:
+1-10 h at the job's best throughput; arrivals over the last 5 h and cumulative isolated time
+half the time since arrival, so finish-time fairness has different t_i/D_i (the z-LP bracket
+runs). The finish-time-fairness reference is the convex form of A2.5 (inv_pos, Clarabel) with
+iso_i and C_i taken from apportion's response; water filling has no reference (Gavel's MILP
+per round does not fit the reference budget).
 """
 
 from __future__ import annotations
@@ -24,8 +31,23 @@ import scipy.sparse as sp
 
 from apportion.datasets.synthetic import catalog_problem, make_catalog
 from apportion.solver.model import Colocations, PolicyRequest, Problem
-from apportion.solver.parameters import MaxMinFairnessParameters
+from apportion.solver.parameters import (
+    FinishTimeFairnessParameters,
+    MaxMinFairnessParameters,
+    MaxSumThroughputParameters,
+    MinMakespanParameters,
+    WaterFillingParameters,
+)
+from apportion.solver.result import Plan
 from apportion.solver.solve import solve
+
+POLICIES = {
+    "max_min": ("weighted_max_min_fairness", MaxMinFairnessParameters(space_sharing=True)),
+    "makespan": ("min_makespan", MinMakespanParameters(space_sharing=True)),
+    "ftf": ("themis_finish_time_fairness", FinishTimeFairnessParameters(space_sharing=True)),
+    "throughput": ("max_sum_throughput", MaxSumThroughputParameters(space_sharing=True)),
+    "water_filling": ("hierarchical_max_min_fairness", WaterFillingParameters(space_sharing=True)),
+}
 
 
 def workload(num_jobs: int, seed: int = 0) -> Problem:
@@ -52,12 +74,17 @@ def workload(num_jobs: int, seed: int = 0) -> Problem:
     coloc = Colocations(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, n)),
                         np.zeros((0, n)), tuple(type_a), tuple(type_b), np.array(rows_a),
                         np.array(rows_b))
-    jobs = replace(problem.jobs, job_type=tuple(f"e{k}" for k in entry))
-    return replace(problem, jobs=jobs, colocations=coloc)
+    hours = rng.uniform(1.0, 10.0, num_jobs)
+    elapsed = rng.uniform(0.0, 5 * 3600.0, num_jobs)
+    jobs = replace(problem.jobs, job_type=tuple(f"e{k}" for k in entry),
+                   total_steps=hours * 3600.0 * thr.max(axis=1), steps_done=np.zeros(num_jobs),
+                   arrival_time_s=5 * 3600.0 - elapsed)
+    history = replace(problem.history, cumulative_isolated_time_s=0.5 * elapsed)
+    return replace(problem, jobs=jobs, colocations=coloc, history=history, time_s=5 * 3600.0)
 
 
-def reference(problem: Problem) -> tuple[float, float]:
-    """(t*, seconds) of A2.2 per job pair, vectorized cvxpy + Clarabel."""
+def reference(problem: Problem, policy: str, plan: Plan) -> tuple[float, float]:
+    """(optimum, seconds) of A2.2 per job pair, vectorized cvxpy + Clarabel."""
     started = time.perf_counter()
     jobs, coloc = problem.jobs, problem.colocations
     assert coloc is not None
@@ -66,7 +93,6 @@ def reference(problem: Problem) -> tuple[float, float]:
     W = problem.cluster.count.astype(float)
     s = jobs.scale_factor.astype(float)
     prop = thr @ W / W.sum()
-    scale = s / (jobs.priority_weight * prop)
     index = {(a, b): q for q, (a, b) in enumerate(zip(coloc.type_a, coloc.type_b, strict=True))}
     ia, ib = np.triu_indices(m, k=1)
     same = jobs.scale_factor[ia] == jobs.scale_factor[ib]
@@ -88,12 +114,28 @@ def reference(problem: Problem) -> tuple[float, float]:
     inc_b = sp.csr_matrix((np.ones(P), (ib, np.arange(P))), shape=(m, P))
     x = cp.Variable((m, n), nonneg=True)
     y = cp.Variable((P, n), nonneg=True)
-    t = cp.Variable()
-    level = (cp.sum(cp.multiply(thr, x), axis=1) + inc_a @ cp.sum(cp.multiply(pa, y), axis=1)
-             + inc_b @ cp.sum(cp.multiply(pb, y), axis=1))
+    rate = (cp.sum(cp.multiply(thr, x), axis=1) + inc_a @ cp.sum(cp.multiply(pa, y), axis=1)
+            + inc_b @ cp.sum(cp.multiply(pb, y), axis=1))
     budget = cp.sum(x, axis=1) + (inc_a + inc_b) @ cp.sum(y, axis=1)
-    cons = [t <= cp.multiply(scale, level), budget <= 1, s @ x + s[ia] @ y <= W]
-    value = cp.Problem(cp.Maximize(t), cons).solve(solver=cp.CLARABEL)
+    cons = [budget <= 1, s @ x + s[ia] @ y <= W]
+    R = jobs.total_steps - jobs.steps_done
+    if policy == "max_min":
+        t = cp.Variable()
+        cons.append(t <= cp.multiply(s / (jobs.priority_weight * prop), rate))
+        value = cp.Problem(cp.Maximize(t), cons).solve(solver=cp.CLARABEL)
+    elif policy == "makespan":
+        z = cp.Variable()  # 1/makespan in 1/h: O(1) for the solver's tolerances
+        cons.append(rate >= (R / 3600.0) * z)
+        value = 3600.0 / cp.Problem(cp.Maximize(z), cons).solve(solver=cp.CLARABEL)
+    elif policy == "throughput":
+        value = cp.Problem(cp.Maximize(cp.sum(rate)), cons).solve(solver=cp.CLARABEL)
+    else:  # ftf, with D_i from the response's state
+        assert plan.isolated_throughput is not None and plan.cumulative_isolated_time_s is not None
+        D = (plan.cumulative_isolated_time_s + R / plan.isolated_throughput) / jobs.priority_weight
+        t_i = problem.time_s - jobs.arrival_time_s
+        level = cp.Variable()
+        cons.append(t_i + cp.multiply(R, cp.inv_pos(rate)) <= level * D)
+        value = cp.Problem(cp.Minimize(level), cons).solve(solver=cp.CLARABEL)
     return float(value), time.perf_counter() - started
 
 
@@ -101,25 +143,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[512, 2048])
     parser.add_argument("--reference-max", type=int, default=512)
+    parser.add_argument("--policies", nargs="+", choices=sorted(POLICIES),
+                        default=list(POLICIES))
     args = parser.parse_args()
-    print(f"{'jobs':>6s} {'apportion s':>12s} {'peak MiB':>9s} {'reference s':>12s} "
-          f"{'ratio':>7s} {'rel. diff':>9s} {'status':>8s} {'gap':>8s}  model")
-    for size in args.sizes:
-        problem = workload(size)
-        started = time.perf_counter()
-        plan = solve(problem, PolicyRequest("weighted_max_min_fairness",
-                                            MaxMinFairnessParameters(space_sharing=True)))
-        elapsed = time.perf_counter() - started
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        cert = plan.certificate
-        ours = float(cert.objective or 0.0)
-        if size <= args.reference_max:
-            ref, ref_s = reference(problem)
-            ref_text = f"{ref_s:12.3f} {ref_s / elapsed:6.0f}x {abs(ours - ref) / ref:9.1e}"
-        else:
-            ref_text = f"{'skipped':>12s} {'-':>7s} {'-':>9s}"
-        print(f"{size:6d} {elapsed:12.3f} {peak:9.0f} {ref_text} {cert.termination!s:>8s} "
-              f"{cert.gap or 0:8.1e}  {cert.model_size.variables} vars", flush=True)
+    print(f"{'policy':>13s} {'jobs':>6s} {'apportion s':>12s} {'peak MiB':>9s} "
+          f"{'reference s':>12s} {'ratio':>7s} {'rel. diff':>9s} {'status':>8s} {'gap':>8s}  model")
+    for policy in args.policies:
+        name, params = POLICIES[policy]
+        for size in args.sizes:
+            problem = workload(size)
+            started = time.perf_counter()
+            plan = solve(problem, PolicyRequest(name, params))
+            elapsed = time.perf_counter() - started
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            cert = plan.certificate
+            ours = float(cert.objective or 0.0)
+            if size <= args.reference_max and policy != "water_filling":
+                ref, ref_s = reference(problem, policy, plan)
+                ref_text = (f"{ref_s:12.3f} {ref_s / elapsed:6.0f}x "
+                            f"{abs(ours - ref) / abs(ref):9.1e}")
+            else:
+                ref_text = f"{'skipped':>12s} {'-':>7s} {'-':>9s}"
+            print(f"{policy:>13s} {size:6d} {elapsed:12.3f} {peak:9.0f} {ref_text} "
+                  f"{cert.termination!s:>8s} {cert.gap or 0:8.1e}  "
+                  f"{cert.model_size.variables} vars", flush=True)
 
 
 if __name__ == "__main__":

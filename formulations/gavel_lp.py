@@ -291,6 +291,10 @@ def solve_max_sum_throughput(
 ) -> Plan:
     """Max-sum-throughput (A2.6): maximize sum_i mult_i * thr_i(X) (steps/s, or dimensionless
     with `normalize = prop`). Dual: pi_j per device of type j, sigma_i per job budget."""
+    if parameters.space_sharing and problem.colocations is not None:
+        from apportion.formulations.packed_gavel import solve_max_sum_throughput_packed
+
+        return solve_max_sum_throughput_packed(problem, parameters, compat, options)
     started = time.perf_counter()
     T = policy_throughput(problem, parameters.reference_type)
     normalize = ThroughputNormalization.NONE if compat is Compat.GAVEL else parameters.normalize
@@ -629,6 +633,10 @@ def solve_min_makespan(
 ) -> Plan:
     """Minimum makespan (A2.8) as one LP in z = 1/makespan (1/s). Objective: the makespan
     max_i R_i/thr_i(X) (s) of the returned X; bound: 1/(proven upper bound on z*)."""
+    if parameters.space_sharing and problem.colocations is not None:
+        from apportion.formulations.packed_gavel import solve_min_makespan_packed
+
+        return solve_min_makespan_packed(problem, parameters, compat, options)
     started = time.perf_counter()
     jobs = problem.jobs
     m = jobs.num_jobs
@@ -801,6 +809,10 @@ def solve_finish_time_fairness(
     bound via `infeasible_below`. Next level: the middle of the bracket (when all t_i/D_i are
     equal the first LP closes the bracket: the single-LP case of A2.5). Stops when
     hi - lo <= FTF_PRECISION * hi. Objective = hi, bound = lo."""
+    if parameters.space_sharing and problem.colocations is not None:
+        from apportion.formulations.packed_gavel import solve_finish_time_fairness_packed
+
+        return solve_finish_time_fairness_packed(problem, parameters, compat, options)
     started = time.perf_counter()
     jobs = problem.jobs
     m, n = jobs.num_jobs, problem.cluster.num_types

@@ -159,6 +159,10 @@ def solve_policy(
     params = (
         parameters if isinstance(parameters, WaterFillingParameters) else WaterFillingParameters()
     )
+    if params.space_sharing and problem.colocations is not None and problem.jobs.num_jobs:
+        from apportion.formulations.packed_water_filling import solve_packed_water_filling
+
+        return solve_packed_water_filling(problem, params, compat, options)
     started = time.perf_counter()
     m, n = problem.jobs.num_jobs, problem.cluster.num_types
     formulation = "water filling (A2.4), progressive filling with LP duals" + (

@@ -590,7 +590,8 @@ def _policy(msg: policy_pb.Policy, violations: list[Violation]) -> PolicyRequest
         parameters = gavel_parameters[given](getattr(msg, given), violations)
     elif given == "water_filling":
         parameters = WaterFillingParameters(
-            heterogeneity_agnostic=msg.water_filling.heterogeneity_agnostic
+            heterogeneity_agnostic=msg.water_filling.heterogeneity_agnostic,
+            space_sharing=msg.water_filling.space_sharing,
         )
     elif given == "allox":
         allox = msg.allox

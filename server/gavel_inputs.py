@@ -40,6 +40,7 @@ def _max_sum(msg: Any, violations: list[Violation]) -> object:
     return MaxSumThroughputParameters(
         normalize=_NORMALIZATION.get(msg.normalize, ThroughputNormalization.NONE),
         reference_type=msg.reference_type,
+        space_sharing=msg.space_sharing,
     )
 
 
@@ -52,11 +53,13 @@ def _cost(msg: Any, violations: list[Violation]) -> object:
 
 
 def _makespan(msg: Any, violations: list[Violation]) -> object:
-    return MinMakespanParameters(reference_type=msg.reference_type)
+    return MinMakespanParameters(reference_type=msg.reference_type,
+                                 space_sharing=msg.space_sharing)
 
 
 def _ftf(msg: Any, violations: list[Violation]) -> object:
-    return FinishTimeFairnessParameters(reference_type=msg.reference_type)
+    return FinishTimeFairnessParameters(reference_type=msg.reference_type,
+                                        space_sharing=msg.space_sharing)
 
 
 gavel_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {

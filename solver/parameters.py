@@ -50,6 +50,8 @@ class MaxSumThroughputParameters:
     """NONE: raw steps/s summed; PROPORTIONAL: each job's thr_i / prop_i (dimensionless)."""
     reference_type: str = ""
     """Heterogeneity-agnostic variant: copy this type's throughput column into every type."""
+    space_sharing: bool = False
+    """Let pairs of jobs share devices (A2.2/A2.3) using the snapshot's co-location data."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ class MinMakespanParameters:
     """Minimum makespan as one LP in z = 1/makespan (formulations.md A2.8)."""
 
     reference_type: str = ""
+    space_sharing: bool = False
+    """Let pairs of jobs share devices (A2.2) using the snapshot's co-location data."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class FinishTimeFairnessParameters:
     """Finish-time fairness, Themis rho (formulations.md A2.5)."""
 
     reference_type: str = ""
+    space_sharing: bool = False
+    """Let pairs of jobs share devices (A2.2) using the snapshot's co-location data."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,8 @@ class WaterFillingParameters:
 
     heterogeneity_agnostic: bool = False
     """Treat every usable throughput as 1 (Gavel's `max_min_fairness_water_filling`)."""
+    space_sharing: bool = False
+    """Let pairs of jobs share devices (A2.2) using the snapshot's co-location data."""
 
 
 class BudgetSource(StrEnum):

@@ -106,6 +106,10 @@ _POLICIES: tuple[PolicySpec, ...] = (
         aliases={
             "max_min_fairness_water_filling_perf": {"heterogeneity_agnostic": False},
             "max_min_fairness_water_filling": {"heterogeneity_agnostic": True},
+            "max_min_fairness_water_filling_packed": {
+                "heterogeneity_agnostic": False,
+                "space_sharing": True,
+            },
         },
     ),
     PolicySpec(
@@ -213,6 +217,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         aliases={
             "min_total_duration_perf": {},
             "min_total_duration": {"reference_type": "v100"},
+            "min_total_duration_packed": {"space_sharing": True},
         },
     ),
     PolicySpec(
@@ -240,6 +245,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         aliases={
             "finish_time_fairness_perf": {},
             "finish_time_fairness": {"reference_type": "v100"},
+            "finish_time_fairness_packed": {"space_sharing": True},
         },
     ),
     PolicySpec(

@@ -1,0 +1,358 @@
+"""Space sharing for Gavel's LP family (formulations.md A2.2 last paragraph): the `_packed`
+variants of minimum makespan (A2.8), finish-time fairness (A2.5) and max-sum-throughput
+(A2.6), over the group formulation of `apportion.formulations.space_sharing`.
+
+Each job's throughput becomes thr_i = sum over its singles and pairs of (throughput in that
+combination) x (time in it); a pair holds its s GPUs once and its time counts against both
+jobs' budgets. Pairs on a type where time-slicing the two jobs dominates are pruned (A2.2 test
+4: exact for every objective that is non-decreasing in per-job throughput, which all three are).
+
+Groups (why the group LP is exact here). Jobs are grouped as in `space_sharing.make_groups`,
+with the policy's per-job data added to the key (remaining steps; for finish-time fairness
+also t_i and D_i), so the jobs of a group are interchangeable in the per-job LP: its
+objective is concave (linear or a min of linear terms) and invariant under permuting them,
+so averaging an optimum over those permutations is optimal and symmetric (A2.3 test 2).
+
+* makespan: the z-LP max z s.t. thr_i >= R_i z, i.e. the level LP with level_i = thr_i / R_i
+  (jobs with no remaining work get no level row and no time); makespan = 1/z*, bound = 1/(dual
+  bound on z*).
+* finish-time fairness: the bracket of `gavel_lp.solve_finish_time_fairness` with the packed
+  z-LP at each level rho (level_i = thr_i / b_i(rho)). A group dual y_g of the level row is the
+  multiplier y_g / b_g of the row b_g z - thr_g <= 0, so `gavel_lp.infeasible_below` turns it
+  into a proven lower bound on rho* exactly as in the unpacked case.
+* max-sum-throughput: one LP, maximize sum_g k_g mult_g thr_g; bound by the Lagrangian of the
+  solver's duals (every single time share <= 1, every pair-group total <= k_g / (1 or 2)).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from apportion.formulations.gavel_lp import (
+    DEFAULT_GAP,
+    FTF_PRECISION,
+    STEP,
+    _deadline,
+    _gap,
+    _termination,
+    _weights_max_sum,
+    ftf_data,
+    infeasible_below,
+    make_cells,
+    policy_throughput,
+    repair,
+    rho,
+    rhs_at,
+    thrmax,
+)
+from apportion.formulations.lp import solve_lp
+from apportion.formulations.normalizers import isolated_share
+from apportion.formulations.space_sharing import (
+    Groups,
+    JobPlan,
+    PackedLP,
+    build_cells,
+    lagrangian_bound,
+    level_entries,
+    make_groups,
+    plan_of,
+    realize,
+    resource_entries,
+    scaled,
+    solve_level_lp,
+    split_raw,
+)
+from apportion.solver.model import Compat, FloatArray, Problem, SolveOptions, SolverPreference
+from apportion.solver.parameters import (
+    FinishTimeFairnessParameters,
+    MaxSumThroughputParameters,
+    MinMakespanParameters,
+    ThroughputNormalization,
+)
+from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Termination
+
+
+@dataclass(frozen=True)
+class PackedCells:
+    """Groups and the unit-scale cells (levels = throughput in policy units)."""
+
+    groups: Groups
+    base: PackedLP
+    T: FloatArray
+
+
+def packed_cells(problem: Problem, reference_type: str, compat: Compat,
+                 active: np.ndarray, extra_key: FloatArray | None) -> PackedCells:
+    """Cells usable under A1.2 B4 for the active jobs, grouped with `extra_key`."""
+    T = policy_throughput(problem, reference_type)
+    cells = make_cells(problem, T, compat, active)
+    thr = np.zeros_like(T)
+    thr[cells.rows, cells.cols] = T[cells.rows, cells.cols]
+    groups = make_groups(problem, extra_key)
+    return PackedCells(groups, build_cells(problem, groups, thr), T)
+
+
+def _status(active: np.ndarray) -> tuple[tuple[JobStatus, ...], tuple[str, ...]]:
+    status = tuple(JobStatus.ALLOCATED if a else JobStatus.FINISHED for a in active)
+    reason = tuple("" if a else "no remaining work" for a in active)
+    return status, reason
+
+
+def _packed_plan(problem: Problem, plan: JobPlan, normalized: FloatArray,
+                 objective_value: FloatArray, prices: FloatArray, cert: Certificate,
+                 active: np.ndarray, **extra: FloatArray) -> Plan:
+    status, reason = _status(active)
+    return plan_of(plan, problem, normalized_throughput=normalized,
+                   objective_value=objective_value, job_dual=np.zeros(active.size),
+                   accelerator_prices=prices, certificate=cert, job_status=status,
+                   job_reason=reason, **extra)
+
+
+def _no_pairs(single: FloatArray) -> JobPlan:
+    none_i, none_f = np.zeros(0, np.int64), np.zeros(0)
+    return JobPlan(single, none_i, none_i, none_i, none_f, none_f, none_f, none_f, none_f)
+
+
+def _no_work(problem: Problem, maximize: bool, formulation: str, active: np.ndarray,
+             **extra: FloatArray) -> Plan:
+    m, n = problem.jobs.num_jobs, problem.cluster.num_types
+    cert = Certificate(Termination.OPTIMAL, maximize, 0.0, 0.0, solver="closed form",
+                       formulation=formulation, detail="no remaining work")
+    return _packed_plan(problem, _no_pairs(np.zeros((m, n))), np.zeros(m), np.zeros(m),
+                        np.zeros(n), cert, active, **extra)
+
+
+def _packed_solver(options: SolveOptions) -> tuple[SolverPreference, str]:
+    """(solver, HiGHS method): Clarabel when asked for; HiGHS simplex when HiGHS is asked for;
+    otherwise HiGHS's interior point with crossover (a vertex, exact duals), which on the
+    partner-cell LPs (a few dense capacity rows) is about 4x faster than simplex and 7x than
+    Clarabel at 512 jobs (measured with benchmarks/space_sharing.py, 2026-11-30)."""
+    if options.solver is SolverPreference.CLARABEL:
+        return SolverPreference.CLARABEL, "simplex"
+    if options.solver is SolverPreference.HIGHS:
+        return SolverPreference.HIGHS, "simplex"
+    return SolverPreference.HIGHS, "ipm"
+
+
+def _limit(options: SolveOptions, deadline: float) -> float:
+    return max(deadline - time.perf_counter(), 1e-3) if deadline < math.inf else 0.0
+
+
+def _cells_text(cells: PackedCells) -> str:
+    _, npc, nq, _ = cells.base.sizes
+    return (f"{cells.groups.size.size} groups, {npc} pair cells and {nq} partner cells after "
+            "pruning")
+
+
+def solve_min_makespan_packed(problem: Problem, parameters: MinMakespanParameters,
+                              compat: Compat, options: SolveOptions) -> Plan:
+    """Minimum makespan with space sharing (module docstring). Objective: the makespan (s)."""
+    started = time.perf_counter()
+    R = np.maximum(problem.jobs.remaining_steps, 0.0)
+    active = R > 0
+    formulation = "min makespan with space sharing (A2.8 over A2.2/A2.3 groups)"
+    if not active.any():
+        return _no_work(problem, False, formulation, active, remaining_steps=R)
+    cells = packed_cells(problem, parameters.reference_type, compat, active, R[:, None])
+    rep = cells.groups.rep
+    rows = active[rep]
+    # levels thr_i / (R_i z_cap): the LP is homogeneous, and with z_cap >= z* (each job's
+    # best rate over its work) the optimum is O(1), which interior-point tolerances need
+    cap = _throughput_cap(problem, cells, compat, active)
+    z_cap = float(np.min(cap[active] / R[active]))
+    scale = np.divide(1.0, R[rep] * z_cap, out=np.zeros(rep.size), where=rows)
+    lp = scaled(cells.base, scale, rows)
+    build = time.perf_counter() - started
+    solver, method = _packed_solver(options)
+    sol = solve_level_lp(lp, solver, _limit(options, _deadline(options)), options.threads,
+                         method)
+    plan, thr = realize(problem, cells.groups, cells.base, sol.raw)
+    finish = np.divide(R, thr, out=np.where(active, np.inf, 0.0), where=thr > 0)
+    makespan = float(np.max(finish[active]))
+    bound = 1.0 / (sol.bound * z_cap) if sol.bound and sol.bound > 0 else math.inf
+    finite = math.isfinite(makespan)
+    gap = _gap(makespan, bound) if finite and math.isfinite(bound) else None
+    cert = Certificate(
+        termination=_termination(sol.status, gap, options.relative_gap or DEFAULT_GAP),
+        maximize=False,
+        objective=makespan if finite else None,
+        bound=bound if math.isfinite(bound) else None,
+        solver=sol.result.solver,
+        solver_version=sol.result.solver_version,
+        formulation=f"{formulation}: {_cells_text(cells)}",
+        build_time_s=build,
+        solve_time_s=sol.result.solve_time_s,
+        model_size=sol.size,
+        detail=sol.result.detail,
+    )
+    rate = np.divide(thr, R, out=np.zeros(R.size), where=active)
+    prices = sol.dual.pi if sol.dual is not None else np.zeros(lp.W.size)
+    return _packed_plan(problem, plan, rate, finish, prices, cert, active, remaining_steps=R)
+
+
+def _isolated_plan(problem: Problem, cells: PackedCells, compat: Compat,
+                   active: np.ndarray) -> tuple[JobPlan, FloatArray]:
+    """The isolated plan (no pairs), repaired onto the usable cells, and its policy
+    throughput (m,). Feasible, so it starts the finish-time-fairness bracket."""
+    gavel_cells = make_cells(problem, cells.T, compat, active)
+    share = isolated_share(gavel_cells.s, gavel_cells.W, int(active.sum()))
+    X, _ = repair(gavel_cells, np.where(active[:, None], share, 0.0))
+    return _no_pairs(X), np.einsum("ij,ij->i", cells.T, X)
+
+
+def _throughput_cap(problem: Problem, cells: PackedCells, compat: Compat,
+                    active: np.ndarray) -> FloatArray:
+    """(m,) an upper bound on thr_i: thrmax_i alone (A2.5) or all its time in its best pair."""
+    cap = thrmax(make_cells(problem, cells.T, compat, active))
+    base = cells.base
+    best = np.zeros(base.k.size)
+    np.maximum.at(best, base.pair_g, base.level_pair_g)
+    np.maximum.at(best, base.pair_h, base.level_pair_h)
+    np.maximum.at(best, base.qg, base.level_q)
+    return np.asarray(np.maximum(cap, best[cells.groups.group]), dtype=np.float64)
+
+
+def solve_finish_time_fairness_packed(problem: Problem,
+                                      parameters: FinishTimeFairnessParameters,
+                                      compat: Compat, options: SolveOptions) -> Plan:
+    """Finish-time fairness with space sharing (module docstring): min max_i w_i rho_i(X);
+    objective = the best rho found (hi), bound = the proven lower bound (lo)."""
+    started = time.perf_counter()
+    m, n = problem.jobs.num_jobs, problem.cluster.num_types
+    T = policy_throughput(problem, parameters.reference_type)
+    data = ftf_data(problem, T, compat)
+    active = data.active
+    extra = {
+        "cumulative_isolated_time_s": data.C,
+        "isolated_throughput": data.iso,
+        "remaining_steps": data.R,
+    }
+    formulation = "finish-time fairness with space sharing: packed z-LPs with dual bounds"
+    if not active.any():
+        return _no_work(problem, False, formulation, active, **extra)
+    key = np.column_stack([data.t, data.R, data.D])
+    cells = packed_cells(problem, parameters.reference_type, compat, active, key)
+    rep = cells.groups.rep
+    rows = active[rep]
+    cap = _throughput_cap(problem, cells, compat, active)
+    lo = float(np.max((data.t[active] + data.R[active] / cap[active]) / data.D[active]))
+    best, thr_best = _isolated_plan(problem, cells, compat, active)
+    hi = float(np.max(rho(data, thr_best)))
+    build = time.perf_counter() - started
+    deadline = _deadline(options)
+    tolerance = options.relative_gap or DEFAULT_GAP
+    level = hi
+    solve_time, lps = 0.0, 0
+    prices = np.zeros(n)
+    size = ModelSize()
+    solver, version, detail = "closed form", "", "bracket closed without an LP"
+    termination = Termination.OPTIMAL
+    solver_choice, method = _packed_solver(options)
+    while hi - lo > FTF_PRECISION * hi:
+        width = hi - lo
+        if time.perf_counter() > deadline:
+            termination = Termination.FEASIBLE
+            break
+        rhs = rhs_at(data, level)
+        scale = np.divide(1.0, rhs[rep], out=np.zeros(rep.size), where=rows)
+        lp = scaled(cells.base, scale, rows)
+        sol = solve_level_lp(lp, solver_choice, _limit(options, deadline), options.threads,
+                             method)
+        lps += 1
+        solve_time += sol.result.solve_time_s
+        solver, version, detail = sol.result.solver, sol.result.solver_version, sol.result.detail
+        size = sol.size
+        if sol.status != "optimal" or sol.dual is None:
+            termination = (Termination.FEASIBLE if sol.status in ("time_limit", "optimal")
+                           else Termination.ERROR)
+            break
+        plan, thr = realize(problem, cells.groups, cells.base, sol.raw)
+        cand = float(np.max(rho(data, thr)))
+        progress = cand < hi
+        if progress:
+            hi, best, thr_best = cand, plan, thr
+        y = np.zeros(m)  # group multiplier on its representative, in the b z - thr row scale
+        y[rep[rows]] = sol.dual.y[rows] / rhs[rep[rows]]
+        proven = infeasible_below(data, y, sol.dual.bound, level)
+        if proven > lo:
+            progress = True
+            lo = min(proven, hi)
+            prices = sol.dual.pi
+        if not progress:  # the same level again would repeat this LP: the bracket is final
+            break
+        if hi - lo > 0.99 * width and _gap(hi, lo) <= tolerance:
+            break  # stalled at the solver's precision, already within the tolerance
+        level = lo + STEP * (hi - lo)
+        if lps > 200:
+            termination = Termination.OPTIMAL_INACCURATE
+            break
+    if termination is Termination.OPTIMAL and _gap(hi, lo) > tolerance:
+        termination = Termination.OPTIMAL_INACCURATE
+    cert = Certificate(
+        termination=termination,
+        maximize=False,
+        objective=hi,
+        bound=lo,
+        solver=solver,
+        solver_version=version,
+        formulation=f"{formulation} ({lps} LPs, {_cells_text(cells)})",
+        build_time_s=build,
+        solve_time_s=solve_time,
+        model_size=size,
+        detail=detail,
+    )
+    normalized = np.divide(thr_best, data.iso, out=np.zeros(m), where=data.iso > 0)
+    return _packed_plan(problem, best, normalized, rho(data, thr_best), prices, cert, active,
+                        **extra)
+
+
+def solve_max_sum_throughput_packed(problem: Problem, parameters: MaxSumThroughputParameters,
+                                    compat: Compat, options: SolveOptions) -> Plan:
+    """Max-sum-throughput with space sharing (module docstring): maximize
+    sum_i mult_i thr_i (steps/s, or dimensionless with normalize = prop)."""
+    started = time.perf_counter()
+    m, n = problem.jobs.num_jobs, problem.cluster.num_types
+    active = np.ones(m, dtype=bool)
+    normalize = ThroughputNormalization.NONE if compat is Compat.GAVEL else parameters.normalize
+    T = policy_throughput(problem, parameters.reference_type)
+    mult = _weights_max_sum(problem, T, normalize)
+    cells = packed_cells(problem, parameters.reference_type, compat, active, mult[:, None])
+    rep = cells.groups.rep
+    # objective: group g's terms weighted by k_g mult_g (a pair cell's two singleton groups
+    # each by its own mult); no level rows
+    lp = scaled(cells.base, cells.groups.size * mult[rep], np.zeros(rep.size, dtype=bool))
+    _, col, val = level_entries(lp)
+    obj = np.asarray(np.bincount(col, val, minlength=lp.num_vars), dtype=np.float64)
+    rows, cols, vals, b, equalities = resource_entries(lp, 0)
+    matrix = sp.csc_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                           shape=(b.size, lp.num_vars))
+    build = time.perf_counter() - started
+    solver, method = _packed_solver(options)
+    result = solve_lp(obj, matrix, b, solver, _limit(options, _deadline(options)),
+                      options.threads, equalities=equalities, highs_method=method)
+    plan, thr = realize(problem, cells.groups, cells.base, split_raw(lp, result.x))
+    per_job = mult * thr
+    objective = float(per_job.sum())
+    duals = result.row_dual if result.row_dual.size == b.size else np.zeros(b.size)
+    bound, lam = lagrangian_bound(lp, matrix, b, obj, duals, 0, equalities)
+    gap = _gap(objective, bound)
+    cert = Certificate(
+        termination=_termination(result.status, gap, options.relative_gap or DEFAULT_GAP),
+        maximize=True,
+        objective=objective if result.x.size else None,
+        bound=bound if result.row_dual.size else None,
+        solver=result.solver,
+        solver_version=result.solver_version,
+        formulation=(f"max-sum-throughput with space sharing (normalize={normalize.value}): "
+                     f"{_cells_text(cells)}"),
+        build_time_s=build,
+        solve_time_s=result.solve_time_s,
+        model_size=ModelSize(matrix.shape[1], matrix.shape[0], int(matrix.nnz)),
+        detail=result.detail,
+    )
+    return _packed_plan(problem, plan, per_job, per_job, lam[:n], cert, active)
