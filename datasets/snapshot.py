@@ -15,6 +15,12 @@ throughput (or the trace's own `total_steps`).
 Active jobs that cannot be served are left out and counted in `BuildReport.excluded`:
 zero/negative/unknown GPUs, negative duration, no usable type (throughput > 0 on a type
 with at least scale-factor devices).
+
+Co-location (space sharing, optional): with `colocations=True` and a table that has pair
+entries, every job gets `job_type` = its table key as `"<job type> x<scale factor>"` (pair
+rates differ per scale factor), and `type_colocations` lists every pair of keys present in
+the snapshot that the table has a rate for on some usable type (both orders in the table are
+one entry here; same-key pairs included), so the `_packed` policies can read them.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ import numpy as np
 from apportion.datasets.cluster import ClusterSpec
 from apportion.datasets.generators import reference_throughput
 from apportion.datasets.table import JobTable
-from apportion.datasets.throughput import ThroughputTable
+from apportion.datasets.throughput import JobKey, ThroughputTable
 from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1 import snapshot_pb2 as snapshot_pb
 
 
 @dataclass
@@ -82,8 +89,10 @@ def build_request(
     reference_type: str = "v100",
     max_scale_factor: int = 8,
     include_nodes: bool = True,
+    colocations: bool = False,
 ) -> tuple[service_pb.SolveRequest, BuildReport]:
-    """The snapshot of `table` at `time_s` (s on the table's clock) on `cluster`."""
+    """The snapshot of `table` at `time_s` (s on the table's clock) on `cluster`; with
+    `colocations`, job types and type-pair throughputs from the table's pair entries."""
     report = BuildReport(time_s)
     mask = active_mask(table, time_s)
     idx = np.flatnonzero(mask)
@@ -119,6 +128,7 @@ def build_request(
             )
             msg.cpus, msg.memory_gib = node.cpus, node.memory_gib
     seen: set[str] = set()
+    keys_present: dict[JobKey, str] = {}
     for k in idx:
         gpus, duration = table.gpus[k], table.duration_s[k]
         if not np.isfinite(gpus) or gpus <= 0:
@@ -174,8 +184,44 @@ def build_request(
         slo = table.slo_factor[k]
         if np.isfinite(slo) and slo > 0 and np.isfinite(duration):
             job.deadline_s = float(table.arrival_s[k] + slo * duration)
+        if colocations and throughputs.pairs:
+            job.job_type = keys_present.setdefault(key, job_type_key(key))
         report.included += 1
+    if colocations and throughputs.pairs:
+        _attach_type_pairs(snap, throughputs, keys_present, cluster)
     return request, report
+
+
+def job_type_key(key: JobKey) -> str:
+    """`Job.job_type` of a throughput-table key: pair rates depend on the scale factor too."""
+    return f"{key[0]} x{key[1]}"
+
+
+def _attach_type_pairs(snap: snapshot_pb.Snapshot, throughputs: ThroughputTable,
+                       keys: dict[JobKey, str], cluster: ClusterSpec) -> None:
+    """`type_colocations` for the pairs of `keys` with a rate on some usable type."""
+    present = sorted(keys)
+    for ia, a in enumerate(present):
+        for b in present[ia:]:
+            if a[1] != b[1]:
+                continue
+            rows: dict[str, tuple[float, float]] = {}
+            for t in cluster.types:
+                if cluster.count[t] < a[1]:
+                    continue
+                both = throughputs.pairs.get(t, {}).get((a, b))
+                if both is None:
+                    flipped = throughputs.pairs.get(t, {}).get((b, a))
+                    both = (flipped[1], flipped[0]) if flipped is not None else None
+                if both is not None and (both[0] > 0 or both[1] > 0):
+                    rows[t] = both
+            if not rows:
+                continue
+            entry = snap.type_colocations.add()
+            entry.type_a, entry.type_b = keys[a], keys[b]
+            for t, (rate_a, rate_b) in rows.items():
+                entry.throughput_a[t] = rate_a
+                entry.throughput_b[t] = rate_b
 
 
 def render_request(request: service_pb.SolveRequest) -> str:

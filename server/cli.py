@@ -141,10 +141,15 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             cluster = ClusterSpec.parse(args.cluster)
         if args.throughputs == "builtin":
             throughputs = builtin_throughputs(cluster.types)
+            if args.colocations:
+                from apportion.datasets.generators import pair_throughputs
+
+                throughputs = pair_throughputs(throughputs, seed=args.seed,
+                                               scale_factors=(1, 2, 4, 8))
         else:
             from apportion.datasets.throughput import read_gavel_throughputs
 
-            throughputs = read_gavel_throughputs(args.throughputs, pairs=False)
+            throughputs = read_gavel_throughputs(args.throughputs, pairs=args.colocations)
     except TraceFormatError as exc:
         raise InputError(str(exc)) from exc
     except (OSError, ValueError) as exc:
@@ -159,6 +164,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         seed=args.seed,
         policy=args.policy,
         round_duration_s=args.round_duration,
+        colocations=args.colocations,
     )
     _err(report.summary())
     text = render_request(request)
@@ -219,6 +225,12 @@ def _add_snapshot(
     snap.add_argument("--seed", type=int, default=0, help="seed for drawn job types")
     snap.add_argument("--policy", default="weighted_max_min_fairness", metavar="NAME")
     snap.add_argument("--round-duration", type=float, default=0.0, metavar="SECONDS")
+    snap.add_argument(
+        "--colocations",
+        action="store_true",
+        help="attach job types and type-pair (space-sharing) throughputs from the table's "
+        "pair entries (builtin: synthetic pairs), for the _packed policies",
+    )
     snap.add_argument(
         "--skip-bad",
         action="store_true",

@@ -154,6 +154,32 @@ def test_built_snapshot_solves() -> None:
     assert len(response.plan.jobs) == report.included
 
 
+def test_snapshot_with_colocations_solves_the_packed_policies() -> None:
+    """`colocations=True`: job types per table key and type pairs from the table's pair
+    entries; the packed policies read them and share devices; without the flag nothing is
+    attached."""
+    table = gavel_workload(80, seed=4, jobs_per_hour=60)
+    cluster = make_cluster({"v100": 4, "p100": 4, "k80": 4})
+    thr = pair_throughputs(builtin_throughputs(), seed=2, scale_factors=(1, 2, 4, 8))
+    plain, _ = build_request(table, cluster, thr, 2 * 3600.0, seed=1)
+    assert not plain.snapshot.type_colocations and not plain.snapshot.jobs[0].job_type
+    request, report = build_request(table, cluster, thr, 2 * 3600.0, seed=1, colocations=True)
+    jobs = request.snapshot.jobs
+    assert report.included > 5 and all(j.job_type for j in jobs)
+    # each job type names its scale factor; pairs only between equal scale factors
+    assert all(j.job_type.endswith(f" x{j.scale_factor or 1}") for j in jobs)
+    present = {j.job_type for j in jobs}
+    pairs = request.snapshot.type_colocations
+    assert pairs and all({p.type_a, p.type_b} <= present for p in pairs)
+    assert all(p.type_a.rsplit(" x", 1)[1] == p.type_b.rsplit(" x", 1)[1] for p in pairs)
+    assert len({(p.type_a, p.type_b) for p in pairs}) == len(pairs)
+    for name in ("max_min_fairness_packed", "min_total_duration_packed"):
+        request.policy.name = name
+        response = solve_request(request)
+        assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL, name
+        assert len(response.plan.colocated) > 0, name
+
+
 def test_cli_snapshot_then_solve(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     table = gavel_workload(50, seed=5, jobs_per_hour=40)
     table = JobTable.from_columns(
@@ -172,6 +198,11 @@ def test_cli_snapshot_then_solve(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert out.read_text() == first  # deterministic
     assert json.loads(first)["snapshot"]["timeS"] == 3000.0
     assert cli.main(["solve", str(out)]) == cli.EXIT_OK
+    shared = tmp_path / "shared.json"
+    assert cli.main([*argv[:-1], str(shared), "--colocations", "--policy",
+                     "max_min_fairness_packed"]) == cli.EXIT_OK
+    assert json.loads(shared.read_text())["snapshot"]["typeColocations"]
+    assert cli.main(["solve", str(shared)]) == cli.EXIT_OK
 
 
 def test_cli_snapshot_bad_row_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
