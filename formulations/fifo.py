@@ -1,4 +1,4 @@
-"""Gavel's FIFO baselines (formulations.md A2.10): `fifo` and `fifo_perf`.
+"""Gavel's FIFO baselines (formulations.md A2.10): `fifo`, `fifo_perf` and `fifo_packed`.
 
 Jobs are queued by arrival (arrival_time_s, then snapshot order). Each job needs s_i devices
 of one type for all of its time (row 1.0 on that type). The queue head takes a type with at
@@ -11,7 +11,14 @@ backfilling).
   keep their type first; then the queue head takes a uniformly random type among those with
   enough free devices (numpy generator seeded with `SolveOptions.seed`).
 
-Status HEURISTIC; objective = total throughput of the plan (steps/s), no bound.
+* `fifo_packed`: `fifo_perf`, then every job still queued (in queue order, the no-skipping
+  rule of the first pass does not apply here) is packed onto the job, among those scheduled
+  alone, with its scale factor whose pair has the largest combined normalized throughput
+  `Tpair_a/T_a + Tpair_b/T_b` on that job's type, if it exceeds `PACK_THRESHOLD` (1.5); the
+  two then share the partner's devices for all of their time (`Plan.colocated`, share 1).
+
+Status HEURISTIC; objective = total throughput of the plan (steps/s, pairs at their pair
+rates), no bound.
 """
 
 from __future__ import annotations
@@ -20,8 +27,13 @@ import time
 
 import numpy as np
 
+from apportion.formulations.space_sharing import PairRates
 from apportion.solver.model import Compat, Problem, SolveOptions
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
+
+PACK_THRESHOLD = 1.5
+"""`fifo_packed` pairs a queued job only when the pair's combined normalized throughput on the
+partner's type exceeds this (Gavel's value)."""
 
 
 def _queue(problem: Problem) -> list[int]:
@@ -97,3 +109,61 @@ def solve_fifo_perf(
 ) -> Plan:
     """Gavel's `fifo_perf`: the queue head takes the fastest type with enough free devices."""
     return _fifo(problem, aware=True, seed=options.seed)
+
+
+def solve_fifo_packed(
+    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+) -> Plan:
+    """Gavel's `fifo_packed`: `fifo_perf`, then queued jobs packed onto scheduled single jobs
+    (module docstring)."""
+    started = time.perf_counter()
+    plan = _fifo(problem, aware=True, seed=options.seed)
+    jobs = problem.jobs
+    T = jobs.throughput
+    X = plan.time_share.copy()
+    thr = plan.effective_throughput.copy()
+    status, reason = list(plan.job_status), list(plan.job_reason)
+    rates = PairRates(problem)
+    alone = {i: int(np.argmax(X[i])) for i in range(jobs.num_jobs) if X[i].sum() > 0}
+    colocated: list[tuple[int, int, int, float]] = []
+    for i in _queue(problem):
+        if status[i] is not JobStatus.DEFERRED:
+            continue
+        best, best_value = -1, PACK_THRESHOLD
+        for k, j in alone.items():
+            pair = rates(i, k)
+            if pair is None or T[i, j] <= 0 or T[k, j] <= 0 or not problem.usable[i, j]:
+                continue
+            combined = pair[0][j] / T[i, j] + pair[1][j] / T[k, j]
+            if combined > best_value:
+                best, best_value = k, combined
+        if best < 0:
+            continue
+        j = alone.pop(best)
+        pair = rates(i, best)
+        assert pair is not None
+        X[i, j] = 1.0
+        thr[i], thr[best] = pair[0][j], pair[1][j]
+        colocated.append((i, best, j, 1.0))
+        status[i] = JobStatus.ALLOCATED
+        reason[i] = f"shares {jobs.ids[best]!r}'s devices (combined {best_value:.3g})"
+    cert = Certificate(
+        termination=Termination.HEURISTIC,
+        maximize=True,
+        objective=float(thr.sum()),
+        solver="greedy",
+        formulation=f"fifo_packed (fifo_perf, then {len(colocated)} queued jobs packed)",
+        build_time_s=time.perf_counter() - started,
+    )
+    return Plan(
+        time_share=X,
+        effective_throughput=thr,
+        normalized_throughput=thr,
+        objective_value=thr,
+        job_dual=np.zeros(jobs.num_jobs),
+        accelerator_prices=np.zeros(problem.cluster.num_types),
+        certificate=cert,
+        job_status=tuple(status),
+        job_reason=tuple(reason),
+        colocated=tuple(colocated),
+    )

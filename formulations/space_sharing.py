@@ -170,6 +170,32 @@ def _type_pair_rows(problem: Problem) -> dict[tuple[str, str], tuple[FloatArray,
     return out
 
 
+class PairRates:
+    """Co-location throughputs of two given jobs (steps/s per type), from the explicit pairs
+    or, failing that, the type pairs of `Problem.colocations`; None when not listed or when
+    the scale factors differ."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        coloc = problem.colocations
+        self.explicit: dict[tuple[int, int], tuple[FloatArray, FloatArray]] = {}
+        if coloc is not None:
+            for p, (a, b) in enumerate(zip(coloc.job_a, coloc.job_b, strict=True)):
+                self.explicit[(int(a), int(b))] = (coloc.throughput_a[p], coloc.throughput_b[p])
+                self.explicit[(int(b), int(a))] = (coloc.throughput_b[p], coloc.throughput_a[p])
+        self.types = _type_pair_rows(problem)
+
+    def __call__(self, a: int, b: int) -> tuple[FloatArray, FloatArray] | None:
+        jobs = self.problem.jobs
+        if a == b or jobs.scale_factor[a] != jobs.scale_factor[b]:
+            return None
+        if (a, b) in self.explicit:
+            return self.explicit[(a, b)]
+        if jobs.job_type and jobs.job_type[a] and jobs.job_type[b]:
+            return self.types.get((jobs.job_type[a], jobs.job_type[b]))
+        return None
+
+
 def _ratio(rate: FloatArray, iso: FloatArray, allowed: BoolArray) -> FloatArray:
     """rate / iso on allowed cells (rate broadcast over rows), 0 elsewhere."""
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -288,6 +288,27 @@ _POLICIES: tuple[PolicySpec, ...] = (
         entry_point="apportion.formulations.fifo:solve_fifo_perf",
     ),
     PolicySpec(
+        name="fifo_packed",
+        description=(
+            "Gavel's FIFO with space sharing (formulations.md A2.10): fifo_perf, then each "
+            "queued job shares the devices of the scheduled single job (same scale factor) "
+            "whose pair has the largest combined normalized throughput, if above 1.5. "
+            "Heuristic."
+        ),
+        parameters_type=NoParameters,
+        parameters_message="",
+        parameters_field="",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "jobs[].arrival_time_s",
+            "colocations[] or type_colocations[] with jobs[].job_type",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.fifo:solve_fifo_packed",
+    ),
+    PolicySpec(
         name="fisher_market",
         description=(
             "Heterogeneity-aware Fisher market (Eisenberg-Gale program, formulations.md A4.1): "

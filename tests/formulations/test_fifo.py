@@ -87,3 +87,77 @@ def test_fifo_running_jobs_keep_their_type() -> None:
         assert X[2, 0] == 1.0  # the running job keeps type a
         assert X[0, 1] == 1.0  # the head gets the only free type
         assert X[1].sum() == 0  # nothing left: queued
+
+
+@st.composite
+def with_pairs(draw: st.DrawFn) -> Problem:
+    """A FIFO instance with explicit pair throughputs for some pairs of equal scale factor."""
+    from apportion.solver.model import Colocations
+
+    prob = draw(problems())
+    m, n = prob.jobs.num_jobs, prob.cluster.num_types
+    s = prob.jobs.scale_factor
+    candidates = [(a, b) for a in range(m) for b in range(a + 1, m) if s[a] == s[b]]
+    chosen = draw(st.lists(st.sampled_from(candidates), unique=True, max_size=6)
+                  ) if candidates else []
+    T = prob.jobs.throughput
+    fa = np.array([[draw(st.sampled_from([0.2, 0.6, 0.9])) for _ in range(n)] for _ in chosen]
+                  ).reshape(-1, n)
+    fb = np.array([[draw(st.sampled_from([0.2, 0.6, 0.9])) for _ in range(n)] for _ in chosen]
+                  ).reshape(-1, n)
+    coloc = Colocations(
+        job_a=np.array([a for a, _ in chosen], np.int64),
+        job_b=np.array([b for _, b in chosen], np.int64),
+        throughput_a=fa * T[np.array([a for a, _ in chosen], np.int64)],
+        throughput_b=fb * T[np.array([b for _, b in chosen], np.int64)],
+    )
+    return replace(prob, colocations=coloc)
+
+
+@given(with_pairs())
+def test_fifo_packed_packs_queued_jobs_onto_single_jobs(prob: Problem) -> None:
+    """fifo_packed = fifo_perf for the jobs it schedules alone; every packed job shares a job
+    scheduled alone by fifo_perf, on that job's type, with the same scale factor, combined
+    normalized throughput > 1.5 and at most one partner each; devices are held once."""
+    packed, perf = run(prob, "fifo_packed"), run(prob, "fifo_perf")
+    X, T, s = packed.time_share, prob.jobs.throughput, prob.jobs.scale_factor
+    coloc = prob.colocations
+    assert coloc is not None
+    rate = {}
+    for p in range(coloc.job_a.size):
+        a, b = int(coloc.job_a[p]), int(coloc.job_b[p])
+        rate[(a, b)] = (coloc.throughput_a[p], coloc.throughput_b[p])
+        rate[(b, a)] = (coloc.throughput_b[p], coloc.throughput_a[p])
+    alone = perf.time_share.sum(axis=1) > 0
+    np.testing.assert_array_equal(X[alone], perf.time_share[alone])
+    partners = set()
+    for i, k, j, share in packed.colocated:
+        assert share == 1.0 and not alone[i] and alone[k] and k not in partners
+        partners.add(k)
+        assert X[i, j] == 1.0 and perf.time_share[k, j] == 1.0 and s[i] == s[k]
+        ri, rk = rate[(i, k)]
+        assert ri[j] / T[i, j] + rk[j] / T[k, j] > 1.5
+        assert packed.effective_throughput[i] == ri[j] and packed.effective_throughput[k] == rk[j]
+    # devices: the pass of fifo_perf only (pairs add none)
+    assert np.all(s @ perf.time_share <= prob.cluster.count)
+    unpacked = [i for i in range(prob.jobs.num_jobs)
+                if not alone[i] and all(i != c[0] for c in packed.colocated)]
+    assert all(packed.job_status[i] is JobStatus.DEFERRED for i in unpacked)
+    assert packed.certificate.termination is Termination.HEURISTIC
+
+
+def test_fifo_packed_picks_the_best_partner_and_without_pairs_is_fifo_perf() -> None:
+    from apportion.solver.model import Colocations
+
+    prob = make_problem(["v100"], [2], [[1.0], [1.0], [1.0]])
+    prob = replace(prob, jobs=replace(prob.jobs, arrival_time_s=np.array([0.0, 1.0, 2.0])))
+    pairs = Colocations(job_a=np.array([2, 2]), job_b=np.array([0, 1]),
+                        throughput_a=np.array([[0.8], [0.9]]),
+                        throughput_b=np.array([[0.8], [0.9]]))
+    # capacity 2: jobs 0 and 1 run alone; job 2 pairs with job 1 (1.8 > 1.6 > 1.5)
+    plan = run(replace(prob, colocations=pairs), "fifo_packed")
+    assert plan.colocated == ((2, 1, 0, 1.0),)
+    np.testing.assert_allclose(plan.effective_throughput, [1.0, 0.9, 0.9])
+    none = run(prob, "fifo_packed")
+    np.testing.assert_array_equal(none.time_share, run(prob, "fifo_perf").time_share)
+    assert none.colocated == ()
