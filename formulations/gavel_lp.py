@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -796,6 +797,94 @@ def infeasible_below(data: FtfData, y_all: FloatArray, bound: float, level: floa
     return lo
 
 
+@dataclass(frozen=True)
+class BracketStep:
+    """One z-LP of the finish-time-fairness bracket at a level: the solver's result, the
+    plan (whatever the caller keeps) with its throughput (m,) and the violation repaired, the
+    multipliers y (m,) on the rows b_i z - thr_i <= 0 with their dual value, the prices."""
+
+    result: LPResult
+    size: ModelSize
+    plan: object
+    thr: FloatArray
+    violation: float
+    y: FloatArray
+    bound: float
+    prices: FloatArray
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """The closed bracket: best rho found (hi) with the step that found it (None: the start
+    plan), the proven lower bound (lo) with the multipliers and prices that proved it, the
+    LPs run, their total solve time, the last step."""
+
+    hi: float
+    lo: float
+    best: BracketStep | None
+    y: FloatArray
+    prices: FloatArray
+    lps: int
+    solve_time_s: float
+    termination: Termination
+    last: BracketStep | None
+
+
+def close_bracket(
+    data: FtfData,
+    lo: float,
+    hi: float,
+    step_at: Callable[[float], BracketStep],
+    options: SolveOptions,
+    deadline: float,
+) -> Bracket:
+    """Narrow [lo, hi] on rho* (A2.5), hi being the start plan's rho: each step's plan lowers
+    hi (exact recomputation of max_i w_i rho_i), its multipliers raise lo
+    (`infeasible_below`); the next level is lo + STEP (hi - lo). Ends when
+    hi - lo <= FTF_PRECISION hi, when a step moves neither end (the same level would repeat the
+    same LP), when it stalls at the solver's precision within the tolerance, at the deadline
+    (FEASIBLE) or after 200 LPs (OPTIMAL_INACCURATE)."""
+    y, prices = np.zeros(0), np.zeros(0)
+    tolerance = options.relative_gap or DEFAULT_GAP
+    termination = Termination.OPTIMAL
+    level, lps, solve_time = hi, 0, 0.0
+    best: BracketStep | None = None
+    last: BracketStep | None = None
+    while hi - lo > FTF_PRECISION * hi:
+        width = hi - lo
+        if time.perf_counter() > deadline:
+            termination = Termination.FEASIBLE
+            break
+        step = step_at(level)
+        lps += 1
+        solve_time += step.result.solve_time_s
+        last = step
+        status = step.result.status
+        if status != "optimal":
+            termination = Termination.FEASIBLE if status == "time_limit" else Termination.ERROR
+            break
+        cand = float(np.max(rho(data, step.thr)))
+        progress = cand < hi
+        if progress:
+            hi, best = cand, step
+        proven = infeasible_below(data, step.y, step.bound, level)
+        if proven > lo:
+            progress = True
+            lo = min(proven, hi)
+            y, prices = step.y, step.prices
+        if not progress:  # the same level again would repeat this LP: the bracket is final
+            break
+        if hi - lo > 0.99 * width and _gap(hi, lo) <= tolerance:
+            break  # stalled at the solver's precision, already within the tolerance
+        level = lo + STEP * (hi - lo)
+        if lps > 200:
+            termination = Termination.OPTIMAL_INACCURATE
+            break
+    if termination is Termination.OPTIMAL and _gap(hi, lo) > tolerance:
+        termination = Termination.OPTIMAL_INACCURATE
+    return Bracket(hi, lo, best, y, prices, lps, solve_time, termination, last)
+
+
 def solve_finish_time_fairness(
     problem: Problem,
     parameters: FinishTimeFairnessParameters,
@@ -857,48 +946,25 @@ def solve_finish_time_fairness(
     model = ZModel(cells, cap)
     build = time.perf_counter() - started
     deadline = _deadline(options)
-    level = hi
-    solve_time, lps, viol = 0.0, 0, 0.0
-    last: ZResult | None = None
-    y_best = np.zeros(m)
-    pi_best = np.zeros(n)
-    termination = Termination.OPTIMAL
-    tolerance = options.relative_gap or DEFAULT_GAP
-    while hi - lo > FTF_PRECISION * hi:
-        width = hi - lo
-        if time.perf_counter() > deadline:
-            termination = Termination.FEASIBLE
-            break
+
+    def step_at(level: float) -> BracketStep:
         z = model.solve(rhs_at(data, level), options, deadline)
-        lps += 1
-        solve_time += z.result.solve_time_s
-        last = z
-        if z.status != "optimal":
-            termination = Termination.FEASIBLE if z.status == "time_limit" else Termination.ERROR
-            break
-        cand = float(np.max(rho(data, np.einsum("ij,ij->i", T, z.X))))
-        progress = cand < hi
-        if progress:
-            hi, X_best, viol = cand, z.X, z.violation
-        proven = infeasible_below(data, z.y, z.bound, level)
-        if proven > lo:
-            progress = True
-            lo = min(proven, hi)
-            y_best, pi_best = z.y, z.pi
-        if not progress:  # the same level again would repeat this LP: the bracket is final
-            break
-        if hi - lo > 0.99 * width and _gap(hi, lo) <= tolerance:
-            break  # stalled at the solver's precision, already within the tolerance
-        level = lo + STEP * (hi - lo)
-        if lps > 200:
-            termination = Termination.OPTIMAL_INACCURATE
-            break
-    gap = _gap(hi, lo)
-    if termination is Termination.OPTIMAL and gap > (options.relative_gap or DEFAULT_GAP):
-        termination = Termination.OPTIMAL_INACCURATE
-    if termination is Termination.ERROR:
+        thr = np.einsum("ij,ij->i", T, z.X)
+        return BracketStep(z.result, z.size, z.X, thr, z.violation, z.y, z.bound, z.pi)
+
+    bracket = close_bracket(data, lo, hi, step_at, options, deadline)
+    last = bracket.last
+    if bracket.termination is Termination.ERROR:
         assert last is not None
         return _failed(problem, last.result, False, formulation, build)
+    viol = 0.0
+    if bracket.best is not None:
+        assert isinstance(bracket.best.plan, np.ndarray)
+        X_best, viol = bracket.best.plan, bracket.best.violation
+    y_best = bracket.y if bracket.y.size else np.zeros(m)
+    pi_best = bracket.prices if bracket.prices.size else np.zeros(n)
+    hi, lo, lps, solve_time = bracket.hi, bracket.lo, bracket.lps, bracket.solve_time_s
+    termination = bracket.termination
     thr = np.einsum("ij,ij->i", T, X_best)
     per_job = rho(data, thr)
     cert = Certificate(

@@ -28,21 +28,20 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
 
 from apportion.formulations.gavel_lp import (
     DEFAULT_GAP,
-    FTF_PRECISION,
-    STEP,
+    BracketStep,
     _deadline,
     _gap,
     _termination,
     _weights_max_sum,
+    close_bracket,
     ftf_data,
-    infeasible_below,
     make_cells,
     policy_throughput,
     repair,
@@ -245,67 +244,41 @@ def solve_finish_time_fairness_packed(problem: Problem,
     hi = float(np.max(rho(data, thr_best)))
     build = time.perf_counter() - started
     deadline = _deadline(options)
-    tolerance = options.relative_gap or DEFAULT_GAP
-    level = hi
-    solve_time, lps = 0.0, 0
-    prices = np.zeros(n)
-    size = ModelSize()
-    solver, version, detail = "closed form", "", "bracket closed without an LP"
-    termination = Termination.OPTIMAL
     solver_choice, method = _packed_solver(options)
-    while hi - lo > FTF_PRECISION * hi:
-        width = hi - lo
-        if time.perf_counter() > deadline:
-            termination = Termination.FEASIBLE
-            break
+
+    def step_at(level: float) -> BracketStep:
         rhs = rhs_at(data, level)
-        scale = np.divide(1.0, rhs[rep], out=np.zeros(rep.size), where=rows)
-        lp = scaled(cells.base, scale, rows)
+        lp = scaled(cells.base, np.divide(1.0, rhs[rep], out=np.zeros(rep.size), where=rows),
+                    rows)
         sol = solve_level_lp(lp, solver_choice, _limit(options, deadline), options.threads,
                              method)
-        lps += 1
-        solve_time += sol.result.solve_time_s
-        solver, version, detail = sol.result.solver, sol.result.solver_version, sol.result.detail
-        size = sol.size
-        if sol.status != "optimal" or sol.dual is None:
-            termination = (Termination.FEASIBLE if sol.status in ("time_limit", "optimal")
-                           else Termination.ERROR)
-            break
         plan, thr = realize(problem, cells.groups, cells.base, sol.raw)
-        cand = float(np.max(rho(data, thr)))
-        progress = cand < hi
-        if progress:
-            hi, best, thr_best = cand, plan, thr
         y = np.zeros(m)  # group multiplier on its representative, in the b z - thr row scale
+        if sol.dual is None:
+            failed = replace(sol.result, status="error") if sol.status == "optimal" else sol.result
+            return BracketStep(failed, sol.size, plan, thr, 0.0, y, 0.0, np.zeros(n))
         y[rep[rows]] = sol.dual.y[rows] / rhs[rep[rows]]
-        proven = infeasible_below(data, y, sol.dual.bound, level)
-        if proven > lo:
-            progress = True
-            lo = min(proven, hi)
-            prices = sol.dual.pi
-        if not progress:  # the same level again would repeat this LP: the bracket is final
-            break
-        if hi - lo > 0.99 * width and _gap(hi, lo) <= tolerance:
-            break  # stalled at the solver's precision, already within the tolerance
-        level = lo + STEP * (hi - lo)
-        if lps > 200:
-            termination = Termination.OPTIMAL_INACCURATE
-            break
-    if termination is Termination.OPTIMAL and _gap(hi, lo) > tolerance:
-        termination = Termination.OPTIMAL_INACCURATE
+        return BracketStep(sol.result, sol.size, plan, thr, 0.0, y, sol.dual.bound, sol.dual.pi)
+
+    bracket = close_bracket(data, lo, hi, step_at, options, deadline)
+    if bracket.best is not None:
+        assert isinstance(bracket.best.plan, JobPlan)
+        best, thr_best = bracket.best.plan, bracket.best.thr
+    last = bracket.last
     cert = Certificate(
-        termination=termination,
+        termination=bracket.termination,
         maximize=False,
-        objective=hi,
-        bound=lo,
-        solver=solver,
-        solver_version=version,
-        formulation=f"{formulation} ({lps} LPs, {_cells_text(cells)})",
+        objective=bracket.hi,
+        bound=bracket.lo,
+        solver=last.result.solver if last else "closed form",
+        solver_version=last.result.solver_version if last else "",
+        formulation=f"{formulation} ({bracket.lps} LPs, {_cells_text(cells)})",
         build_time_s=build,
-        solve_time_s=solve_time,
-        model_size=size,
-        detail=detail,
+        solve_time_s=bracket.solve_time_s,
+        model_size=last.size if last else ModelSize(),
+        detail=last.result.detail if last else "bracket closed without an LP",
     )
+    prices = bracket.prices if bracket.prices.size else np.zeros(n)
     normalized = np.divide(thr_best, data.iso, out=np.zeros(m), where=data.iso > 0)
     return _packed_plan(problem, best, normalized, rho(data, thr_best), prices, cert, active,
                         **extra)
