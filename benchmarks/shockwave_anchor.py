@@ -1,8 +1,17 @@
 """End-to-end anchor (formulations.md A4.7 item 9, data.md §4.1): replay the 120-job Shockwave
 trace on 32 GPUs with 120 s rounds and compare with the published simulation row.
 
-    python benchmarks/shockwave_anchor.py [--jobs N] [--policies shockwave max_min_fairness]
+    python benchmarks/shockwave_anchor.py [--jobs N] [--policies shockwave max_min_fairness ...]
                                           [--time-limit 15] [--threads 2] [--synthetic]
+
+Policies (default: all), named after the published rows: `shockwave` (ShockwaveRoundPolicy);
+through Gavel's round mechanism (GavelRoundPolicy, allocation recomputed on every arrival or
+completion, work in standalone seconds): `max_min_fairness` (weighted_max_min_fairness),
+`finish_time_fairness` = Themis (themis_finish_time_fairness, C_i state carried between
+calls), `gandiva_fair` = the static equal split of the published row (isolated),
+`min_total_duration` = OSSP (min_makespan), `max_sum_throughput` = MST (max_sum_throughput,
+published key max_sum_throughput_perf_sim). The published AlloX row is not reproduced: AlloX is
+a non-preemptive matching of 1-device jobs, not a time share, and needs another driver.
 
 Jobs: ../shared/reference/shockwave/profiles_120jobs.json.gz (read with
 `apportion.datasets.shockwave.read_shockwave_profiles`; `--jobs N` keeps the first N in trace
@@ -40,8 +49,20 @@ CONFIG = REFERENCE / "config_tacc_32gpus.json"
 SUMMARY = REFERENCE / "reproduce_120jobs_32gpus_policy_summary.json"
 PUBLISHED_KEYS = {
     "shockwave": "tacc_32gpus/shockwave_sim",
+    "finish_time_fairness": "tacc_32gpus/finish_time_fairness_sim",
+    "gandiva_fair": "tacc_32gpus/gandiva_fair_sim",
     "max_min_fairness": "tacc_32gpus/max_min_fairness_sim",
+    "min_total_duration": "tacc_32gpus/min_total_duration_sim",
+    "max_sum_throughput": "tacc_32gpus/max_sum_throughput_perf_sim",
 }
+GAVEL_POLICIES = {
+    "finish_time_fairness": "themis_finish_time_fairness",
+    "gandiva_fair": "isolated",
+    "max_min_fairness": "weighted_max_min_fairness",
+    "min_total_duration": "min_makespan",
+    "max_sum_throughput": "max_sum_throughput",
+}
+"""Benchmark name -> apportion policy run by GavelRoundPolicy."""
 PUBLISHED_FALLBACK = {"shockwave": (24197.0, 9958.0, 1.78, 0.75, 0.075, 2.57, 0.82)}
 """(makespan s, avg JCT s, worst rho, mean rho, frac rho > 1, worst Themis rho, util)."""
 
@@ -90,7 +111,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=32)
     parser.add_argument("--round", type=float, default=120.0, help="round length (s)")
     parser.add_argument(
-        "--policies", nargs="+", default=["shockwave", "max_min_fairness"], choices=PUBLISHED_KEYS
+        "--policies", nargs="+", default=list(PUBLISHED_KEYS), choices=PUBLISHED_KEYS
     )
     parser.add_argument("--time-limit", type=float, default=15.0, help="s per Shockwave MILP")
     parser.add_argument("--threads", type=int, default=2)
@@ -106,7 +127,7 @@ def main() -> None:
     full_reference = source.startswith("reference") and args.jobs >= 120
     print(f"jobs: {source}; {args.gpus} GPUs, rounds of {args.round:g} s; compat {args.compat}")
     columns = "makespan s   avg JCT s  worst rho  mean rho  rho>1  worst rho(Themis)  util"
-    print(f"{'policy':<18} {'run':<10} {columns}")
+    print(f"{'policy':<20} {'run':<10} {columns}")
     for name in args.policies:
         policy: RoundPolicy
         if name == "shockwave":
@@ -116,20 +137,20 @@ def main() -> None:
                 compat=Compat(args.compat),
             )
         else:
-            policy = GavelRoundPolicy()
+            policy = GavelRoundPolicy(policy=GAVEL_POLICIES[name], name=name)
         started = time.perf_counter()
         result = replay(jobs, args.gpus, policy, args.round)
         wall = time.perf_counter() - started
         m = result.metrics
         print(
-            f"{name:<18} {'ours':<10} {m.makespan_s:>10,.0f} {m.avg_jct_s:>11,.0f} "
+            f"{name:<20} {'ours':<10} {m.makespan_s:>10,.0f} {m.avg_jct_s:>11,.0f} "
             f"{m.worst_rho:>10.2f} {m.mean_rho:>9.2f} {m.frac_rho_gt1:>6.3f} "
             f"{m.worst_rho_themis:>18.2f} {m.utilization:>5.2f}"
         )
         row = published(name) if full_reference else None
         if row is not None:
             print(
-                f"{'':<18} {'published':<10} {row[0]:>10,.0f} {row[1]:>11,.0f} {row[2]:>10.2f} "
+                f"{'':<20} {'published':<10} {row[0]:>10,.0f} {row[1]:>11,.0f} {row[2]:>10.2f} "
                 f"{row[3]:>9.2f} {row[4]:>6.3f} {row[5]:>18.2f} {row[6]:>5.2f}"
             )
             ours = (m.makespan_s, m.avg_jct_s, m.worst_rho)
@@ -138,13 +159,13 @@ def main() -> None:
                 f"{label} {a / b - 1.0:+.1%}"
                 for label, a, b in zip(labels, ours, row[:3], strict=True)
             )
-            print(f"{'':<18} ours vs published: {ratios}")
+            print(f"{'':<20} ours vs published: {ratios}")
         solves = getattr(policy, "solves", 0)
         solve_time = getattr(policy, "solve_time_s", 0.0)
         branches = getattr(policy, "branches", None)
         extra = f", branches {branches}" if branches else ""
         print(
-            f"{'':<18} {result.rounds} rounds, {solves} solves ({solve_time:.1f} s in solve), "
+            f"{'':<20} {result.rounds} rounds, {solves} solves ({solve_time:.1f} s in solve), "
             f"wall {wall:.1f} s{extra}"
         )
 

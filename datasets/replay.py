@@ -15,10 +15,14 @@ Policies (`RoundPolicy`):
   re-solved on any arrival or completion and at the latest every 8 rounds (A4.5); a round
   takes the cached plan's row for that round. The reference-finish-time state returned by
   each solve is sent back with the next one, as a client of the stateless service would.
-* `GavelRoundPolicy`: a Gavel time-share policy (default `weighted_max_min_fairness`) with
-  Gavel's round mechanism (`SolveOptions.schedule_rounds = 1`); the time received since the
-  last reset is kept here and reset whenever the job set changes (the allocation is
-  recomputed then).
+* `GavelRoundPolicy`: a Gavel time-share policy (default `weighted_max_min_fairness`; also
+  `themis_finish_time_fairness`, `min_makespan`, `max_sum_throughput`, `isolated`) with
+  Gavel's round mechanism (`SolveOptions.schedule_rounds = 1`); the allocation is recomputed
+  whenever the job set changes, and the time received since that reset is kept here. Work is
+  in standalone seconds (throughput 1, remaining steps = remaining profiled seconds), and
+  finish-time fairness's C_i state is sent back with every solve as a client would.
+  AlloX is not driven here: it is a non-preemptive matching of 1-device jobs, not a time
+  share (multi-device jobs are unservable for it).
 
 Metrics (`ReplayMetrics`, data.md §7): makespan = last finish - first arrival; mean JCT;
 finish-time fairness rho_i = JCT_i / (T_exclusive_i * max(1, N_jobs / G)) (Shockwave's
@@ -91,6 +95,9 @@ class RoundContext:
     """Indices of the arrived, unfinished jobs, ascending."""
     epochs_done: IntArray
     """(jobs,) completed epochs of every job."""
+    work_done_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(jobs,) progress of every job in profiled seconds (completed epochs plus the time spent
+    in the current one; the job's standalone time when it finishes). Empty = not given."""
 
 
 class RoundPolicy(Protocol):
@@ -182,6 +189,7 @@ def replay(
     t0 = float(arrival.min())
     epochs_done = np.zeros(m, np.int64)
     into_epoch = np.zeros(m)  # s already spent in the current epoch
+    work_done = np.zeros(m)  # profiled s of progress
     finish = np.full(m, np.nan)
     contention_sum = np.zeros(m)
     active_rounds = np.zeros(m)
@@ -200,7 +208,9 @@ def replay(
             r = max(r + 1, math.ceil((upcoming - t0) / round_s - 1e-9))
             continue
         active = tuple(int(i) for i in np.flatnonzero(active_mask))
-        ctx = RoundContext(r, now, round_s, gpus, jobs, active, epochs_done.copy())
+        ctx = RoundContext(
+            r, now, round_s, gpus, jobs, active, epochs_done.copy(), work_done.copy()
+        )
         chosen = sorted(set(policy.round_jobs(ctx)))
         if any(not active_mask[i] for i in chosen):
             raise ValueError(f"round {r}: policy {policy.name} picked an inactive job")
@@ -221,6 +231,7 @@ def replay(
                     into_epoch[i] += budget
                     budget = 0.0
             used = round_s - max(budget, 0.0)
+            work_done[i] += used
             busy += float(scale[i]) * used
             if epochs_done[i] >= d.size:
                 finish[i] = now + used
@@ -348,48 +359,112 @@ class ShockwaveRoundPolicy:
 
 @dataclass
 class GavelRoundPolicy:
-    """A Gavel time-share policy with Gavel's round mechanism (one round at a time). The time
-    each job received since the last reset is kept here; the reset happens whenever the job set
-    changes."""
+    """A Gavel time-share policy with Gavel's round mechanism (one round at a time).
+
+    The allocation X is recomputed (one `solve` with `schedule_rounds = 1`, whose first round
+    is used) whenever the job set changes; the time each job received since that reset is kept
+    here, and every later round is the next round of the mechanism on the cached X
+    (`apportion.formulations.rounds.round_schedule`, what `solve` would return for the same
+    snapshot).
+
+    Work model: one accelerator type with throughput 1 for every job, so work is measured in
+    profiled seconds ("standalone seconds"): `total_steps` = the job's standalone time (s),
+    `steps_done` = its progress so far (s), remaining steps = remaining standalone time. The
+    policies that read remaining work (`themis_finish_time_fairness`, `min_makespan`) see it
+    exactly; the others ignore it. Finish-time fairness's C_i state is carried as a client of
+    the stateless service would: each snapshot sends the previous response's
+    `cumulative_isolated_time_s`, `isolated_throughput` and `remaining_steps` (as
+    `previous_isolated_throughput` / `previous_remaining_steps`; NaN for jobs new to the call),
+    and the service applies A2.5's update C_i += (R_prev - R_now) / iso_prev."""
 
     policy: str = "weighted_max_min_fairness"
     parameters: object = None
     name: str = "max_min_fairness"
     solves: int = 0
     solve_time_s: float = 0.0
+    solve_rounds: list[int] = field(default_factory=list)
+    """Round indices at which X was recomputed (one solve each)."""
+    isolated_time_s: dict[int, float] = field(default_factory=dict)
+    """FTF state C_i (s) per job (trace index), from the last response that included the job
+    (finish-time fairness only)."""
+    allocation: FloatArray | None = None
+    """(active jobs, 1) the time shares X of the last recompute, rows in `RoundContext.active`
+    order at that round; None before the first round."""
     _ids: tuple[int, ...] = ()
     _received: dict[int, float] = field(default_factory=dict)
     _elapsed: float = 0.0
+    _colocated: tuple[tuple[int, int, int, float], ...] = ()
+    _ftf: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """Per job, (iso_i steps/s, R_i steps) of the last response that included it."""
 
-    def round_jobs(self, ctx: RoundContext) -> list[int]:
-        from apportion.solver.registry import lookup
-
-        if ctx.active != self._ids:
-            self._ids = ctx.active
-            self._received = {i: 0.0 for i in ctx.active}
-            self._elapsed = 0.0
-        index = ctx.active
+    def _problem(self, ctx: RoundContext, index: Sequence[int]) -> Problem:
+        """The snapshot: remaining work in standalone seconds, FTF state, round bookkeeping."""
         base = _single_type_problem(ctx, index)
-        problem = replace(
+        total = np.array([ctx.jobs[i].standalone_s for i in index])
+        done = (
+            np.minimum(ctx.work_done_s[list(index)], total)
+            if ctx.work_done_s.size
+            else np.zeros(len(index))
+        )
+        nan = float("nan")
+        previous = [self._ftf.get(i, (nan, nan)) for i in index]
+        return replace(
             base,
+            jobs=replace(base.jobs, total_steps=total, steps_done=done),
             history=replace(
                 base.history,
-                received_time_s=np.array([[self._received[i]] for i in index]),
+                received_time_s=np.array([[self._received.get(i, 0.0)] for i in index]),
                 elapsed_since_reset_s=self._elapsed,
+                cumulative_isolated_time_s=np.array(
+                    [self.isolated_time_s.get(i, 0.0) for i in index]
+                ),
+                previous_isolated_throughput=np.array([p[0] for p in previous]),
+                previous_remaining_steps=np.array([p[1] for p in previous]),
             ),
         )
-        parameters = (
-            self.parameters
-            if self.parameters is not None
-            else lookup(self.policy).parameters_type()
-        )
-        started = time.perf_counter()
-        plan = solve(
-            problem, PolicyRequest(self.policy, parameters), SolveOptions(schedule_rounds=1)
-        )
-        self.solve_time_s += time.perf_counter() - started
-        self.solves += 1
-        chosen = [index[g.job] for g in plan.rounds[0].grants] if plan.rounds else []
+
+    def round_jobs(self, ctx: RoundContext) -> list[int]:
+        from apportion.formulations.rounds import round_schedule
+        from apportion.solver.registry import lookup
+
+        index = ctx.active
+        if index != self._ids or self.allocation is None:
+            self._ids = index
+            self._received = {i: 0.0 for i in index}
+            self._elapsed = 0.0
+            problem = self._problem(ctx, index)
+            parameters = (
+                self.parameters
+                if self.parameters is not None
+                else lookup(self.policy).parameters_type()
+            )
+            started = time.perf_counter()
+            plan = solve(
+                problem, PolicyRequest(self.policy, parameters), SolveOptions(schedule_rounds=1)
+            )
+            self.solve_time_s += time.perf_counter() - started
+            self.solves += 1
+            self.solve_rounds.append(ctx.round_index)
+            if not plan.rounds:
+                raise RuntimeError(
+                    f"round {ctx.round_index}: {self.policy} returned no round schedule "
+                    f"({plan.certificate.termination}: {plan.certificate.detail})"
+                )
+            self.allocation = plan.time_share
+            self._colocated = plan.colocated
+            if plan.cumulative_isolated_time_s is not None:
+                assert plan.isolated_throughput is not None and plan.remaining_steps is not None
+                for row, i in enumerate(index):
+                    self.isolated_time_s[i] = float(plan.cumulative_isolated_time_s[row])
+                    self._ftf[i] = (
+                        float(plan.isolated_throughput[row]),
+                        float(plan.remaining_steps[row]),
+                    )
+            grants = plan.rounds[0].grants
+        else:
+            rounds = round_schedule(self._problem(ctx, index), self.allocation, 1, self._colocated)
+            grants = rounds[0].grants if rounds else ()
+        chosen = [index[g.job] for g in grants]
         for i in chosen:
             self._received[i] += ctx.round_s
         self._elapsed += ctx.round_s

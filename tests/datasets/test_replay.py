@@ -1,8 +1,16 @@
 """The trace replay (apportion.datasets.replay) on tiny traces.
 
-* Shockwave and Gavel max-min on 6 jobs / 4 GPUs: every round fits the cluster and only runs
-  arrived, unfinished jobs; every job finishes; JCT >= its standalone duration.
-* A job alone finishes after ceil(duration / Delta) rounds at arrival + duration.
+* Shockwave and the Gavel policies of the anchor table (max-min, finish-time fairness = Themis,
+  static equal split = `isolated`, min makespan = OSSP, max-sum-throughput = MST) on 6 jobs /
+  4 GPUs: every round fits the cluster and only runs arrived, unfinished jobs; every job
+  finishes; JCT >= its standalone duration.
+* A job alone finishes after ceil(duration / Delta) rounds at arrival + duration, under every
+  policy.
+* One hand-checkable property per new policy: FTF's C_i bookkeeping carried between solves
+  equals the integral of progress / iso_i over the replay (A2.5 test 9); the static equal
+  split gives identical jobs run counts within one of each other; min makespan's first
+  allocation is the single-type closed form X_i = R_i z* (A2.8 test 2); max-sum-throughput
+  with throughput 1 prefers 1-device jobs (fractional knapsack by 1/s_i, A2.6 test 2).
 * The metrics of data.md §7 on a hand-computed two-job case with a first-fit policy (arrival
   between round boundaries, an epoch crossing a round boundary).
 """
@@ -18,6 +26,7 @@ from apportion.datasets.replay import (
     GavelRoundPolicy,
     ReplayJob,
     RoundContext,
+    RoundPolicy,
     ShockwaveRoundPolicy,
     replay,
     synthetic_jobs,
@@ -66,14 +75,26 @@ def tiny_trace() -> list[ReplayJob]:
     return out
 
 
-@pytest.mark.parametrize("which", ["shockwave", "max_min_fairness"])
+GAVEL_POLICIES = {
+    "max_min_fairness": "weighted_max_min_fairness",
+    "finish_time_fairness": "themis_finish_time_fairness",
+    "gandiva_fair": "isolated",
+    "min_total_duration": "min_makespan",
+    "max_sum_throughput": "max_sum_throughput",
+}
+"""Anchor-table name -> apportion policy driven by GavelRoundPolicy."""
+
+
+def make_policy(which: str) -> RoundPolicy:
+    if which == "shockwave":
+        return ShockwaveRoundPolicy(ShockwaveParameters(planning_rounds=4))
+    return GavelRoundPolicy(policy=GAVEL_POLICIES[which], name=which)
+
+
+@pytest.mark.parametrize("which", ["shockwave", *GAVEL_POLICIES])
 def test_tiny_trace_invariants(which: str) -> None:
     jobs = tiny_trace()
-    policy = (
-        ShockwaveRoundPolicy(ShockwaveParameters(planning_rounds=4))
-        if which == "shockwave"
-        else GavelRoundPolicy()
-    )
+    policy = make_policy(which)
     result = replay(jobs, 4, policy, round_s=120.0, keep_schedule=True)
     arrival = np.array([j.arrival_s for j in jobs])
     assert np.all(np.isfinite(result.finish_s))
@@ -95,11 +116,20 @@ def test_tiny_trace_invariants(which: str) -> None:
     if which == "shockwave":
         assert isinstance(policy, ShockwaveRoundPolicy)
         assert policy.solves >= 1
+    else:
+        # the allocation is recomputed exactly when the job set changes
+        assert isinstance(policy, GavelRoundPolicy)
+        assert policy.solves == len(policy.solve_rounds) >= 2
 
 
 def test_single_job_finishes_in_ceil_rounds() -> None:
     job = ReplayJob("a", 30.0, 2, (50.0, 100.0, 130.0), (32, 32, 64))
-    for policy in (FirstFit(), ShockwaveRoundPolicy(ShockwaveParameters(planning_rounds=3))):
+    policies: list[RoundPolicy] = [
+        FirstFit(),
+        ShockwaveRoundPolicy(ShockwaveParameters(planning_rounds=3)),
+        *(make_policy(which) for which in GAVEL_POLICIES),
+    ]
+    for policy in policies:
         result = replay([job], 4, policy, round_s=120.0, keep_schedule=True)
         assert result.rounds == math.ceil(280.0 / 120.0) == 3
         assert [len(c) for c in result.schedule] == [1, 1, 1]
@@ -154,3 +184,95 @@ def test_capacity_violation_is_refused() -> None:
     jobs = [ReplayJob(k, 0.0, 1, (100.0,), (32,)) for k in "ab"]
     with pytest.raises(ValueError, match="more than 1 devices"):
         replay(jobs, 1, Greedy(), round_s=100.0)
+
+
+def test_ftf_isolated_time_is_the_integral_of_progress_over_iso() -> None:
+    """A2.5 test 9. 2 GPUs, Delta = 100 s, gangs 1/1/2/1 arriving over three rounds. The client
+    sends each response's C_i, iso_i and R_i back with the next solve; C_i of the last solve
+    that included job i must equal the sum over the rounds before it of
+    (profiled seconds of progress) / iso_i, with iso_i = min(1, G / (m s_i)) for the m jobs
+    active in that round (throughput 1 on one type: Gavel's static 1/m share)."""
+    jobs = [
+        ReplayJob("a", 0.0, 1, (150.0, 250.0), (32, 32)),
+        ReplayJob("b", 0.0, 1, (90.0,), (32,)),
+        ReplayJob("c", 120.0, 2, (130.0, 70.0), (32, 64)),
+        ReplayJob("d", 250.0, 1, (300.0,), (32,)),
+    ]
+    gpus, delta = 2, 100.0
+    policy = GavelRoundPolicy(policy="themis_finish_time_fairness", name="ftf")
+    result = replay(jobs, gpus, policy, round_s=delta, keep_schedule=True)
+    assert np.all(np.isfinite(result.finish_s))
+    # no idle gap: simulated round k starts at k * Delta
+    arrival = np.array([j.arrival_s for j in jobs])
+    remaining = np.array([j.standalone_s for j in jobs])
+    integral = np.zeros(len(jobs))
+    at_call: dict[int, float] = {}
+    calls = set(policy.solve_rounds)
+    for k, chosen in enumerate(result.schedule):
+        now = k * delta
+        active = [i for i in range(len(jobs)) if arrival[i] <= now and result.finish_s[i] > now]
+        if k in calls:
+            for i in active:
+                at_call[i] = float(integral[i])
+        for i in chosen:
+            progress = min(delta, remaining[i])
+            remaining[i] -= progress
+            iso = min(1.0, gpus / (len(active) * jobs[i].scale_factor))
+            integral[i] += progress / iso
+    assert set(at_call) == set(policy.isolated_time_s) == set(range(len(jobs)))
+    for i, c in policy.isolated_time_s.items():
+        assert c == pytest.approx(at_call[i], rel=1e-9, abs=1e-9)
+    # some job accumulated C while sharing (iso < 1), so the check is not vacuous
+    assert any(c > 0 for c in policy.isolated_time_s.values())
+
+
+def test_equal_split_alternates_identical_jobs() -> None:
+    """Static equal split (`isolated`) on 1 GPU: three identical 400 s jobs get X = 1/3 each;
+    while all are active their run counts never differ by more than one round."""
+    jobs = [ReplayJob(k, 0.0, 1, (400.0,), (32,)) for k in "abc"]
+    result = replay(jobs, 1, make_policy("gandiva_fair"), round_s=100.0, keep_schedule=True)
+    runs = np.zeros(3)
+    for chosen in result.schedule:
+        for i in chosen:
+            runs[i] += 1
+        if runs.max() < 4:  # nobody finished yet
+            assert runs.max() - runs.min() <= 1
+    np.testing.assert_allclose(np.sort(result.finish_s), [1000.0, 1100.0, 1200.0])
+
+
+def test_min_makespan_allocation_is_the_closed_form() -> None:
+    """One GPU, static batch A (300 s) and B (100 s): z* = min(1/300, 1/100, 1 / 400) = 1/400,
+    so X = R z* = (0.75, 0.25) exactly (capacity binds). Rounds: both fresh, A first (larger
+    X); then priorities tie at 1 and B's deficit (25 s) beats A's (-25 s); B finishes at 200,
+    A runs alone to 400."""
+    jobs = [ReplayJob("A", 0.0, 1, (300.0,), (32,)), ReplayJob("B", 0.0, 1, (100.0,), (32,))]
+    policy = GavelRoundPolicy(policy="min_makespan", name="ossp")
+    seen: list[np.ndarray] = []
+
+    class Spy:
+        name = "spy"
+
+        def round_jobs(self, ctx: RoundContext) -> list[int]:
+            out = policy.round_jobs(ctx)
+            if ctx.round_index == 0:
+                assert policy.allocation is not None
+                seen.append(policy.allocation.copy())
+            return out
+
+    result = replay(jobs, 1, Spy(), round_s=100.0, keep_schedule=True)
+    np.testing.assert_allclose(seen[0][:, 0], [0.75, 0.25], atol=1e-7)
+    assert result.schedule == ((0,), (1,), (0,), (0,))
+    np.testing.assert_allclose(result.finish_s, [400.0, 200.0])
+
+
+def test_max_sum_throughput_prefers_one_device_jobs() -> None:
+    """Two GPUs, throughput 1: max sum X_i s.t. sum s_i X_i <= 2 runs the two 1-GPU jobs B, C
+    (objective 2) rather than the 2-GPU job A (objective 1); A starts once both finished."""
+    jobs = [
+        ReplayJob("A", 0.0, 2, (100.0,), (32,)),
+        ReplayJob("B", 0.0, 1, (200.0,), (32,)),
+        ReplayJob("C", 0.0, 1, (200.0,), (32,)),
+    ]
+    result = replay(jobs, 2, make_policy("max_sum_throughput"), round_s=100.0, keep_schedule=True)
+    assert result.schedule == ((1, 2), (1, 2), (0,))
+    np.testing.assert_allclose(result.finish_s, [300.0, 200.0, 200.0])
