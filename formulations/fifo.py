@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from apportion.formulations.space_sharing import PairRates
-from apportion.solver.model import Compat, Problem, SolveOptions
+from apportion.solver.model import Compat, FloatArray, Problem, SolveOptions
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 
 PACK_THRESHOLD = 1.5
@@ -78,12 +78,21 @@ def _fifo(problem: Problem, aware: bool, seed: int) -> Plan:
         free[j] -= jobs.scale_factor[i]
         status[i] = JobStatus.ALLOCATED
     thr = np.einsum("ij,ij->i", jobs.throughput, X)
+    formulation = "fifo_perf (fastest fitting type)" if aware else "fifo (random fitting type)"
+    return _greedy_plan(X, thr, status, reason, formulation, started)
+
+
+def _greedy_plan(X: FloatArray, thr: FloatArray, status: list[JobStatus], reason: list[str],
+                 formulation: str, started: float,
+                 colocated: tuple[tuple[int, int, int, float], ...] = ()) -> Plan:
+    """A heuristic plan: objective = total throughput `thr` (steps/s), no bound."""
+    m, n = X.shape
     cert = Certificate(
         termination=Termination.HEURISTIC,
         maximize=True,
         objective=float(thr.sum()),
         solver="greedy",
-        formulation="fifo_perf (fastest fitting type)" if aware else "fifo (random fitting type)",
+        formulation=formulation,
         build_time_s=time.perf_counter() - started,
     )
     return Plan(
@@ -96,6 +105,7 @@ def _fifo(problem: Problem, aware: bool, seed: int) -> Plan:
         certificate=cert,
         job_status=tuple(status),
         job_reason=tuple(reason),
+        colocated=colocated,
     )
 
 
@@ -147,23 +157,5 @@ def solve_fifo_packed(
         colocated.append((i, best, j, 1.0))
         status[i] = JobStatus.ALLOCATED
         reason[i] = f"shares {jobs.ids[best]!r}'s devices (combined {best_value:.3g})"
-    cert = Certificate(
-        termination=Termination.HEURISTIC,
-        maximize=True,
-        objective=float(thr.sum()),
-        solver="greedy",
-        formulation=f"fifo_packed (fifo_perf, then {len(colocated)} queued jobs packed)",
-        build_time_s=time.perf_counter() - started,
-    )
-    return Plan(
-        time_share=X,
-        effective_throughput=thr,
-        normalized_throughput=thr,
-        objective_value=thr,
-        job_dual=np.zeros(jobs.num_jobs),
-        accelerator_prices=np.zeros(problem.cluster.num_types),
-        certificate=cert,
-        job_status=tuple(status),
-        job_reason=tuple(reason),
-        colocated=tuple(colocated),
-    )
+    formulation = f"fifo_packed (fifo_perf, then {len(colocated)} queued jobs packed)"
+    return _greedy_plan(X, thr, status, reason, formulation, started, tuple(colocated))

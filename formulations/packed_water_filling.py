@@ -41,10 +41,12 @@ from apportion.formulations.space_sharing import (
     split_raw,
 )
 from apportion.formulations.water_filling import (
-    FREEZE_THRESHOLD,
     FROZEN_SLACK,
     FreezeRound,
     effective_weights,
+    filling_termination,
+    newly_frozen,
+    rounds_detail,
 )
 from apportion.solver.model import (
     Compat,
@@ -55,7 +57,7 @@ from apportion.solver.model import (
     TenantSharing,
 )
 from apportion.solver.parameters import WaterFillingParameters
-from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Termination
+from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan
 
 
 def _group_key(problem: Problem) -> FloatArray:
@@ -163,27 +165,17 @@ def solve_packed_water_filling(problem: Problem, params: WaterFillingParameters,
             dual = level_dual(lp1, matrix, b, c, result.row_dual, equalities)
             first_bound = dual.bound if dual is not None else None
             prices = dual.pi if dual is not None else prices
-        top = duals.max() if duals.size else 0.0
-        newly = active & (duals > FREEZE_THRESHOLD * top) if top > 0 else np.zeros(G, bool)
-        if not newly.any():  # cannot happen in exact arithmetic (duals sum to 1)
-            newly[np.flatnonzero(active)[np.argmax(duals[active])]] = True
+        newly = newly_frozen(duals, active)
         frozen_value[newly] = t / level_scale[newly]
         group_level[newly] = t
         frozen |= newly
         rounds.append(FreezeRound(t, np.flatnonzero(newly[groups.group])))
     plan, u_jobs = realize(problem, groups, unit, raw)
-    termination = {
-        "optimal": Termination.OPTIMAL,
-        "time_limit": Termination.FEASIBLE if rounds else Termination.NO_SOLUTION,
-    }.get(status, Termination.ERROR)
+    termination = filling_termination(status, rounds)
     first_level: float | None = None
     if rounds:
         levels = first_scale[groups.group] * u_jobs
         first_level = float(np.min(levels[first_scale[groups.group] > 0]))
-    detail = "; ".join(f"round {k + 1}: level {r.level:.9g}, {r.jobs.size} frozen"
-                       for k, r in enumerate(rounds[:20]))
-    if len(rounds) > 20:
-        detail += f"; ... {len(rounds)} rounds in all"
     cert = Certificate(
         termination=termination,
         maximize=True,
@@ -195,7 +187,7 @@ def solve_packed_water_filling(problem: Problem, params: WaterFillingParameters,
         build_time_s=time.perf_counter() - started - solve_time,
         solve_time_s=solve_time,
         model_size=size,
-        detail=detail,
+        detail=rounds_detail(rounds),
     )
     return plan_of(plan, problem, normalized_throughput=u_jobs,
                    objective_value=group_level[groups.group], job_dual=np.zeros(m),

@@ -66,6 +66,35 @@ class FreezeRound:
     jobs: NDArray[np.int64]
 
 
+def newly_frozen(duals: FloatArray, active: NDArray[np.bool_]) -> NDArray[np.bool_]:
+    """The active rows to freeze after a round: level-row duals above FREEZE_THRESHOLD of the
+    largest (at least the largest, which exact arithmetic guarantees: the duals sum to 1)."""
+    top = duals.max() if duals.size else 0.0
+    newly = active & (duals > FREEZE_THRESHOLD * top) if top > 0 else np.zeros(active.size, bool)
+    if not newly.any():
+        newly = np.zeros(active.size, dtype=bool)
+        newly[np.flatnonzero(active)[np.argmax(duals[active])]] = True
+    return np.asarray(newly, dtype=bool)
+
+
+def filling_termination(status: str, rounds: list[FreezeRound]) -> Termination:
+    """The certificate's termination after the last LP's `status`."""
+    if status == "optimal":
+        return Termination.OPTIMAL
+    if status == "time_limit":
+        return Termination.FEASIBLE if rounds else Termination.NO_SOLUTION
+    return Termination.ERROR
+
+
+def rounds_detail(rounds: list[FreezeRound]) -> str:
+    """The first 20 rounds' levels and freeze counts, for `Certificate.detail`."""
+    detail = "; ".join(f"round {k + 1}: level {r.level:.9g}, {r.jobs.size} frozen"
+                       for k, r in enumerate(rounds[:20]))
+    if len(rounds) > 20:
+        detail += f"; ... {len(rounds)} rounds in all"
+    return detail
+
+
 def effective_weights(problem: Problem, frozen: NDArray[np.bool_]) -> FloatArray:
     """(m,) weight_i for the next round (module docstring); 0 for frozen jobs."""
     jobs = problem.jobs
@@ -234,11 +263,7 @@ def solve_policy(
         active &= ~frozen
         if not rounds:  # the first round is A2.1's LP: keep what certifies it
             first_scale, first_duals, first_prices = level_scale, duals, prices
-        top = duals.max() if duals.size else 0.0
-        newly = active & (duals > FREEZE_THRESHOLD * top) if top > 0 else np.zeros(m, bool)
-        if not newly.any():  # cannot happen in exact arithmetic (duals sum to 1)
-            newly = np.zeros(m, dtype=bool)
-            newly[np.flatnonzero(active)[np.argmax(duals[active])]] = True
+        newly = newly_frozen(duals, active)
         frozen_value[newly] = t / level_scale[newly]
         job_level[newly] = t
         job_dual[newly] = duals[newly]
@@ -254,12 +279,7 @@ def solve_policy(
         float(np.max(s @ X - W, initial=0.0)),
         float(np.max(X.sum(axis=1) - 1.0, initial=0.0)),
     )
-    if status == "optimal":
-        termination = Termination.OPTIMAL
-    elif status == "time_limit":
-        termination = Termination.FEASIBLE if rounds else Termination.NO_SOLUTION
-    else:
-        termination = Termination.ERROR
+    termination = filling_termination(status, rounds)
     first_level: float | None = None
     bound: float | None = None
     if rounds:
@@ -269,10 +289,6 @@ def solve_policy(
         levels = np.einsum("ij,ij->i", weighted, X)
         first_level = float(np.min(levels[first_scale > 0]))
         bound = certify(weighted, s, W, X, first_duals, first_prices).bound
-    detail = "; ".join(f"round {k + 1}: level {r.level:.9g}, {r.jobs.size} frozen"
-                       for k, r in enumerate(rounds[:20]))
-    if len(rounds) > 20:
-        detail += f"; ... {len(rounds)} rounds in all"
     cert = Certificate(
         termination=termination,
         maximize=True,
@@ -284,7 +300,7 @@ def solve_policy(
         solve_time_s=solve_time,
         model_size=ModelSize(*size, 0),
         max_violation=violation,
-        detail=detail,
+        detail=rounds_detail(rounds),
     )
     return Plan(
         time_share=X,
