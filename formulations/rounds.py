@@ -15,7 +15,15 @@ round). After the round every granted job's `job_time` grows by delta.
 Placement (when the snapshot lists nodes): within a type, jobs in decreasing s_i; a job takes
 the node with the fewest free devices that still holds it whole (best fit); if no node can,
 it takes whole nodes in decreasing free devices (as few nodes as possible). Never more devices
-than a type or a node has. Lease extension (keeping last round's devices) is not modelled.
+than a type or a node has.
+
+Lease extension (A2.11). A combination granted the type its jobs ran on in the previous round
+keeps those nodes when they still have room for it; such combinations are placed first, and
+their grants are marked `lease_extended`. The previous round is the snapshot's current
+placement (`history.jobs[].current`: type and nodes) for round 0 and the schedule's own
+previous round after that; a pair keeps its nodes only if both jobs were on the same ones.
+Without node data (or without a previous placement) nothing is marked. Nodes are the unit
+here (the snapshot does not name devices), so "kept" means the same nodes.
 
 Combinations (space sharing, `Plan.colocated`). The entries are combinations c: every job alone
 (a single) and every pair (a, b) that shares devices. A pair's X[c, j] is its share (the time a
@@ -148,24 +156,41 @@ def combinations(problem: Problem, X: FloatArray, colocated: Colocated = ()) -> 
 
 
 def _placement(
-    problem: Problem, j: int, items: list[tuple[int, int]]
-) -> dict[int, tuple[str, ...]]:
-    """Nodes for the combinations (index, devices) granted on type j (consolidated, see module
-    docstring)."""
+    problem: Problem,
+    j: int,
+    items: list[tuple[int, int]],
+    previous: dict[int, tuple[int, ...]],
+) -> tuple[dict[int, tuple[int, ...]], set[int]]:
+    """Nodes (indices) for the combinations (index, devices) granted on type j, and the set of
+    combinations that kept their `previous` nodes (lease extension; see module docstring)."""
     cluster = problem.cluster
     nodes = np.flatnonzero(cluster.node_type == j) if cluster.node_names else np.zeros(0, int)
     if nodes.size == 0:
-        return {c: () for c, _ in items}
+        return {c: () for c, _ in items}, set()
     free = {int(k): int(cluster.node_devices[k]) for k in nodes}
-    out: dict[int, tuple[str, ...]] = {}
-    for c, need in sorted(items, key=lambda item: (-item[1], item[0])):
+    out: dict[int, tuple[int, ...]] = {}
+    kept: set[int] = set()
+    ordered = sorted(items, key=lambda item: (-item[1], item[0]))
+    for c, need in ordered:  # lease extensions first
+        before = previous.get(c, ())
+        if before and all(k in free for k in before) and sum(free[k] for k in before) >= need:
+            left = need
+            for k in before:
+                use = min(free[k], left)
+                free[k] -= use
+                left -= use
+            out[c] = before
+            kept.add(c)
+    for c, need in ordered:
+        if c in out:
+            continue
         whole = [k for k in free if free[k] >= need]
         if whole:
             k = min(whole, key=lambda k: (free[k], k))
             free[k] -= need
-            out[c] = (cluster.node_names[k],)
+            out[c] = (k,)
             continue
-        taken: list[str] = []
+        taken: list[int] = []
         for k in sorted(free, key=lambda k: (-free[k], k)):
             if need == 0:
                 break
@@ -173,8 +198,23 @@ def _placement(
             if use:
                 free[k] -= use
                 need -= use
-                taken.append(cluster.node_names[k])
+                taken.append(k)
         out[c] = tuple(taken)
+    return out, kept
+
+
+def _previous_nodes(
+    members: tuple[tuple[int, ...], ...], job_type: IntArray, job_nodes: list[tuple[int, ...]],
+    j: int, combos: list[int],
+) -> dict[int, tuple[int, ...]]:
+    """The nodes each combination granted on j held in the previous round: its jobs' common
+    nodes there, if they all ran on type j on the same nodes."""
+    out: dict[int, tuple[int, ...]] = {}
+    for c in combos:
+        jobs = members[c]
+        first = job_nodes[jobs[0]]
+        if first and all(job_type[i] == j and job_nodes[i] == first for i in jobs):
+            out[c] = first
     return out
 
 
@@ -194,6 +234,12 @@ def round_schedule(
     job_time = comb.received + delta / 2.0
     deficit = Xc * problem.history.elapsed_since_reset_s - comb.received
     order = np.argsort(-problem.jobs.throughput.sum(axis=0), kind="stable")
+    hist = problem.history
+    last_type = hist.current_type.copy() if hist.current_type.size == m else np.full(m, -1)
+    last_nodes: list[tuple[int, ...]] = (
+        list(hist.current_nodes) if len(hist.current_nodes) == m else [()] * m
+    )
+    names = problem.cluster.node_names
     out: list[ScheduledRound] = []
     for r in range(rounds):
         worker_time = job_time.sum(axis=0)
@@ -218,8 +264,11 @@ def round_schedule(
                     scheduled[i] = True
                 granted.setdefault(int(j), []).append(int(c))
         grants: list[RoundGrant] = []
+        this_type = np.full(m, -1)
+        this_nodes: list[tuple[int, ...]] = [()] * m
         for j, combos in granted.items():
-            nodes = _placement(problem, j, [(c, int(s[c])) for c in combos])
+            previous = _previous_nodes(members, last_type, last_nodes, j, combos)
+            nodes, kept = _placement(problem, j, [(c, int(s[c])) for c in combos], previous)
             for c in combos:
                 jobs = members[c]
                 for i in jobs:
@@ -229,11 +278,14 @@ def round_schedule(
                             job=i,
                             type_index=j,
                             devices=int(s[c]),
-                            nodes=nodes[c],
+                            nodes=tuple(names[k] for k in nodes[c]),
                             colocated_with=partner,
+                            lease_extended=c in kept,
                         )
                     )
+                    this_type[i], this_nodes[i] = j, nodes[c]
                 job_time[c, j] += delta
+        last_type, last_nodes = this_type, this_nodes
         grants.sort(key=lambda g: (g.type_index, g.job))
         out.append(ScheduledRound(index=r, grants=tuple(grants)))
     return tuple(out)

@@ -749,6 +749,7 @@ def plan_to_response(
                 colocated_with=(
                     problem.jobs.ids[grant.colocated_with] if grant.colocated_with >= 0 else ""
                 ),
+                lease_extended=grant.lease_extended,
             )
     ids = problem.jobs.ids
     for device in plan.device_queues:

@@ -146,6 +146,8 @@ class RoundGrant:
     colocated_with: int = -1
     """Space sharing: index of the job sharing these devices (its grant has the same type,
     devices and nodes); -1 = the job runs alone."""
+    lease_extended: bool = False
+    """The job keeps the nodes it held in the previous round (Gavel's lease extension)."""
 
 
 @dataclass(frozen=True)

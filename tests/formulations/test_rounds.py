@@ -211,8 +211,10 @@ Colocated = tuple[tuple[int, int, int, float], ...]
 def reference_single_rounds(
     prob: Problem, X: Array, rounds: int
 ) -> list[list[tuple[int, int, int, tuple[str, ...]]]]:
-    """A copy of the single-job mechanism before pairs existed (A2.11 with c = jobs only):
-    per round, the grants as (type, job, devices, nodes)."""
+    """A copy of the single-job mechanism before pairs existed (A2.11 with c = jobs only),
+    with lease extension (a job granted the type it ran on in the previous round keeps those
+    nodes when they have room; such jobs are placed first; no history placement here): per
+    round, the grants as (type, job, devices, nodes)."""
     m, n = X.shape
     delta = prob.round_duration_s or 360.0
     T, W = prob.jobs.throughput, prob.cluster.count.astype(np.int64)
@@ -226,6 +228,7 @@ def reference_single_rounds(
     order = np.argsort(-T.sum(axis=0), kind="stable")
     cluster = prob.cluster
     out = []
+    last: dict[int, tuple[int, tuple[str, ...]]] = {}
     for _ in range(rounds):
         worker_time = job_time.sum(axis=0)
         fraction = np.divide(
@@ -252,8 +255,23 @@ def reference_single_rounds(
         )
             free = {int(k): int(cluster.node_devices[k]) for k in nodes_j}
             placed: dict[int, tuple[str, ...]] = {}
+            index = {name: k for k, name in enumerate(cluster.node_names)}
+            for i in sorted(jobs, key=lambda i: (-int(s[i]), i)):
+                before = last.get(i)
+                if before is None or before[0] != j or not before[1]:
+                    continue
+                ks = [index[name] for name in before[1]]
+                if sum(free[k] for k in ks) >= s[i]:
+                    left = int(s[i])
+                    for k in ks:
+                        use = min(free[k], left)
+                        free[k] -= use
+                        left -= use
+                    placed[i] = before[1]
             for i in sorted(jobs, key=lambda i: (-int(s[i]), i)):
                 need = int(s[i])
+                if i in placed:
+                    continue
                 if not free:
                     placed[i] = ()
                     continue
@@ -276,6 +294,7 @@ def reference_single_rounds(
             for i in jobs:
                 grants.append((j, i, int(s[i]), placed[i]))
                 job_time[i, j] += delta
+        last = {i: (j, nodes) for j, i, _, nodes in grants}
         out.append(sorted(grants))
     return out
 
@@ -585,3 +604,48 @@ def test_pair_grants_in_the_response() -> None:
         devices = sum(g.devices for g in r.grants if g.job_id < (g.colocated_with or "~"))
         assert devices <= 2
     assert paired > 0
+
+
+def test_lease_extension_keeps_the_previous_nodes() -> None:
+    """A2.11 lease extension: a job granted the type it ran on keeps its nodes (from the
+    history's current placement in round 0, from the previous round after that) and its grant
+    says so; best fit alone would have picked the other node. Without node data nothing is
+    marked. Through the wire the flag comes back."""
+    req = service_pb.SolveRequest()
+    snap = req.snapshot
+    snap.cluster.accelerator_types.add(name="v100", count=4)
+    snap.cluster.nodes.add(name="a", accelerator_type="v100", devices=2)
+    snap.cluster.nodes.add(name="b", accelerator_type="v100", devices=2)
+    for k in range(2):
+        job = snap.jobs.add(id=f"j{k}", scale_factor=2)
+        job.throughput["v100"] = 1.0
+    entry = snap.history.jobs.add(job_id="j1")
+    entry.current.accelerator_type = "v100"
+    entry.current.nodes.append("a")
+    req.policy.name = "max_min_fairness_perf"
+    req.options.schedule_rounds = 3
+    response = solve_request(req)
+    for r in response.plan.rounds:
+        grants = {g.job_id: g for g in r.grants}
+        assert list(grants["j1"].nodes) == ["a"] and grants["j1"].lease_extended
+        assert list(grants["j0"].nodes) == ["b"]
+        assert grants["j0"].lease_extended == (r.index > 0)  # no history placement for j0
+    # the model level: the same plan without nodes marks nothing
+    prob, _, _ = request_to_model(req)
+    bare = replace(prob, cluster=replace(prob.cluster, node_names=(),
+                                         node_type=np.zeros(0, np.int64),
+                                         node_devices=np.zeros(0, np.int64)))
+    rounds = round_schedule(bare, np.ones((2, 1)), 3)
+    assert not any(g.lease_extended for r in rounds for g in r.grants)
+
+
+def test_lease_extensions_share_one_node_within_its_capacity() -> None:
+    """Two jobs on one 3-device node run every round: from round 1 on both keep the node
+    (lease extended) and together never hold more than its 3 devices."""
+    prob = with_nodes(make_problem(["a"], [3], [[1.0], [1.0]], scale_factor=[2, 1]), [[3]])
+    prob = replace(prob, cluster=replace(prob.cluster, count=np.array([3])))
+    rounds = round_schedule(prob, np.array([[1.0], [1.0]]), 4)
+    for r in rounds:
+        assert sum(g.devices for g in r.grants) <= 3
+        assert all(g.nodes == ("n0_0",) for g in r.grants)
+    assert all(g.lease_extended for r in rounds[1:] for g in r.grants)

@@ -683,12 +683,17 @@ class RoundGrant(_message.Message):
     DEVICES_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
     COLOCATED_WITH_FIELD_NUMBER: _builtins.int
+    LEASE_EXTENDED_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     accelerator_type: _builtins.str
     devices: _builtins.int
     colocated_with: _builtins.str
     """Space sharing: id of the job that shares these devices during the round (its own grant
     has the same accelerator_type, devices and nodes); empty = the job runs alone.
+    """
+    lease_extended: _builtins.bool
+    """Lease extension: the job keeps the nodes it held in the previous round (for round 0, its
+    history.jobs[].current placement). Only with node data.
     """
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -700,10 +705,11 @@ class RoundGrant(_message.Message):
         devices: _builtins.int = ...,
         nodes: _abc.Iterable[_builtins.str] | None = ...,
         colocated_with: _builtins.str = ...,
+        lease_extended: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "colocated_with", b"colocated_with", "devices", b"devices", "job_id", b"job_id", "nodes", b"nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "colocated_with", b"colocated_with", "devices", b"devices", "job_id", b"job_id", "lease_extended", b"lease_extended", "nodes", b"nodes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
