@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 
 from apportion.solver.errors import Violation
-from apportion.solver.model import Cluster, Colocations, FloatArray, Jobs
+from apportion.solver.model import Cluster, Colocations, FloatArray, IntArray, Jobs
 from apportion.v1 import snapshot_pb2 as snapshot_pb
 
 
@@ -114,3 +114,45 @@ def colocations(
         type_throughput_a=np.array(type_rows_a, dtype=np.float64).reshape(-1, n),
         type_throughput_b=np.array(type_rows_b, dtype=np.float64).reshape(-1, n),
     )
+
+
+def history_partners(msg: snapshot_pb.Snapshot, jobs: Jobs, violations: list[Violation]
+                     ) -> IntArray:
+    """(m,) `history.jobs[].colocated_with` as job indices (-1 = none), or empty when no job
+    names a partner. The partner must be another known job with the same scale factor that
+    names this job back (or names no one)."""
+    if not any(entry.colocated_with for entry in msg.history.jobs):
+        return np.zeros(0, np.int64)
+    job_index = {job_id: i for i, job_id in enumerate(jobs.ids)}
+    partner = np.full(jobs.num_jobs, -1, np.int64)
+    paths: dict[int, str] = {}
+    for k, entry in enumerate(msg.history.jobs):
+        if not entry.colocated_with:
+            continue
+        p = f"snapshot.history.jobs[{k}].colocated_with"
+        i, j = job_index.get(entry.job_id), job_index.get(entry.colocated_with)
+        if i is None:
+            continue  # the unknown job_id is reported with its own field path
+        if j is None:
+            violations.append(Violation(p, f"unknown job {entry.colocated_with!r}"))
+        elif j == i:
+            violations.append(Violation(p, "a job cannot be paired with itself"))
+        elif jobs.scale_factor[i] != jobs.scale_factor[j]:
+            violations.append(Violation(
+                p, f"{entry.colocated_with!r} has scale factor {jobs.scale_factor[j]}, "
+                   f"{entry.job_id!r} {jobs.scale_factor[i]}: pairs need equal scale factors"))
+        else:
+            partner[i] = j
+            paths[i] = p
+    for a in range(jobs.num_jobs):
+        b = int(partner[a])
+        if b >= 0 and int(partner[b]) not in (-1, a):
+            violations.append(Violation(
+                paths[a], f"{jobs.ids[b]!r} is paired with {jobs.ids[int(partner[b])]!r}, not "
+                          f"with {jobs.ids[a]!r}"))
+    named = partner.copy()
+    for a in range(jobs.num_jobs):
+        b = int(named[a])
+        if b >= 0 and named[b] == -1:
+            partner[b] = a  # one side named the pair: it holds for both
+    return partner

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 
-from apportion.server.colocation_inputs import colocations, with_job_types
+from apportion.server.colocation_inputs import colocations, history_partners, with_job_types
 from apportion.server.gavel_inputs import gavel_input_violations, gavel_parameters
 from apportion.server.market_inputs import (
     epoch_inputs,
@@ -509,6 +510,7 @@ def snapshot_to_problem(msg: snapshot_pb.Snapshot, violations: list[Violation]) 
     cluster = _cluster(msg.cluster, violations)
     jobs = with_job_types(msg, _jobs(msg, cluster, violations))
     history = _history(msg, cluster, jobs, violations)
+    history = replace(history, colocated_with=history_partners(msg, jobs, violations))
     jobs, history = epoch_inputs(msg, jobs, history, violations)
     return Problem(
         cluster=cluster,

@@ -213,6 +213,9 @@ class History:
     Empty = none."""
     reference_state: ReferenceFinishState | None = None
     """Shockwave's F* state per job (A4.6); None = no job has any."""
+    colocated_with: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """(m,) gandiva: index of the job each job was paired with in the previous plan, -1 =
+    none. Empty = no pairs."""
 
     def running(self, m: int) -> NDArray[np.bool_]:
         """(m,) True for jobs with a current placement."""

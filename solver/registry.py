@@ -309,6 +309,28 @@ _POLICIES: tuple[PolicySpec, ...] = (
         entry_point="apportion.formulations.fifo:solve_fifo_packed",
     ),
     PolicySpec(
+        name="gandiva",
+        description=(
+            "Gavel's reimplementation of Gandiva's packing (formulations.md A2.10): when jobs "
+            "ask for more devices than the cluster has, jobs are paired at random (pairs kept "
+            "across calls through history.jobs[].colocated_with while their combined "
+            "normalized throughput stays >= 1 on every usable type) and every combination "
+            "gets an equal share of every type; otherwise the isolated allocation. Heuristic."
+        ),
+        parameters_type=NoParameters,
+        parameters_message="",
+        parameters_field="",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "colocations[] or type_colocations[] with jobs[].job_type",
+            "history.jobs[].colocated_with",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.gandiva:solve_policy",
+    ),
+    PolicySpec(
         name="fisher_market",
         description=(
             "Heterogeneity-aware Fisher market (Eisenberg-Gale program, formulations.md A4.1): "

@@ -925,6 +925,7 @@ class JobHistory(_message.Message):
     REFERENCE_EARLIER_AVERAGE_S_FIELD_NUMBER: _builtins.int
     REFERENCE_EARLIER_WEIGHT_S_FIELD_NUMBER: _builtins.int
     REFERENCE_JOB_COUNT_FIELD_NUMBER: _builtins.int
+    COLOCATED_WITH_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """Id of a job of the snapshot."""
     cumulative_isolated_time_s: _builtins.float
@@ -961,6 +962,11 @@ class JobHistory(_message.Message):
     """Number of active (unfinished) jobs when the latest estimate was made (>= 1); a different
     number of active jobs now means the job set changed and every job is re-estimated.
     """
+    colocated_with: _builtins.str
+    """Space sharing state (gandiva): id of the job this one was paired with in the previous
+    response's plan (its colocated pairs), empty = none. Both jobs of a pair name each other;
+    they must exist and have equal scale factors.
+    """
     @_builtins.property
     def received_time_s(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Time the job has run on each type since the last reset (s, >= 0, at most
@@ -994,10 +1000,11 @@ class JobHistory(_message.Message):
         reference_earlier_average_s: _builtins.float | None = ...,
         reference_earlier_weight_s: _builtins.float | None = ...,
         reference_job_count: _builtins.int | None = ...,
+        colocated_with: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "current", b"current", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_job_count", b"reference_job_count"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "current", b"current", "job_id", b"job_id", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "previous_time_share", b"previous_time_share", "received_time_s", b"received_time_s", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "restarts", b"restarts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "colocated_with", b"colocated_with", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "current", b"current", "job_id", b"job_id", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "previous_time_share", b"previous_time_share", "received_time_s", b"received_time_s", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "restarts", b"restarts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__previous_isolated_throughput: _TypeAlias = _typing.Literal["previous_isolated_throughput"]  # noqa: Y015
     _WhichOneofArgType__previous_isolated_throughput: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput"]  # noqa: Y015

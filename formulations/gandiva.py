@@ -1,0 +1,148 @@
+"""Gavel's reimplementation of Gandiva's packing (formulations.md A2.10, `gandiva`; not
+Gandiva_fair): a heuristic that pairs jobs at random and shares every type equally among the
+resulting combinations.
+
+* Under-subscribed (sum_i s_i <= sum_j W[j]): the isolated allocation X^iso (A1.3), no pairs.
+* Otherwise, pairs persist across calls: the previous plan's pairs come back in the snapshot
+  history (`history.jobs[].colocated_with`) and are kept while both jobs are present and the
+  pair is *compatible*; the remaining unpaired jobs are shuffled (numpy generator seeded with
+  `SolveOptions.seed`) and paired in that order with the next unpaired job of the same scale
+  factor with which they are compatible. A pair is compatible when the co-location data
+  lists it and its combined normalized throughput T_a^pair[j]/T[a,j] + T_b^pair[j]/T[b,j] is
+  at least 1 on every type where both jobs can run (a pair that falls below 1 on any such
+  type is dropped, as in Gavel).
+* Every combination c (a pair or a job alone) then gets the equal share
+  x[c, j] = (W[j] / C) / s_c of every usable type (C combinations), its row capped at 1
+  (scaled down when the shares sum above 1). A pair holds s_c devices once, so devices per
+  type are at most W[j]. A paired job's time share is its pair's; its throughput is the pair
+  rate on each type.
+
+Status HEURISTIC; objective = total throughput (steps/s), no bound.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from apportion.formulations.isolated import solve_policy as solve_isolated
+from apportion.formulations.space_sharing import PairRates
+from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
+from apportion.solver.result import Certificate, JobStatus, Plan, Termination
+
+
+def compatible(problem: Problem, rates: PairRates, a: int, b: int) -> bool:
+    """The pair (a, b) has co-location data and combined normalized throughput >= 1 on every
+    type where both jobs can run (module docstring)."""
+    pair = rates(a, b)
+    if pair is None:
+        return False
+    usable = problem.usable
+    both = usable[a] & usable[b]
+    if not both.any():
+        return False
+    T = problem.jobs.throughput
+    combined = pair[0][both] / T[a, both] + pair[1][both] / T[b, both]
+    return bool(np.all(combined >= 1.0))
+
+
+def form_pairs(problem: Problem, rates: PairRates, seed: int) -> IntArray:
+    """(m,) partner index per job (-1 = alone): the history's compatible pairs, then random
+    pairs among the rest (module docstring)."""
+    jobs = problem.jobs
+    m = jobs.num_jobs
+    partner = np.full(m, -1, np.int64)
+    previous = problem.history.colocated_with
+    if previous.size == m:
+        for a in range(m):
+            b = int(previous[a])
+            if a < b and previous[b] == a and compatible(problem, rates, a, b):
+                partner[a], partner[b] = b, a
+    rng = np.random.default_rng(seed)
+    order = [int(i) for i in rng.permutation(m) if partner[i] < 0]
+    for pos, a in enumerate(order):
+        if partner[a] >= 0:
+            continue
+        for b in order[pos + 1:]:
+            if partner[b] < 0 and compatible(problem, rates, a, b):
+                partner[a], partner[b] = b, a
+                break
+    return partner
+
+
+def solve_policy(
+    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+) -> Plan:
+    """Gavel's `gandiva` (module docstring)."""
+    started = time.perf_counter()
+    jobs, cluster = problem.jobs, problem.cluster
+    m, n = jobs.num_jobs, cluster.num_types
+    s = jobs.scale_factor.astype(np.float64)
+    W = cluster.count.astype(np.float64)
+    if s.sum() <= W.sum():
+        plan = solve_isolated(problem, parameters, compat, options)
+        cert = plan.certificate
+        return Plan(
+            time_share=plan.time_share,
+            effective_throughput=plan.effective_throughput,
+            normalized_throughput=plan.normalized_throughput,
+            objective_value=plan.effective_throughput,
+            job_dual=plan.job_dual,
+            accelerator_prices=plan.accelerator_prices,
+            certificate=Certificate(
+                termination=Termination.HEURISTIC,
+                maximize=True,
+                objective=float(plan.effective_throughput.sum()),
+                solver="closed form",
+                formulation="gandiva: under-subscribed, isolated allocation",
+                build_time_s=cert.build_time_s,
+            ),
+            job_status=plan.job_status,
+            job_reason=plan.job_reason,
+        )
+    rates = PairRates(problem)
+    partner = form_pairs(problem, rates, options.seed)
+    leader = np.flatnonzero((partner < 0) | (np.arange(m) < partner))  # one row per combination
+    C = leader.size
+    usable = problem.usable
+    X = np.zeros((m, n))
+    thr = np.zeros(m)
+    colocated: list[tuple[int, int, int, float]] = []
+    for a in leader:
+        b = int(partner[a])
+        cells = usable[a] & (usable[b] if b >= 0 else True)
+        row: FloatArray = np.where(cells, (W / C) / s[a], 0.0)
+        row = row / max(1.0, float(row.sum()))
+        X[a] = row
+        if b < 0:
+            thr[a] = float(jobs.throughput[a] @ row)
+            continue
+        pair = rates(int(a), b)
+        assert pair is not None
+        X[b] = row
+        thr[a], thr[b] = float(pair[0] @ row), float(pair[1] @ row)
+        colocated.extend((int(a), b, int(j), float(row[j])) for j in np.flatnonzero(row > 0))
+    cert = Certificate(
+        termination=Termination.HEURISTIC,
+        maximize=True,
+        objective=float(thr.sum()),
+        solver="greedy",
+        formulation=(f"gandiva: {int((partner >= 0).sum()) // 2} pairs, {C} combinations, "
+                     "equal shares"),
+        build_time_s=time.perf_counter() - started,
+    )
+    return Plan(
+        time_share=X,
+        effective_throughput=thr,
+        normalized_throughput=thr,
+        objective_value=thr,
+        job_dual=np.zeros(m),
+        accelerator_prices=np.zeros(n),
+        certificate=cert,
+        job_status=(JobStatus.ALLOCATED,) * m,
+        job_reason=tuple(
+            f"paired with {jobs.ids[partner[i]]!r}" if partner[i] >= 0 else "" for i in range(m)
+        ),
+        colocated=tuple(colocated),
+    )
