@@ -6,10 +6,20 @@ Headerless CSV tables; column names from the trace's `*.header` files:
   plan_gpu, gpu_type` (`plan_cpu` % of a core, `plan_mem` GB, `plan_gpu` % of a GPU, each
   *per instance*).
 
+* group_tag (optional): `inst_id, user, gpu_type_spec, group, workload`, joined on the job's
+  `inst_id` (one per job).
+
 A job's GPUs = sum over its tasks of `inst_num x plan_gpu / 100`, CPUs likewise from
 `plan_cpu`, memory from `plan_mem`; its GPU type is the type of its task with the most GPUs.
 Arrival = job `start_time` - the earliest (`origin_s`); duration = end - start.
 Jobs without tasks get GPU count 0 (reported as an anomaly).
+
+With the group_tag table (data.md section 6 step 1, "job x task (x group_tag)"): a non-empty
+`gpu_type_spec` (the type the user required; one of the task table's types) replaces the GPU
+type, and a non-empty `workload` (the trace's application tag, e.g. bert, ctr, graphlearn;
+about 9% of jobs) becomes the job type. `group` (a tag of jobs with similar scripts, inputs
+and parameters, i.e. repeated runs) and the table's `user` (the job table's) are not read: the
+job table has no column for a repetition group and the tenant stays the job's user.
 """
 
 from __future__ import annotations
@@ -36,8 +46,10 @@ TASK_HEADER = (
     "plan_gpu",
     "gpu_type",
 )
+GROUP_TAG_HEADER = ("inst_id", "user", "gpu_type_spec", "group", "workload")
 JOB_FIELDS = (
     Field("job_name", "str"),
+    Field("inst_id", "str"),
     Field("user", "str"),
     Field("status", "str"),
     Field("start_time", "opt_float"),
@@ -50,6 +62,11 @@ TASK_FIELDS = (
     Field("plan_mem", "opt_float"),
     Field("plan_gpu", "opt_float"),
     Field("gpu_type", "str"),
+)
+GROUP_TAG_FIELDS = (
+    Field("inst_id", "str"),
+    Field("gpu_type_spec", "str"),
+    Field("workload", "str"),
 )
 
 
@@ -83,11 +100,50 @@ def _aggregate_tasks(
     return uniq, job_gpus, job_cpus, job_mem, job_type
 
 
-def read_pai(job_path: str | Path, task_path: str | Path, *, skip_bad: bool = False) -> JobTable:
-    """Read the PAI job and task tables and join them (task table aggregated first)."""
+def _read_group_tags(
+    path: str | Path, skip_bad: bool, report: ReadReport
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted unique `inst_id`s with their `gpu_type_spec` and `workload` (first row wins)."""
+    ids, specs, workloads = [], [], []
+    for chunk in DelimitedReader(
+        path, GROUP_TAG_FIELDS, header=GROUP_TAG_HEADER, skip_bad=skip_bad, report=report
+    ):
+        ids.append(chunk["inst_id"])
+        specs.append(chunk["gpu_type_spec"])
+        workloads.append(chunk["workload"])
+    if not ids:
+        empty = np.zeros(0, dtype="U1")
+        return empty, empty, empty
+    uniq, first = np.unique(np.concatenate(ids), return_index=True)
+    return uniq, np.concatenate(specs)[first], np.concatenate(workloads)[first]
+
+
+def _lookup(keys: np.ndarray, uniq: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """values[uniq == key] per key ("" when absent); `uniq` sorted."""
+    if not len(uniq):
+        return np.full(len(keys), "", dtype="U1")
+    pos = np.minimum(np.searchsorted(uniq, keys), len(uniq) - 1)
+    return np.where(uniq[pos] == keys, values[pos], "")
+
+
+def read_pai(
+    job_path: str | Path,
+    task_path: str | Path,
+    *,
+    group_tag_path: str | Path | None = None,
+    skip_bad: bool = False,
+) -> JobTable:
+    """Read the PAI job and task tables and join them (task table aggregated first); with
+    `group_tag_path`, also the group_tag table (GPU type requirement, workload)."""
     report = ReadReport(str(job_path))
     task_report = ReadReport(str(task_path))
     uniq, t_gpus, t_cpus, t_mem, t_type = _aggregate_tasks(task_path, skip_bad, task_report)
+    tag_report = ReadReport(str(group_tag_path or ""))
+    tags = (
+        _read_group_tags(group_tag_path, skip_bad, tag_report)
+        if group_tag_path is not None
+        else None
+    )
     builder = TableBuilder()
     order = OrderCheck("start_time")
     for chunk in DelimitedReader(
@@ -103,6 +159,11 @@ def read_pai(job_path: str | Path, task_path: str | Path, *, skip_bad: bool = Fa
         cpus = np.where(found, t_cpus[pos_c] if len(uniq) else np.nan, np.nan)
         mem = np.where(found, t_mem[pos_c] if len(uniq) else np.nan, np.nan)
         gtype = np.where(found, t_type[pos_c] if len(uniq) else "", "")
+        job_type = None
+        if tags is not None:
+            spec = _lookup(chunk["inst_id"], tags[0], tags[1])
+            gtype = np.where(spec != "", spec, gtype)
+            job_type = _lookup(chunk["inst_id"], tags[0], tags[2])
         duration = chunk["end_time"] - chunk["start_time"]
         standard_checks(
             report,
@@ -127,11 +188,13 @@ def read_pai(job_path: str | Path, task_path: str | Path, *, skip_bad: bool = Fa
                 "tenant": chunk["user"],
                 "status": chunk["status"],
                 "gpu_type": gtype,
+                "job_type": job_type,
             },
         )
-    report.skipped += task_report.skipped
-    report.skipped_examples += task_report.skipped_examples[:5]
-    report.warnings += task_report.warnings
+    for other in (task_report, tag_report):
+        report.skipped += other.skipped
+        report.skipped_examples += other.skipped_examples[:5]
+        report.warnings += other.warnings
     table = builder.build(source="pai", report=report)
     report.rows_kept = len(table)
     return rebase(table)

@@ -19,9 +19,17 @@ FORMATS: dict[str, str] = {
 
 
 def read_trace(
-    fmt: str, path: str | Path, *, tasks: str | Path | None = None, skip_bad: bool = False
+    fmt: str,
+    path: str | Path,
+    *,
+    tasks: str | Path | None = None,
+    group_tags: str | Path | None = None,
+    skip_bad: bool = False,
 ) -> JobTable:
-    """Read `path` as `fmt` (a key of FORMATS) into the normalized job table."""
+    """Read `path` as `fmt` (a key of FORMATS) into the normalized job table (`tasks` and
+    `group_tags`: the PAI task and optional group_tag tables)."""
+    if group_tags is not None and fmt != "pai":
+        raise ValueError("a group_tag table belongs to the pai format")
     if fmt == "helios":
         from apportion.datasets.helios import read_helios
 
@@ -39,7 +47,7 @@ def read_trace(
 
         if tasks is None:
             raise ValueError("the pai format needs the task table as well")
-        return read_pai(path, tasks, skip_bad=skip_bad)
+        return read_pai(path, tasks, group_tag_path=group_tags, skip_bad=skip_bad)
     if fmt == "openb":
         from apportion.datasets.openb import read_openb_pods
 

@@ -21,22 +21,49 @@ entries, every job gets `job_type` = its table key as `"<job type> x<scale facto
 rates differ per scale factor), and `type_colocations` lists every pair of keys present in
 the snapshot that the table has a rate for on some usable type (both orders in the table are
 one entry here; same-key pairs included), so the `_packed` policies can read them.
+
+Shockwave inputs (optional, data.md 2.2): with `epoch_profiles` (per-epoch profiles keyed by
+job id, e.g. `profiles_by_job_id(read_shockwave_profiles(path))` or
+`builtin_epoch_profiles(table)`), every job gets `epoch_profile` (epoch durations in s on its
+full gang, batch sizes in samples) and `progress.total_epochs` = the profiled epochs;
+`progress.epochs_done` = the profiled epochs completed in the job's run time `t - start`
+(epoch e is done when the durations of epochs 0..e sum to at most `t - start`; pending jobs
+0; it reaches `total_epochs` when the profile is shorter than the trace's duration). A job
+without a profile, whose profile's batch sizes and durations differ in length, or whose
+profile's scale factor is neither its GPU count nor its scale factor is excluded (counted).
+
+Sia / Pollux inputs (optional, data.md 2.3): with `goodputs` (a `GoodputSource`: job id and
+the trace's job type -> (type, nodes, devices, goodput samples/s) rows, e.g.
+`builtin_goodputs(cluster)` or `profile_goodputs(directory)`), every job gets
+`configurations`; rows that do not fit the snapshot's node layout (unknown type, more nodes
+than the type has, devices outside [nodes, nodes x devices per node], goodput not > 0) are
+dropped, and a job with no row left, or no table at all, is excluded (counted).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import zlib
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from apportion.datasets.cluster import ClusterSpec
-from apportion.datasets.generators import reference_throughput
+from apportion.datasets.cluster import ClusterSpec, NodeSpec
+from apportion.datasets.generators import reference_throughput, shockwave_profiles, sia_goodputs
+from apportion.datasets.shockwave import EpochProfile
 from apportion.datasets.table import JobTable
 from apportion.datasets.throughput import JobKey, ThroughputTable
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
+
+GoodputRow = tuple[str, int, int, float]
+"""One configuration: (accelerator type, nodes, devices, goodput in samples/s)."""
+GoodputSource = Callable[[str, str], Sequence[GoodputRow] | None]
+"""(job id, the trace's job type) -> the job's goodput rows; None = no table for the job."""
 
 
 @dataclass
@@ -90,9 +117,13 @@ def build_request(
     max_scale_factor: int = 8,
     include_nodes: bool = True,
     colocations: bool = False,
+    epoch_profiles: Mapping[str, EpochProfile] | None = None,
+    goodputs: GoodputSource | None = None,
 ) -> tuple[service_pb.SolveRequest, BuildReport]:
     """The snapshot of `table` at `time_s` (s on the table's clock) on `cluster`; with
-    `colocations`, job types and type-pair throughputs from the table's pair entries."""
+    `colocations`, job types and type-pair throughputs from the table's pair entries; with
+    `epoch_profiles` (by job id), Shockwave's per-epoch inputs; with `goodputs`, Sia's
+    per-configuration goodputs (see the module docstring)."""
     report = BuildReport(time_s)
     mask = active_mask(table, time_s)
     idx = np.flatnonzero(mask)
@@ -127,6 +158,7 @@ def build_request(
                 node.devices,
             )
             msg.cpus, msg.memory_gib = node.cpus, node.memory_gib
+    layout = node_sizes(cluster, include_nodes)
     seen: set[str] = set()
     keys_present: dict[JobKey, str] = {}
     for k in idx:
@@ -156,6 +188,23 @@ def build_request(
         if job_id in seen:
             report.excluded["duplicate job id"] += 1
             continue
+        profile = None
+        if epoch_profiles is not None:
+            profile = epoch_profiles.get(job_id)
+            problem = _profile_problem(profile, float(gpus), s)
+            if problem:
+                report.excluded[problem] += 1
+                continue
+        configurations: list[GoodputRow] = []
+        if goodputs is not None:
+            rows = goodputs(job_id, str(job_types[k]))
+            if rows is None:
+                report.excluded["no goodput table for the job"] += 1
+                continue
+            configurations = [r for r in rows if _fits(r, layout)]
+            if not configurations:
+                report.excluded["no goodput configuration fits the cluster"] += 1
+                continue
         seen.add(job_id)
         job = snap.jobs.add()
         job.id = job_id
@@ -186,10 +235,136 @@ def build_request(
             job.deadline_s = float(table.arrival_s[k] + slo * duration)
         if colocations and throughputs.pairs:
             job.job_type = keys_present.setdefault(key, job_type_key(key))
+        if profile is not None:
+            job.epoch_profile.epoch_duration_s.extend(profile.duration_every_epoch_s)
+            job.epoch_profile.batch_size.extend(profile.bs_every_epoch)
+            job.progress.total_epochs = len(profile.duration_every_epoch_s)
+            if running:
+                job.progress.epochs_done = epochs_done(
+                    profile.duration_every_epoch_s, time_s - float(start[k])
+                )
+        for acc_type, nodes, devices, goodput in configurations:
+            conf = job.configurations.add()
+            conf.accelerator_type, conf.nodes, conf.devices = acc_type, int(nodes), int(devices)
+            conf.goodput = float(goodput)
         report.included += 1
     if colocations and throughputs.pairs:
         _attach_type_pairs(snap, throughputs, keys_present, cluster)
     return request, report
+
+
+def epochs_done(durations_s: Sequence[float], run_time_s: float) -> int:
+    """Profiled epochs completed in `run_time_s` s of running: the largest e with
+    durations[0] + ... + durations[e-1] <= run_time_s (0 for a run time <= 0)."""
+    if run_time_s <= 0 or not len(durations_s):
+        return 0
+    return int(np.searchsorted(np.cumsum(durations_s), run_time_s, side="right"))
+
+
+def _profile_problem(profile: EpochProfile | None, gpus: float, scale: int) -> str:
+    """Why `profile` cannot describe a job with `gpus` GPUs at scale factor `scale` ("" = ok)."""
+    if profile is None:
+        return "no epoch profile for the job"
+    durations, sizes = profile.duration_every_epoch_s, profile.bs_every_epoch
+    if not durations or len(durations) != len(sizes):
+        return "epoch profile: batch sizes and epoch durations differ in length (or are empty)"
+    if any(not (math.isfinite(d) and d > 0) for d in durations) or any(b <= 0 for b in sizes):
+        return "epoch profile: epoch durations and batch sizes must be > 0"
+    if profile.scale_factor not in (scale, math.ceil(gpus)):
+        return "epoch profile: scale factor differs from the job's GPU count"
+    return ""
+
+
+def node_sizes(cluster: ClusterSpec, include_nodes: bool = True) -> dict[str, list[int]]:
+    """Devices of each node per type as the snapshot describes them: the cluster's nodes (when
+    `include_nodes`), else one node holding the type's count (sia's virtual node)."""
+    sizes: dict[str, list[int]] = {}
+    if include_nodes:
+        for node in cluster.nodes:
+            sizes.setdefault(node.accelerator_type, []).append(node.devices)
+    for t, count in zip(cluster.types, cluster.counts, strict=True):
+        if t not in sizes and count > 0:
+            sizes[t] = [count]
+    return sizes
+
+
+def _fits(row: GoodputRow, layout: Mapping[str, list[int]]) -> bool:
+    """`row` is a configuration the snapshot's validation accepts on `layout`."""
+    acc_type, nodes, devices, goodput = row
+    sizes = layout.get(acc_type)
+    if not sizes:
+        return False
+    return (
+        1 <= nodes <= len(sizes)
+        and nodes <= devices <= nodes * max(sizes)
+        and math.isfinite(goodput)
+        and goodput > 0
+    )
+
+
+def profiles_by_job_id(profiles: Sequence[EpochProfile]) -> dict[str, EpochProfile]:
+    """Profiles keyed by `str(job_id)` (the trace's job ids: Gavel/Shockwave traces number
+    jobs by line, from 0). Raises ValueError on a repeated job id."""
+    out: dict[str, EpochProfile] = {}
+    for p in profiles:
+        key = str(p.job_id)
+        if key in out:
+            raise ValueError(f"epoch profiles: job_id {p.job_id} appears twice")
+        out[key] = p
+    return out
+
+
+def builtin_epoch_profiles(table: JobTable, seed: int = 0) -> dict[str, EpochProfile]:
+    """Synthetic per-epoch profiles (`generators.shockwave_profiles`) of every row of
+    `table`, keyed by the row's job id (each job's durations sum to its trace duration)."""
+    return {str(table.id[p.job_id]): p for p in shockwave_profiles(table, seed=seed)}
+
+
+def builtin_goodputs(
+    cluster: ClusterSpec, seed: int = 0, *, include_nodes: bool = True, max_gpus: int = 16
+) -> GoodputSource:
+    """Synthetic Sia goodput tables (`generators.sia_goodputs`), one per job, seeded by
+    (`seed`, job id) so that a job keeps its table in every snapshot; laid out on the
+    snapshot's nodes (one node per type when the cluster has none)."""
+    sizes = node_sizes(cluster, include_nodes)
+    nodes = tuple(
+        NodeSpec(f"{t}-{n}", t, d) for t, ds in sizes.items() for n, d in enumerate(ds)
+    )
+    layout = ClusterSpec(cluster.types, cluster.counts, nodes)
+
+    def source(job_id: str, job_type: str) -> list[GoodputRow]:
+        job_seed = zlib.crc32(f"{seed}/{job_id}".encode())
+        return sia_goodputs(layout, seed=job_seed, max_gpus=max_gpus)
+
+    return source
+
+
+def profile_goodputs(directory: str | Path) -> GoodputSource:
+    """Goodput tables from Sia's per-application profiles: `directory/<application>/
+    placements-<gpu>.csv` (data.md 2.3), matched by the job's type (the Sia workload's
+    `application`). A row per (type, nodes, GPUs) with the best profiled samples/s over local
+    batch sizes (`SiaProfile.configurations`): a throughput used as the goodput (statistical
+    efficiency is not applied). An application without a directory gives None."""
+    from apportion.datasets.sia import read_sia_app_profiles
+
+    root = Path(directory)
+    if not root.is_dir():
+        raise ValueError(f"{directory}: not a directory of Sia application profiles")
+    cache: dict[str, list[GoodputRow] | None] = {}
+
+    def source(job_id: str, job_type: str) -> list[GoodputRow] | None:
+        if job_type not in cache:
+            app = root / job_type
+            if not job_type or "/" in job_type or not app.is_dir():
+                cache[job_type] = None
+            else:
+                try:
+                    cache[job_type] = read_sia_app_profiles(app).configurations()
+                except FileNotFoundError:
+                    cache[job_type] = None
+        return cache[job_type]
+
+    return source
 
 
 def job_type_key(key: JobKey) -> str:

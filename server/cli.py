@@ -18,6 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from apportion.datasets.cluster import ClusterSpec
+    from apportion.datasets.shockwave import EpochProfile
+    from apportion.datasets.snapshot import GoodputSource
+    from apportion.datasets.table import JobTable
     from apportion.v1 import allocation_service_pb2 as service_pb
 
 EXIT_OK = 0
@@ -132,7 +136,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from apportion.datasets.snapshot import build_request, render_request
 
     try:
-        table = read_trace(args.format, args.trace, tasks=args.tasks, skip_bad=args.skip_bad)
+        table = read_trace(args.format, args.trace, tasks=args.tasks,
+                           group_tags=args.group_tags, skip_bad=args.skip_bad)
         if args.openb_nodes:
             from apportion.datasets.openb import read_openb_nodes
 
@@ -150,6 +155,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             from apportion.datasets.throughput import read_gavel_throughputs
 
             throughputs = read_gavel_throughputs(args.throughputs, pairs=args.colocations)
+        epoch_profiles = _snapshot_profiles(args.profiles, table, args.seed)
+        goodputs = _snapshot_goodputs(args.goodputs, cluster, args.seed)
     except TraceFormatError as exc:
         raise InputError(str(exc)) from exc
     except (OSError, ValueError) as exc:
@@ -165,6 +172,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         policy=args.policy,
         round_duration_s=args.round_duration,
         colocations=args.colocations,
+        epoch_profiles=epoch_profiles,
+        goodputs=goodputs,
     )
     _err(report.summary())
     text = render_request(request)
@@ -173,6 +182,32 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return EXIT_OK
+
+
+def _snapshot_profiles(
+    spec: str | None, table: JobTable, seed: int
+) -> dict[str, EpochProfile] | None:
+    """`--profiles`: None, 'builtin' (generated per row) or a Shockwave profile file."""
+    if not spec:
+        return None
+    from apportion.datasets import snapshot
+
+    if spec == "builtin":
+        return snapshot.builtin_epoch_profiles(table, seed=seed)
+    from apportion.datasets.shockwave import read_shockwave_profiles
+
+    return snapshot.profiles_by_job_id(read_shockwave_profiles(spec))
+
+
+def _snapshot_goodputs(spec: str | None, cluster: ClusterSpec, seed: int) -> GoodputSource | None:
+    """`--goodputs`: None, 'builtin' (synthetic per job) or a Sia profile directory."""
+    if not spec:
+        return None
+    from apportion.datasets import snapshot
+
+    if spec == "builtin":
+        return snapshot.builtin_goodputs(cluster, seed=seed)
+    return snapshot.profile_goodputs(spec)
 
 
 def _add_snapshot(
@@ -203,6 +238,12 @@ def _add_snapshot(
     )
     snap.add_argument("--tasks", metavar="FILE", help="PAI task table (format pai)")
     snap.add_argument(
+        "--group-tags",
+        metavar="FILE",
+        help="PAI group_tag table (format pai, optional): gpu_type_spec -> the job's GPU type, "
+        "workload -> its job type (matches --goodputs DIR applications, e.g. bert)",
+    )
+    snap.add_argument(
         "--time",
         type=float,
         required=True,
@@ -230,6 +271,20 @@ def _add_snapshot(
         action="store_true",
         help="attach job types and type-pair (space-sharing) throughputs from the table's "
         "pair entries (builtin: synthetic pairs), for the _packed policies",
+    )
+    snap.add_argument(
+        "--profiles",
+        metavar="FILE",
+        help="Shockwave per-epoch profiles (JSON list, .gz allowed), matched by job id, or "
+        "'builtin' (synthetic, one per trace row): attach epoch_profile and epochs done / "
+        "total for --policy shockwave (needs a cluster with one accelerator type)",
+    )
+    snap.add_argument(
+        "--goodputs",
+        metavar="DIR",
+        help="Sia goodput per configuration for --policy sia/pollux: 'builtin' (synthetic, "
+        "seeded per job id) or a directory of Sia profiles <application>/placements-<gpu>.csv "
+        "matched by the job's application (profiled samples/s used as the goodput)",
     )
     snap.add_argument(
         "--skip-bad",

@@ -146,6 +146,30 @@ def test_pai_sums_tasks(tmp_path: Path) -> None:
     assert table.report is not None and table.report.anomalies["zero_gpus"].count == 1
 
 
+def test_pai_group_tags(tmp_path: Path) -> None:
+    """The group_tag table joins on inst_id: a GPU type requirement replaces the task's type,
+    the workload tag becomes the job type; untagged jobs keep the task table's values."""
+    (tmp_path / "job.csv").write_text("j1,i1,u,Terminated,100,200\nj2,i2,u,Terminated,150,400\n"
+                                      "j3,i3,v,Terminated,160,300\n")
+    (tmp_path / "task.csv").write_text(
+        "j1,worker,1,Terminated,100,200,600,29.3,100,V100\n"
+        "j2,worker,2,Terminated,150,400,600,29.3,100,T4\n"
+        "j3,worker,1,Terminated,160,300,600,29.3,100,P100\n"
+    )
+    (tmp_path / "group.csv").write_text("i2,u,V100M32,g7,bert\ni1,u,,g7,\ni9,w,T4,g1,ctr\n")
+    table = read_pai(tmp_path / "job.csv", tmp_path / "task.csv",
+                     group_tag_path=tmp_path / "group.csv")
+    assert list(table.column("gpu_type")) == ["V100", "V100M32", "P100"]
+    assert list(table.column("job_type")) == ["", "bert", ""]
+    assert list(table.column("tenant")) == ["u", "u", "v"]
+    plain = read_pai(tmp_path / "job.csv", tmp_path / "task.csv")
+    assert list(plain.column("gpu_type")) == ["V100", "T4", "P100"]
+    assert read_trace("pai", tmp_path / "job.csv", tasks=tmp_path / "task.csv",
+                      group_tags=tmp_path / "group.csv").diff(table) == []
+    with pytest.raises(ValueError, match="group_tag table belongs to the pai format"):
+        read_trace("helios", tmp_path / "job.csv", group_tags=tmp_path / "group.csv")
+
+
 def test_openb_round_trip(tmp_path: Path) -> None:
     n = 30
     rng = np.random.default_rng(1)

@@ -10,6 +10,8 @@ import pytest
 from google.protobuf import json_format
 
 from apportion.datasets.cluster import ClusterSpec
+from apportion.datasets.errors import TraceFormatError
+from apportion.datasets.gavel_trace import read_gavel_trace, write_gavel_trace
 from apportion.datasets.generators import (
     builtin_throughputs,
     gavel_workload,
@@ -21,8 +23,23 @@ from apportion.datasets.generators import (
     throughput_table,
 )
 from apportion.datasets.helios import write_helios
-from apportion.datasets.shockwave import read_shockwave_profiles, write_shockwave_profiles
-from apportion.datasets.snapshot import active_mask, build_request, render_request, scale_factors
+from apportion.datasets.shockwave import (
+    EpochProfile,
+    read_shockwave_profiles,
+    write_shockwave_profiles,
+)
+from apportion.datasets.sia import write_sia_workload
+from apportion.datasets.snapshot import (
+    active_mask,
+    build_request,
+    builtin_epoch_profiles,
+    builtin_goodputs,
+    epochs_done,
+    profile_goodputs,
+    profiles_by_job_id,
+    render_request,
+    scale_factors,
+)
 from apportion.datasets.table import JobTable
 from apportion.datasets.throughput import read_gavel_throughputs, write_gavel_throughputs
 from apportion.server import cli
@@ -214,3 +231,241 @@ def test_cli_snapshot_bad_row_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert f"{path}:3: column 'time'" in capsys.readouterr().err
     assert cli.main([*argv, "--skip-bad", "-o", str(tmp_path / "s.json")]) == cli.EXIT_OK
     assert "skipped 1 malformed rows" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- Shockwave / Sia inputs
+
+
+def _profile(job_id: int, durations: list[float], sizes: list[int] | None = None,
+             scale_factor: int = 1) -> EpochProfile:
+    sizes = sizes if sizes is not None else [32] * len(durations)
+    return EpochProfile(job_id=job_id, arrival_s=0.0, job_type="", mode="static",
+                        scale_factor=scale_factor, num_epochs=len(durations),
+                        num_samples_per_epoch=1000, bs_every_epoch=tuple(sizes),
+                        duration_every_epoch_s=tuple(durations))
+
+
+def _epoch_table() -> JobTable:
+    # id, arrival, start, duration, gpus
+    rows = [("0", 0.0, 0.0, 1000.0, 1.0), ("1", 5.0, 10.0, 1000.0, 2.0),
+            ("2", 200.0, 300.0, 500.0, 1.0)]
+    return JobTable.from_columns(
+        [r[0] for r in rows], arrival_s=[r[1] for r in rows], start_s=[r[2] for r in rows],
+        duration_s=[r[3] for r in rows], gpus=[r[4] for r in rows],
+    )
+
+
+def test_epochs_done_counts_completed_profiled_epochs() -> None:
+    durations = [100.0, 100.0, 50.0, 200.0]  # epochs end at 100, 200, 250, 450 s of run time
+    assert [epochs_done(durations, r) for r in (-5, 0, 99.9, 100, 249.9, 250, 449, 450, 1e9)] == [
+        0, 0, 0, 1, 2, 3, 3, 4, 4
+    ]
+
+
+def test_snapshot_with_epoch_profiles_solves_shockwave() -> None:
+    """Job 0 runs since 0 (epochs end at 100, 200, 250, 450 s): 3 epochs done at t = 260;
+    job 1 runs since 10 with 100 s epochs: 2 done; job 2 is pending (starts at 300): 0."""
+    profiles = profiles_by_job_id([
+        _profile(0, [100.0, 100.0, 50.0, 200.0, 450.0], [16, 16, 32, 32, 64]),
+        _profile(1, [100.0] * 10, scale_factor=2),
+        _profile(2, [50.0] * 10),
+    ])
+    cluster = make_cluster({"v100": 8})
+    request, report = build_request(_epoch_table(), cluster, builtin_throughputs(("v100",)), 260.0,
+                                    policy="shockwave", round_duration_s=120.0,
+                                    epoch_profiles=profiles)
+    assert report.included == 3 and not report.excluded
+    jobs = {j.id: j for j in request.snapshot.jobs}
+    assert [jobs[i].progress.epochs_done for i in "012"] == [3, 2, 0]
+    assert [jobs[i].progress.total_epochs for i in "012"] == [5, 10, 10]
+    assert list(jobs["0"].epoch_profile.epoch_duration_s) == [100.0, 100.0, 50.0, 200.0, 450.0]
+    assert list(jobs["0"].epoch_profile.batch_size) == [16, 16, 32, 32, 64]
+    response = solve_request(json_format.Parse(render_request(request), service_pb.SolveRequest()))
+    assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+    assert len(response.plan.jobs) == 3
+
+
+def test_snapshot_with_builtin_epoch_profiles() -> None:
+    """Generated profiles: one per row, durations summing to the trace duration."""
+    table = gavel_workload(40, seed=6, jobs_per_hour=40)
+    cluster = make_cluster({"v100": 16})
+    profiles = builtin_epoch_profiles(table, seed=2)
+    assert set(profiles) == {str(i) for i in table.id}
+    request, report = build_request(table, cluster, builtin_throughputs(("v100",)), 3000.0,
+                                    policy="shockwave", epoch_profiles=profiles)
+    assert report.included > 3 and not report.excluded
+    for job in request.snapshot.jobs:
+        p = profiles[job.id]
+        assert job.progress.total_epochs == p.num_epochs == len(job.epoch_profile.batch_size)
+        k = list(table.id).index(job.id)
+        assert sum(p.duration_every_epoch_s) == pytest.approx(table.duration_s[k], rel=1e-6)
+        assert job.progress.epochs_done == epochs_done(p.duration_every_epoch_s,
+                                                       3000.0 - table.start_s[k])
+    response = solve_request(request)
+    assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+
+
+def test_snapshot_epoch_profile_problems_are_counted(tmp_path: Path) -> None:
+    """A job without a profile, a profile whose lists differ in length, a profile for another
+    gang size: counted exclusions; a file with mismatched lengths or a repeated job id: an
+    error naming the place."""
+    profiles = {
+        "0": _profile(0, [100.0] * 3, [32, 32]),
+        "1": _profile(1, [100.0] * 3, scale_factor=4),  # the trace says 2 GPUs
+    }
+    cluster = make_cluster({"v100": 8})
+    request, report = build_request(_epoch_table(), cluster, builtin_throughputs(("v100",)), 260.0,
+                                    epoch_profiles=profiles)
+    assert report.included == 0 and not request.snapshot.jobs
+    assert report.excluded == {
+        "epoch profile: batch sizes and epoch durations differ in length (or are empty)": 1,
+        "epoch profile: scale factor differs from the job's GPU count": 1,
+        "no epoch profile for the job": 1,
+    }
+    assert "excluded 1: no epoch profile for the job" in report.summary()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"job_id": 0, "scale_factor": 1, "num_epochs": 3,
+                                "bs_every_epoch": [32, 32], "duration_every_epoch_s": [1, 1, 1]}]))
+    with pytest.raises(TraceFormatError, match=r"\[0\]\.bs_every_epoch.*list of 3"):
+        read_shockwave_profiles(bad)
+    with pytest.raises(ValueError, match="job_id 0 appears twice"):
+        profiles_by_job_id([_profile(0, [1.0]), _profile(0, [2.0])])
+
+
+def _sia_table() -> JobTable:
+    apps = ["cifar10", "bert", "cifar10", "imagenet"]
+    return JobTable.from_columns(
+        [f"j{k}" for k in range(4)], arrival_s=[0.0, 10.0, 20.0, 500.0], gpus=[1.0, 2.0, 1.0, 4.0],
+        job_type=apps,
+    )
+
+
+def test_snapshot_with_builtin_goodputs_solves_sia() -> None:
+    cluster = make_cluster({"v100": 16, "k80": 8}, gpus_per_node=4)
+    source = builtin_goodputs(cluster, seed=3)
+    request, report = build_request(_sia_table(), cluster, builtin_throughputs(cluster.types),
+                                    100.0, policy="sia", goodputs=source)
+    assert report.included == 3 and not report.excluded  # j3 arrives at 500
+    for job in request.snapshot.jobs:
+        rows = [(c.accelerator_type, c.nodes, c.devices, c.goodput) for c in job.configurations]
+        assert rows == source(job.id, "")  # all generated rows fit (1..16 GPUs, 4 per node)
+        assert {(c.accelerator_type, c.devices) for c in job.configurations} == {
+            ("v100", 1), ("v100", 2), ("v100", 4), ("v100", 8), ("v100", 16),
+            ("k80", 1), ("k80", 2), ("k80", 4), ("k80", 8)}
+        assert all(c.nodes == max(1, c.devices // 4) for c in job.configurations)
+    later, _ = build_request(_sia_table(), cluster, builtin_throughputs(cluster.types), 600.0,
+                             policy="sia", goodputs=source)
+    assert later.snapshot.jobs[0].configurations == request.snapshot.jobs[0].configurations
+    response = solve_request(json_format.Parse(render_request(request), service_pb.SolveRequest()))
+    assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+    assert all(j.configuration.devices >= 1 for j in response.plan.jobs)
+
+
+def test_snapshot_with_profile_goodputs(tmp_path: Path) -> None:
+    """Sia profile directory: best samples/s per (type, nodes, GPUs) of the job's application;
+    rows that do not fit the nodes are dropped; an application without profiles is excluded."""
+    app = tmp_path / "cifar10"
+    app.mkdir()
+    (app / "placements-v100.csv").write_text(
+        "placement,local_bsz,step_time,sync_time\n"
+        "1,32,0.1,0\n1,64,0.4,0\n"  # 1 GPU: 320 samples/s (64 x 1 / 0.4 = 160 is worse)
+        "2,32,0.1,0.02\n"  # 2 GPUs on one node: 64 / 0.12
+        "11,32,0.2,0.05\n"  # 2 GPUs on 2 nodes: 64 / 0.25
+        "5,32,0.1,0\n"  # 5 GPUs on one 4-GPU node: dropped
+    )
+    cluster = make_cluster({"v100": 8}, gpus_per_node=4)
+    request, report = build_request(_sia_table(), cluster, builtin_throughputs(("v100",)), 100.0,
+                                    policy="sia", goodputs=profile_goodputs(tmp_path))
+    assert report.excluded == {"no goodput table for the job": 1}  # bert
+    assert [j.id for j in request.snapshot.jobs] == ["j0", "j2"]
+    rows = [(c.accelerator_type, c.nodes, c.devices, round(c.goodput, 6))
+            for c in request.snapshot.jobs[0].configurations]
+    assert rows == [("v100", 1, 1, 320.0), ("v100", 1, 2, round(64 / 0.12, 6)),
+                    ("v100", 2, 2, 256.0)]
+    response = solve_request(request)
+    assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+    with pytest.raises(ValueError, match="not a directory"):
+        profile_goodputs(tmp_path / "missing")
+
+
+REFERENCE_SIA_PROFILES = Path("/work/shared/reference/traces/sia_profiles")
+
+
+@pytest.mark.skipif(not REFERENCE_SIA_PROFILES.is_dir(), reason="reference data absent")
+def test_snapshot_with_reference_sia_profiles() -> None:
+    cluster = make_cluster({"aws": 8, "azure": 16}, gpus_per_node={"aws": 4, "azure": 8})
+    request, report = build_request(_sia_table(), cluster, builtin_throughputs(cluster.types),
+                                    100.0, policy="sia",
+                                    goodputs=profile_goodputs(REFERENCE_SIA_PROFILES))
+    assert report.included == 3 and not report.excluded
+    types = {c.accelerator_type for j in request.snapshot.jobs for c in j.configurations}
+    assert types == {"aws", "azure"}
+    assert solve_request(request).stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+
+
+def test_cli_snapshot_shockwave_and_sia_then_solve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workload = gavel_workload(30, seed=3, jobs_per_hour=30)
+    write_gavel_trace(workload, tmp_path / "sw.trace", shockwave=True)
+    trace = read_gavel_trace(tmp_path / "sw.trace")
+    write_shockwave_profiles(shockwave_profiles(trace, seed=1), tmp_path / "p.json")
+    out = tmp_path / "shockwave.json"
+    argv = ["snapshot", str(tmp_path / "sw.trace"), "--format", "shockwave", "--time", "2000",
+            "--cluster", "v100:16", "--policy", "shockwave", "--round-duration", "120",
+            "-o", str(out)]
+    for profiles in (str(tmp_path / "p.json"), "builtin"):
+        assert cli.main([*argv, "--profiles", profiles]) == cli.EXIT_OK
+        jobs = json.loads(out.read_text())["snapshot"]["jobs"]
+        assert jobs and all(j["epochProfile"]["epochDurationS"] for j in jobs)
+        assert cli.main(["solve", str(out)]) == cli.EXIT_OK
+    # a profile file missing a job: the job is excluded and counted on stderr
+    write_shockwave_profiles(shockwave_profiles(trace, seed=1)[1:], tmp_path / "short.json")
+    capsys.readouterr()
+    assert cli.main([*argv, "--profiles", str(tmp_path / "short.json")]) == cli.EXIT_OK
+    assert "excluded 1: no epoch profile for the job" in capsys.readouterr().err
+    # a profile file with mismatched lengths: exit 2 naming the file and the key
+    data = json.loads((tmp_path / "p.json").read_text())
+    data[0]["bs_every_epoch"] = data[0]["bs_every_epoch"][:-1]
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    assert cli.main([*argv, "--profiles", str(tmp_path / "bad.json")]) == cli.EXIT_INVALID_INPUT
+    assert "bad.json: column '[0].bs_every_epoch'" in capsys.readouterr().err
+
+    write_sia_workload(_sia_table(), tmp_path / "sia.csv")
+    sia_out = tmp_path / "sia.json"
+    assert cli.main(["snapshot", str(tmp_path / "sia.csv"), "--format", "sia", "--time", "600",
+                     "--cluster", "v100:16,k80:16", "--policy", "sia", "--goodputs", "builtin",
+                     "-o", str(sia_out)]) == cli.EXIT_OK
+    jobs = json.loads(sia_out.read_text())["snapshot"]["jobs"]
+    assert len(jobs) == 4 and all(j["configurations"] for j in jobs)
+    assert cli.main(["solve", str(sia_out)]) == cli.EXIT_OK
+    assert cli.main(["snapshot", str(tmp_path / "sia.csv"), "--format", "sia", "--time", "600",
+                     "--goodputs", str(tmp_path / "nowhere")]) == cli.EXIT_INVALID_INPUT
+    assert "not a directory of Sia application profiles" in capsys.readouterr().err
+
+
+def test_cli_snapshot_pai_group_tags_with_profile_goodputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PAI with its group_tag table: the workload tag is the job type, so a `bert` job finds
+    the bert Sia profile; an untagged job has no goodput table and is excluded (counted)."""
+    (tmp_path / "job.csv").write_text("j1,i1,u,Terminated,100,200\nj2,i2,u,Terminated,150,400\n"
+                                      "j3,i3,v,Terminated,160,300\n")
+    (tmp_path / "task.csv").write_text("j1,worker,1,Terminated,100,200,600,29.3,100,V100\n"
+                                       "j2,worker,2,Terminated,150,400,600,29.3,100,V100\n"
+                                       "j3,worker,1,Terminated,160,300,600,29.3,100,V100\n")
+    (tmp_path / "group.csv").write_text("i2,u,V100,g7,bert\n")
+    (tmp_path / "profiles" / "bert").mkdir(parents=True)
+    (tmp_path / "profiles" / "bert" / "placements-v100.csv").write_text(
+        "placement,local_bsz,step_time,sync_time\n1,8,0.2,0\n2,8,0.25,0.05\n4,8,0.3,0.1\n")
+    out = tmp_path / "snap.json"
+    argv = ["snapshot", str(tmp_path / "job.csv"), "--format", "pai", "--tasks",
+            str(tmp_path / "task.csv"), "--group-tags", str(tmp_path / "group.csv"), "--time",
+            "100", "--cluster", "v100:8", "--policy", "sia", "--goodputs",
+            str(tmp_path / "profiles"), "-o", str(out)]
+    assert cli.main(argv) == cli.EXIT_OK
+    assert "excluded 1: no goodput table for the job" in capsys.readouterr().err
+    jobs = json.loads(out.read_text())["snapshot"]["jobs"]
+    assert [j["id"] for j in jobs] == ["j2"]
+    assert [c["devices"] for c in jobs[0]["configurations"]] == [1, 2, 4]
+    assert cli.main(["solve", str(out)]) == cli.EXIT_OK
