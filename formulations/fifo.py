@@ -79,10 +79,10 @@ def _fifo(problem: Problem, aware: bool, seed: int) -> Plan:
         status[i] = JobStatus.ALLOCATED
     thr = np.einsum("ij,ij->i", jobs.throughput, X)
     formulation = "fifo_perf (fastest fitting type)" if aware else "fifo (random fitting type)"
-    return _greedy_plan(X, thr, status, reason, formulation, started)
+    return greedy_plan(X, thr, status, reason, formulation, started)
 
 
-def _greedy_plan(X: FloatArray, thr: FloatArray, status: list[JobStatus], reason: list[str],
+def greedy_plan(X: FloatArray, thr: FloatArray, status: list[JobStatus], reason: list[str],
                  formulation: str, started: float,
                  colocated: tuple[tuple[int, int, int, float], ...] = ()) -> Plan:
     """A heuristic plan: objective = total throughput `thr` (steps/s), no bound."""
@@ -158,4 +158,4 @@ def solve_fifo_packed(
         status[i] = JobStatus.ALLOCATED
         reason[i] = f"shares {jobs.ids[best]!r}'s devices (combined {best_value:.3g})"
     formulation = f"fifo_packed (fifo_perf, then {len(colocated)} queued jobs packed)"
-    return _greedy_plan(X, thr, status, reason, formulation, started, tuple(colocated))
+    return greedy_plan(X, thr, status, reason, formulation, started, tuple(colocated))

@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from apportion.formulations.fifo import greedy_plan
 from apportion.formulations.isolated import solve_policy as solve_isolated
 from apportion.formulations.space_sharing import PairRates
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
@@ -123,26 +124,9 @@ def solve_policy(
         X[b] = row
         thr[a], thr[b] = float(pair[0] @ row), float(pair[1] @ row)
         colocated.extend((int(a), b, int(j), float(row[j])) for j in np.flatnonzero(row > 0))
-    cert = Certificate(
-        termination=Termination.HEURISTIC,
-        maximize=True,
-        objective=float(thr.sum()),
-        solver="greedy",
-        formulation=(f"gandiva: {int((partner >= 0).sum()) // 2} pairs, {C} combinations, "
-                     "equal shares"),
-        build_time_s=time.perf_counter() - started,
-    )
-    return Plan(
-        time_share=X,
-        effective_throughput=thr,
-        normalized_throughput=thr,
-        objective_value=thr,
-        job_dual=np.zeros(m),
-        accelerator_prices=np.zeros(n),
-        certificate=cert,
-        job_status=(JobStatus.ALLOCATED,) * m,
-        job_reason=tuple(
-            f"paired with {jobs.ids[partner[i]]!r}" if partner[i] >= 0 else "" for i in range(m)
-        ),
-        colocated=tuple(colocated),
-    )
+    formulation = (f"gandiva: {int((partner >= 0).sum()) // 2} pairs, {C} combinations, "
+                   "equal shares")
+    reason = [f"paired with {jobs.ids[partner[i]]!r}" if partner[i] >= 0 else ""
+              for i in range(m)]
+    return greedy_plan(X, thr, [JobStatus.ALLOCATED] * m, reason, formulation, started,
+                       tuple(colocated))
