@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from apportion.server.cli_errors import EXIT_INTERNAL, EXIT_INVALID_INPUT, EXIT_OK, InputError
+
 if TYPE_CHECKING:
     from apportion.datasets.cluster import ClusterSpec
     from apportion.datasets.shockwave import EpochProfile
@@ -24,15 +26,7 @@ if TYPE_CHECKING:
     from apportion.datasets.table import JobTable
     from apportion.v1 import allocation_service_pb2 as service_pb
 
-EXIT_OK = 0
-EXIT_INVALID_INPUT = 2
-EXIT_INTERNAL = 3
-
 PROG = "apportion"
-
-
-class InputError(Exception):
-    """The input cannot be used (unreadable file, malformed JSON, ...). Exit code 2."""
 
 
 # --------------------------------------------------------------------------- input
@@ -366,7 +360,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
     snapshot = _add_snapshot(sub)
 
-    for subparser in (solve, validate, listing, serve, snapshot):
+    from apportion.server.replay_cli import add_replay, cmd_replay
+
+    replay = add_replay(sub)
+    replay.set_defaults(handler=cmd_replay)
+
+    for subparser in (solve, validate, listing, serve, snapshot, replay):
         _add_common(subparser)
     return parser, serve
 

@@ -254,3 +254,41 @@ def test_unservable_jobs_show_their_reason() -> None:
     response.plan.jobs[1].reason = "needs 16 devices"
     table = render.plan_table(response, ["a"])
     assert "unservable: needs 16 devices" in table
+
+
+def test_replay_compares_policies_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`apportion replay`: one row per policy, and per-job finish times in the JSON that are
+    never before arrival + standalone run time (every job finishes)."""
+    from apportion.datasets.replay import synthetic_jobs
+
+    out = tmp_path / "replay.json"
+    argv = ["replay", "--synthetic", "5", "--gpus", "4", "--policies", "shockwave",
+            "max_min_fairness_perf", "isolated", "--time-limit", "2", "--json", str(out)]
+    assert cli.main(argv) == cli.EXIT_OK
+    text = capsys.readouterr().out
+    assert all(name in text for name in ("shockwave", "max_min_fairness_perf", "isolated"))
+    report = json.loads(out.read_text())
+    jobs = synthetic_jobs(5, seed=0)
+    assert report["jobs"] == [j.job_id for j in jobs]
+    for name in ("shockwave", "max_min_fairness_perf", "isolated"):
+        entry = report["policies"][name]
+        finish = entry["finish_s"]
+        assert len(finish) == 5
+        assert all(f >= j.arrival_s + j.standalone_s - 1e-6 for f, j in zip(finish, jobs,
+                                                                            strict=True))
+        assert entry["metrics"]["makespan_s"] == pytest.approx(
+            max(finish) - min(j.arrival_s for j in jobs))
+
+
+def test_replay_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cases = [
+        (["--synthetic", "3", "--policies", "allox"], "no round schedule"),
+        (["--synthetic", "3", "--policies", "no_such_policy"], "no_such_policy"),
+        (["--synthetic", "3", "--gpus", "0"], "--gpus"),
+        (["--profiles", str(tmp_path / "missing.json")], "missing.json"),
+    ]
+    for extra, message in cases:
+        assert cli.main(["replay", *extra]) == cli.EXIT_INVALID_INPUT, extra
+        assert message in capsys.readouterr().err
