@@ -3,7 +3,8 @@
 linear in the number of jobs. Used by max-min fairness (`max_min_fairness_packed`, here),
 water filling, makespan, finish-time fairness and max-sum-throughput (their own modules).
 
-Groups. Jobs named in an explicit `colocations` pair are groups of their own (k = 1). The other
+Groups. Jobs named in an explicit `colocations` pair are groups of their own (k = 1) and share
+devices only in the pairs listed for them (their job types' pairs do not apply). The other
 jobs are grouped by (job type, throughput row, scale factor, weight, policy data such as the
 remaining work); the k jobs of a group are interchangeable in the LP, so by the symmetry
 argument of A2.3 (average an optimum over the permutations of identical jobs) there is an
