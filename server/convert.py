@@ -638,6 +638,25 @@ def _options(msg: policy_pb.SolveOptions, violations: list[Violation]) -> SolveO
     )
 
 
+TENANT_POLICIES = frozenset({"hierarchical_max_min_fairness"})
+"""Policies that read `Snapshot.tenants`."""
+
+
+def tenant_violations(problem: Problem, policy: PolicyRequest) -> list[Violation]:
+    """For a policy that reads tenants, when the snapshot lists tenants: every job's tenant
+    must be one of them (an unlisted name is most likely a typo; with no list at all, tenant
+    names are labels of weight 1)."""
+    if policy.name not in TENANT_POLICIES or not problem.tenants:
+        return []
+    listed = {tenant.name for tenant in problem.tenants}
+    names = ", ".join(sorted(listed))
+    return [
+        Violation(f"snapshot.jobs[{i}].tenant",
+                  f"unknown tenant {name!r}; snapshot.tenants lists {names}")
+        for i, name in enumerate(problem.jobs.tenant) if name and name not in listed
+    ]
+
+
 def request_to_model(
     request: service_pb.SolveRequest,
 ) -> tuple[Problem, PolicyRequest, SolveOptions]:
@@ -651,6 +670,7 @@ def request_to_model(
         gavel = gavel_input_violations(problem, policy)
         violations.extend(v for v in gavel if v.field not in known)
         violations.extend(market_input_violations(problem, policy))
+        violations.extend(tenant_violations(problem, policy))
         problem = sia_problem(request, problem, policy, violations)
     if violations or policy is None:
         raise ValidationError(violations)

@@ -268,6 +268,7 @@ def test_wire_format_pairs_and_field_path_errors() -> None:
     bad.snapshot.colocations.add(job_a="a", job_b="zz")
     bad.snapshot.colocations.add(job_a="a", job_b="c")
     bad.snapshot.colocations.add(job_a="b", job_b="a")
+    bad.snapshot.colocations.add(job_a="c", job_b="c")
     bad.snapshot.colocations[0].throughput_a["v100"] = -1.0
     bad.snapshot.type_colocations.add(type_a="", type_b="x")
     with pytest.raises(ValidationError) as caught:
@@ -278,5 +279,6 @@ def test_wire_format_pairs_and_field_path_errors() -> None:
         "snapshot.colocations[1].job_b",
         "snapshot.colocations[2].job_b",
         "snapshot.colocations[3]",
+        "snapshot.colocations[4].job_b",
         "snapshot.type_colocations[0].type_a",
     } <= fields, fields

@@ -246,3 +246,15 @@ def test_end_to_end_with_tenants_and_bad_tenant_fields() -> None:
         solve_request(json_format.ParseDict(doc, pb.SolveRequest()))
     fields = {v.field for v in caught.value.violations}
     assert {"snapshot.tenants[0].weight", "snapshot.tenants[1].name"} <= fields
+    # a job naming a tenant the snapshot does not list (once it lists any)
+    doc["snapshot"]["tenants"] = [{"name": "x", "weight": 2.0}]  # type: ignore[index]
+    with pytest.raises(ValidationError) as caught:
+        solve_request(json_format.ParseDict(doc, pb.SolveRequest()))
+    assert [v.field for v in caught.value.violations] == ["snapshot.jobs[2].tenant"]
+    assert "unknown tenant 'y'" in caught.value.violations[0].description
+    # with no list, tenant names are labels of weight 1; other policies ignore tenants
+    doc["snapshot"]["tenants"] = []  # type: ignore[index]
+    assert solve_request(json_format.ParseDict(doc, pb.SolveRequest())).plan.jobs
+    doc["snapshot"]["tenants"] = [{"name": "x", "weight": 2.0}]  # type: ignore[index]
+    doc["policy"] = {"name": "max_min_fairness_perf"}
+    assert solve_request(json_format.ParseDict(doc, pb.SolveRequest())).plan.jobs

@@ -112,7 +112,9 @@ class Snapshot(_message.Message):
     @_builtins.property
     def tenants(self) -> _containers.RepeatedCompositeFieldContainer[Global___Tenant]:
         """Tenants (entities) and their weights, for hierarchical policies (water filling).
-        A job names its tenant in `Job.tenant`; tenants not listed here have weight 1.
+        A job names its tenant in `Job.tenant`. With no tenants listed, tenant names are labels of
+        weight 1; once any is listed, a policy that reads tenants (hierarchical_max_min_fairness)
+        rejects a job naming a tenant that is not (field path snapshot.jobs[i].tenant).
         """
 
     @_builtins.property
