@@ -1,12 +1,23 @@
 """Sia's goodput ILP: apportion against a plain cvxpy boolean model of the same ILP, same run.
 
     python benchmarks/sia.py [--sizes 64 512 2048] [--reference-solver HIGHS]
+                             [--inputs auto|profiles|synthetic] [--reference-data DIR]
 
 Cluster: 2,048 GPUs of 3 types laid out like Sia's x32 cluster (aws: 192 nodes x 4 GPUs,
 dgx-ext: 64 x 8, rtx: 96 x 8); configurations as formulations.md A5.2 with a 64-GPU cap and
-no per-type node caps (40 configurations). Goodput per (job, configuration): synthetic concave
-rows, goodput = speed[type] * GPUs^a * 0.9^(nodes - 1), a in [0.5, 0.95]; a third of the jobs
-run already (random configuration, 0-3 restarts, ages 0-3 h). p = -0.5, lambda_n = 1.1.
+Sia's per-type node caps (aws 16, dgx-ext 2, rtx 3 nodes: 29 configurations). A third of the
+jobs run already (random configuration, 0-3 restarts, ages 0-3 h). p = -0.5, lambda_n = 1.1.
+
+Goodput per (job, configuration), `--inputs`:
+* `profiles` (default `auto`: when `../shared/reference` is present): Sia's per-type profiles
+  (data.md §2.3, `traces/sia_profiles/`) fitted into Pollux models per (application, type)
+  (`apportion.datasets.sia_models`, A5.1); each job draws its application from Sia's x32
+  workload (`sia/workloads_scale/scale_32x_workload-1.csv`: mostly cifar10, some bert,
+  deepspeech2, yolov3, imagenet) and an epoch (gradient statistics of that epoch); its goodput
+  row is the Pollux best goodput over batch sizes at every configuration (fit and goodput
+  evaluation are timed apart, not in "apportion s").
+* `synthetic` (the fallback): concave rows, goodput = speed[type] * GPUs^a * 0.9^(nodes - 1),
+  a in [0.5, 0.95].
 
 apportion: `solve_policy` end to end (goodput table, normalization, restart factors,
 coefficients, LP bound + rounding, HiGHS branch and cut when the rounding is not within the
@@ -20,19 +31,31 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import cvxpy as cp
 import numpy as np
 
+from apportion.datasets.sia import read_sia_workload
+from apportion.datasets.sia_models import AppProfiles, read_profile_library
+from apportion.formulations.pollux_model import BatchLimits, GradParams, PerfParams, best_goodput
 from apportion.formulations.sia import (
     build_instance,
     current_configuration,
     goodput_table,
     job_restart_factor,
+    sia_node_caps,
     solve_policy,
 )
-from apportion.formulations.sia_configs import configuration_set, node_layout
+from apportion.formulations.sia_configs import (
+    SIA_MAX_PROFILED_NODES,
+    Configuration,
+    configuration_set,
+    node_caps,
+    node_layout,
+)
 from apportion.formulations.sia_ilp import SiaInstance
 from apportion.solver.model import (
     Cluster,
@@ -46,10 +69,59 @@ from apportion.solver.parameters import SiaParameters
 
 TYPES = ("aws", "dgx-ext", "rtx")
 NODES = ((192, 4), (64, 8), (96, 8))
+REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+
+GoodputRow = Callable[[np.random.Generator, tuple[Configuration, ...]], list[float]]
 
 
-def sia_problem(num_jobs: int, seed: int = 0) -> Problem:
-    """The synthetic instance described in the module docstring."""
+def synthetic_rows() -> GoodputRow:
+    """Synthetic concave goodput rows (module docstring)."""
+
+    def row(rng: np.random.Generator, configs: tuple[Configuration, ...]) -> list[float]:
+        speed = rng.uniform(0.5, 3.0, 3)
+        a = rng.uniform(0.5, 0.95)
+        return [float(speed[c.type_index] * c.devices**a * 0.9 ** (c.nodes - 1)) for c in configs]
+
+    return row
+
+
+def profile_rows(library: dict[str, AppProfiles], workload: Path) -> GoodputRow:
+    """Pollux goodput rows of jobs drawn from a Sia workload (module docstring); rows are cached
+    per (application, epoch)."""
+    apps = [a for a in read_sia_workload(workload).column("job_type").tolist() if a in library]
+    cache: dict[tuple[str, int], list[float]] = {}
+
+    def row(rng: np.random.Generator, configs: tuple[Configuration, ...]) -> list[float]:
+        app = library[apps[int(rng.integers(0, len(apps)))]]
+        epochs = app.validation[app.init_batch_size].grad_sqr.size
+        epoch = int(rng.integers(0, epochs))
+        if (app.name, epoch) not in cache:
+            model = app.job_model(TYPES, epoch)
+            grad = GradParams(model.grad_sqr, model.grad_var)
+            limits = BatchLimits(
+                model.init_batch_size,
+                model.max_batch_size,
+                model.min_local_batch_size,
+                model.max_local_batch_size,
+            )
+            cache[(app.name, epoch)] = [
+                best_goodput(
+                    PerfParams(*map(float, model.perf_params[c.type_index])),
+                    grad,
+                    limits,
+                    c.nodes,
+                    c.devices,
+                ).goodput
+                for c in configs
+            ]
+        return cache[(app.name, epoch)]
+
+    return row
+
+
+def sia_problem(num_jobs: int, seed: int = 0, rows: GoodputRow | None = None) -> Problem:
+    """The instance described in the module docstring (synthetic rows by default)."""
+    rows = rows or synthetic_rows()
     rng = np.random.default_rng(seed)
     node_type: list[int] = []
     node_devices: list[int] = []
@@ -65,24 +137,21 @@ def sia_problem(num_jobs: int, seed: int = 0) -> Problem:
         node_type=np.asarray(node_type, np.int64),
         node_devices=np.asarray(node_devices, np.int64),
     )
-    configs = configuration_set(node_layout(cluster), 3, 64)
+    caps = node_caps(TYPES, SIA_MAX_PROFILED_NODES)
+    configs = configuration_set(node_layout(cluster), 3, 64, max_nodes_per_type=caps)
     base = make_problem(TYPES, counts, np.ones((num_jobs, 3)))
     given = []
     current_type = np.full(num_jobs, -1, np.int64)
     current_devices = np.zeros(num_jobs, np.int64)
     for i in range(num_jobs):
-        speed = rng.uniform(0.5, 3.0, 3)
-        a = rng.uniform(0.5, 0.95)
-        row = tuple(
-            GivenGoodput(
-                c.type_index,
-                c.nodes,
-                c.devices,
-                float(speed[c.type_index] * c.devices**a * 0.9 ** (c.nodes - 1)),
+        values = rows(rng, configs)
+        given.append(
+            tuple(
+                GivenGoodput(c.type_index, c.nodes, c.devices, v)
+                for c, v in zip(configs, values, strict=True)
+                if v > 0
             )
-            for c in configs
         )
-        given.append(row)
         if rng.random() < 1 / 3:
             c = configs[int(rng.integers(0, len(configs)))]
             current_type[i], current_devices[i] = c.type_index, c.devices
@@ -102,7 +171,9 @@ def sia_problem(num_jobs: int, seed: int = 0) -> Problem:
 
 
 def instance_of(problem: Problem, params: SiaParameters) -> SiaInstance:
-    table = goodput_table(problem, params.max_gpus)
+    table = goodput_table(
+        problem, params.max_gpus, sia_node_caps(problem, params.max_nodes_per_type)
+    )
     current = current_configuration(problem, table.configs, table.layout)
     restart = job_restart_factor(problem, current >= 0)
     return build_instance(problem, params, Compat.NONE, table, current, restart)[0]
@@ -140,14 +211,42 @@ def main() -> None:
     parser.add_argument("--reference-solver", default="HIGHS")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--inputs",
+        choices=("auto", "profiles", "synthetic"),
+        default="auto",
+        help="goodput rows: Sia's profiles (auto = when the reference data is present)",
+    )
+    parser.add_argument("--reference-data", type=Path, default=REFERENCE)
     args = parser.parse_args()
     params = SiaParameters()
+    profiles = args.reference_data / "traces" / "sia_profiles"
+    workload = args.reference_data / "sia" / "workloads_scale" / "scale_32x_workload-1.csv"
+    use_profiles = args.inputs == "profiles" or (
+        args.inputs == "auto" and profiles.is_dir() and workload.is_file()
+    )
+    rows: GoodputRow = synthetic_rows()
+    if use_profiles:
+        started = time.perf_counter()
+        library = read_profile_library(profiles, types=TYPES)
+        for app in library.values():
+            for t in TYPES:
+                app.perf_params(t)
+        rows = profile_rows(library, workload)
+        print(
+            f"inputs: Sia profiles {profiles} ({', '.join(library)}; read + fit "
+            f"{time.perf_counter() - started:.2f} s), applications from {workload.name}"
+        )
+    else:
+        print("inputs: synthetic goodput rows")
     print(
-        f"{'jobs':>6} {'configs':>7} {'apportion s':>12} {'reference s':>12} {'ratio':>7} "
-        f"{'objective':>12} {'reference obj':>14} {'gap':>9}  how"
+        f"{'jobs':>6} {'configs':>7} {'goodput s':>9} {'apportion s':>12} {'reference s':>12} "
+        f"{'ratio':>7} {'objective':>12} {'reference obj':>14} {'rel diff':>9} {'gap':>9}  how"
     )
     for size in args.sizes:
-        problem = sia_problem(size, args.seed)
+        started = time.perf_counter()
+        problem = sia_problem(size, args.seed, rows)
+        rows_s = time.perf_counter() - started
         started = time.perf_counter()
         plan = solve_policy(problem, params, Compat.NONE, SolveOptions(threads=args.threads))
         ours = time.perf_counter() - started
@@ -157,9 +256,9 @@ def main() -> None:
         assert cert.objective is not None
         agree = abs(cert.objective - ref_obj) / max(abs(ref_obj), 1e-12)
         print(
-            f"{size:>6} {instance.coefficient.shape[1]:>7} {ours:>12.3f} {ref_time:>12.3f} "
-            f"{ref_time / ours:>7.1f} {cert.objective:>12.4f} {ref_obj:>14.4f} "
-            f"{cert.gap or 0.0:>9.1e}  {cert.detail} (objectives differ by {agree:.1e})"
+            f"{size:>6} {instance.coefficient.shape[1]:>7} {rows_s:>9.2f} {ours:>12.3f} "
+            f"{ref_time:>12.3f} {ref_time / ours:>7.1f} {cert.objective:>12.4f} "
+            f"{ref_obj:>14.4f} {agree:>9.1e} {cert.gap or 0.0:>9.1e}  {cert.detail}"
         )
 
 

@@ -130,6 +130,7 @@ def new_highs(threads: int = 0, time_limit_s: float = 0.0) -> Any:
             os.close(saved)
             os.close(devnull)
             _quiet_highs_done = True
+    highs.setOptionValue("output_flag", False)
     if time_limit_s > 0:
         highs.setOptionValue("time_limit", float(time_limit_s))
     set_threads(highs, threads)

@@ -8,8 +8,14 @@ allocation-change penalty lambda_a (physical scheduler only) is not modelled.
 
 Goodput per (job, configuration), in order of precedence: `Jobs.given_goodput` (the snapshot's
 per-configuration numbers), the job's Pollux model (A5.1, maximized over batch size), else its
-`throughput` at exactly `scale_factor` GPUs (a rigid job). Cross-type bootstrapping of missing
-Pollux models (A5.3) is not implemented: a type without a model gives no configuration.
+`throughput` at exactly `scale_factor` GPUs (a rigid job). A type without a Pollux model gives no
+configuration: cross-type bootstrapping (A5.3) exists as the pure function
+`pollux_model.bootstrap_goodput` but is not applied here, as the snapshot carries no 1-GPU seed
+throughputs and the notes do not say which profiled type to project from.
+
+Configurations follow A5.2 with Sia's per-type node caps (`SiaParameters.max_nodes_per_type`,
+default Sia's `cluster_max_physical_nnodes` by type name: aws 16, dgx-ext 2, rtx 3, azure 5,
+quad 1 nodes; other type names uncapped). Pollux keeps the uncapped set.
 
 Choices made where the notes are silent (A5.4): a job with no current placement has restart
 factor 1 (starting a queued job is not charged as a restart).
@@ -25,9 +31,11 @@ import numpy as np
 
 from apportion.formulations.pollux_model import BatchLimits, GradParams, PerfParams, best_goodput
 from apportion.formulations.sia_configs import (
+    SIA_MAX_PROFILED_NODES,
     Configuration,
     NodeLayout,
     configuration_set,
+    node_caps,
     node_layout,
     place,
 )
@@ -70,12 +78,22 @@ class GoodputTable:
     """(m, C) Pollux optimum accumulation steps."""
 
 
-def goodput_table(problem: Problem, max_gpus: int) -> GoodputTable:
-    """The configuration set of the cluster and every job's raw goodput on it (A5.2-A5.3)."""
+def sia_node_caps(problem: Problem, caps: tuple[tuple[str, int], ...] | None) -> tuple[int, ...]:
+    """Per-type node caps (A5.2) of `SiaParameters.max_nodes_per_type` for the problem's
+    types (None = Sia's `SIA_MAX_PROFILED_NODES`; 0 = uncapped)."""
+    table = SIA_MAX_PROFILED_NODES if caps is None else dict(caps)
+    return node_caps(problem.cluster.type_names, table)
+
+
+def goodput_table(
+    problem: Problem, max_gpus: int, max_nodes_per_type: tuple[int, ...] = ()
+) -> GoodputTable:
+    """The configuration set of the cluster (per-type node caps `max_nodes_per_type`, by type
+    index, 0 = none) and every job's raw goodput on it (A5.2-A5.3)."""
     jobs, cluster = problem.jobs, problem.cluster
     m, n = jobs.num_jobs, cluster.num_types
     layout = node_layout(cluster)
-    configs = configuration_set(layout, n, max_gpus)
+    configs = configuration_set(layout, n, max_gpus, max_nodes_per_type=max_nodes_per_type)
     c_type = np.asarray([c.type_index for c in configs], np.int64)
     c_dev = np.asarray([c.devices for c in configs], np.int64)
     index = {(c.type_index, c.nodes, c.devices): k for k, c in enumerate(configs)}
@@ -214,7 +232,9 @@ def solve_policy(
     """Sia's ILP solved exactly; never raises for infeasible or timed-out solves."""
     assert isinstance(parameters, SiaParameters)
     started = time.perf_counter()
-    table = goodput_table(problem, parameters.max_gpus)
+    table = goodput_table(
+        problem, parameters.max_gpus, sia_node_caps(problem, parameters.max_nodes_per_type)
+    )
     current = current_configuration(problem, table.configs, table.layout)
     restart = job_restart_factor(problem, current >= 0)
     instance, normalized = build_instance(problem, parameters, compat, table, current, restart)

@@ -4,6 +4,7 @@ concrete nodes (A5.6). Pure Python/numpy; devices are GPUs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,12 +57,37 @@ def node_layout(cluster: Cluster) -> NodeLayout:
     return NodeLayout(np.asarray(types, np.int64), np.asarray(devices, np.int64), tuple(names))
 
 
+SIA_MAX_PROFILED_NODES: Mapping[str, int] = {
+    "aws": 16,
+    "dgx-ext": 2,
+    "rtx": 3,
+    "azure": 5,
+    "quad": 1,
+}
+"""Sia's `cluster_max_physical_nnodes` (formulations.md A5.2): the largest node count profiled
+per GPU type in Sia's per-type profiles (data.md §2.3), by Sia's type names. Multi-node
+configurations beyond it are dropped (nodes)."""
+
+
+def node_caps(type_names: Sequence[str], caps: Mapping[str, int]) -> tuple[int, ...]:
+    """Per type index, the node cap `caps[name]` (0 = no cap for names not in `caps`)."""
+    return tuple(max(int(caps.get(name, 0)), 0) for name in type_names)
+
+
 def configuration_set(
-    layout: NodeLayout, num_types: int, max_gpus: int = 64, max_nodes: int = 0
+    layout: NodeLayout,
+    num_types: int,
+    max_gpus: int = 64,
+    max_nodes: int = 0,
+    max_nodes_per_type: Sequence[int] = (),
 ) -> tuple[Configuration, ...]:
     """Per type: powers of two up to G_t on one node, then whole nodes (k, k*G_t) for
-    k = 2..full nodes, every shape capped at `max_gpus` GPUs and `max_nodes` nodes (0 = no cap).
-    Ordered by type, then GPUs."""
+    k = 2..full nodes, every shape capped at `max_gpus` GPUs, `max_nodes` nodes and, per type t,
+    `max_nodes_per_type[t]` nodes (A5.2: n_c <= min(nodes of t, cap of t); 0 or a missing
+    entry = no cap; a cap never removes single-node shapes). Ordered by type, then GPUs.
+
+    With Sia's caps (`SIA_MAX_PROFILED_NODES`) on Sia's clusters this gives Sia's counts:
+    19 configurations at 64 GPUs and 29 at 2,048 GPUs (64-GPU cap)."""
     out: list[Configuration] = []
     for t in range(num_types):
         g = layout.gpus_per_node(t)
@@ -69,9 +95,13 @@ def configuration_set(
         while 0 < size <= min(g, max_gpus):
             out.append(Configuration(t, 1, size))
             size *= 2
+        cap = int(max_nodes_per_type[t]) if t < len(max_nodes_per_type) else 0
         k = 2
         while (
-            k <= layout.full_nodes(t) and k * g <= max_gpus and (max_nodes <= 0 or k <= max_nodes)
+            k <= layout.full_nodes(t)
+            and k * g <= max_gpus
+            and (max_nodes <= 0 or k <= max_nodes)
+            and (cap <= 0 or k <= cap)
         ):
             out.append(Configuration(t, k, k * g))
             k += 1

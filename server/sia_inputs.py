@@ -284,7 +284,7 @@ def _check_current(
     violations: list[Violation],
 ) -> None:
     """A running job's current configuration must still exist in the configuration set."""
-    from apportion.formulations.sia import current_configuration
+    from apportion.formulations.sia import current_configuration, sia_node_caps
     from apportion.formulations.sia_configs import configuration_set, node_layout
 
     hist = problem.history
@@ -292,8 +292,15 @@ def _check_current(
     if hist.current_type.size != m or not (hist.current_type >= 0).any():
         return
     max_gpus = getattr(policy.parameters, "max_gpus", 64)
+    caps = (
+        sia_node_caps(problem, policy.parameters.max_nodes_per_type)
+        if isinstance(policy.parameters, SiaParameters)
+        else ()
+    )
     layout = node_layout(problem.cluster)
-    configs = configuration_set(layout, problem.cluster.num_types, max_gpus)
+    configs = configuration_set(
+        layout, problem.cluster.num_types, max_gpus, max_nodes_per_type=caps
+    )
     current = current_configuration(problem, configs, layout)
     where = {h.job_id: k for k, h in enumerate(request.snapshot.history.jobs)}
     for i in np.nonzero((hist.current_type >= 0) & (current < 0))[0]:
@@ -304,7 +311,9 @@ def _check_current(
                 f"snapshot.history.jobs[{k}].current",
                 f"{devices} GPU(s) of {problem.cluster.type_names[hist.current_type[i]]!r} is "
                 "not a configuration of the cluster any more (powers of two within a node, "
-                f"whole nodes beyond, at most {max_gpus} GPUs)",
+                f"whole nodes beyond, at most {max_gpus} GPUs"
+                + (", per-type node caps" if any(caps) else "")
+                + ")",
             )
         )
 

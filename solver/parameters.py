@@ -152,6 +152,10 @@ class SiaParameters:
     pin_running: bool = False
     """Jobs currently running must keep their configuration (Sia's "checkpointing now" flag
     applied to every running job)."""
+    max_nodes_per_type: tuple[tuple[str, int], ...] | None = None
+    """Per-type node caps of multi-node configurations, (type name, nodes) pairs (A5.2); types
+    not listed are uncapped. None = Sia's `cluster_max_physical_nnodes` (aws 16, dgx-ext 2,
+    rtx 3, azure 5, quad 1: the largest profiled node counts), () = no caps."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from apportion.formulations.pollux_model import (
     PerfParams,
     best_goodput,
     best_goodput_exhaustive,
+    bootstrap_goodput,
     efficiency,
     goodput,
     network_time,
@@ -144,3 +145,23 @@ def test_single_replica_accumulates_above_baseline() -> None:
     best = best_goodput(THETA, grad, limits, 1, 1)
     if best.atomic_batch * (best.accumulation_steps + 1) > 32:
         assert best.accumulation_steps >= 1
+
+
+def test_bootstrap_goodput_by_hand() -> None:
+    """A5.3: goodput on the profiled type s at the same GPU count, nodes ceil(g / G_s), times
+    the 1-GPU seed-throughput ratio t / s."""
+    theta_s = PerfParams(0.1, 0.01, 0.2, 0.01, 0.05, 0.005, 1.0)
+    # M0 = M_max = 96 and no accumulation: the only batch is m = 96 / K per GPU, efficiency 1.
+    limits = BatchLimits(96, 96, 1, 96, accumulation=False)
+    grad = GradParams(1.0, 1.0)
+    # 12 GPUs, G_s = 8 -> 2 nodes: T_c = 0.1 + 0.01*8 = 0.18, T_n = 0.2 + 0.01*(12 - 2) = 0.3,
+    # gamma = 1 -> T_o = 0.48, throughput 96 / 0.48 = 200; ratio 30 / 60 -> 100.
+    assert math.isclose(bootstrap_goodput(theta_s, grad, limits, 8, 12, 30.0, 60.0), 100.0)
+    # 8 GPUs -> 1 node: T_c = 0.1 + 0.12 = 0.22, T_n = 0.05 + 0.005*6 = 0.08, T_o = 0.30,
+    # throughput 320; ratio 0.5 -> 160.
+    assert math.isclose(bootstrap_goodput(theta_s, grad, limits, 8, 8, 30.0, 60.0), 160.0)
+    # The same 8 GPUs on 4-GPU source nodes -> 2 nodes: T_n = 0.2 + 0.06 = 0.26, T_o = 0.48,
+    # throughput 200, ratio 2 (target faster) -> 400.
+    assert math.isclose(bootstrap_goodput(theta_s, grad, limits, 4, 8, 120.0, 60.0), 400.0)
+    # A missing seed profile gives no estimate.
+    assert bootstrap_goodput(theta_s, grad, limits, 8, 8, 0.0, 60.0) == 0.0

@@ -21,9 +21,15 @@ from apportion.formulations.sia import (
     current_configuration,
     goodput_table,
     job_restart_factor,
+    sia_node_caps,
     solve_policy,
 )
-from apportion.formulations.sia_configs import configuration_set, node_layout
+from apportion.formulations.sia_configs import (
+    SIA_MAX_PROFILED_NODES,
+    configuration_set,
+    node_caps,
+    node_layout,
+)
 from apportion.formulations.sia_ilp import (
     SiaInstance,
     coefficients,
@@ -372,6 +378,69 @@ def test_configuration_set_matches_sia_shapes() -> None:
     assert max(c.devices for c in capped) == 8
 
 
+def sia_cluster(scale: int) -> Cluster:
+    """Sia's simulated cluster (data.md §3.3) times `scale`: 6 x aws (4 GPUs), 2 x dgx-ext (8),
+    3 x rtx (8) nodes per unit of scale."""
+    nodes = (("aws", 6 * scale, 4), ("dgx-ext", 2 * scale, 8), ("rtx", 3 * scale, 8))
+    node_type = np.concatenate([np.full(k, t, np.int64) for t, (_, k, _) in enumerate(nodes)])
+    node_devices = np.concatenate([np.full(k, g, np.int64) for _, k, g in nodes])
+    return Cluster(
+        type_names=tuple(name for name, _, _ in nodes),
+        count=np.asarray([k * g for _, k, g in nodes], np.int64),
+        cost_per_hour=np.ones(3),
+        node_names=tuple(f"n{k}" for k in range(node_type.size)),
+        node_type=node_type,
+        node_devices=node_devices,
+    )
+
+
+@pytest.mark.parametrize(
+    ("scale", "per_type"),
+    [
+        # 64 GPUs: aws 1,2,4 + 2..6 nodes; dgx-ext 1,2,4,8 + 2 nodes; rtx 1,2,4,8 + 2,3 nodes.
+        (1, (8, 5, 6)),
+        # 2,048 GPUs: aws 1,2,4 + 2..16 nodes (64-GPU cap = the node cap); dgx-ext capped at
+        # 2 nodes, rtx at 3 although 64 and 96 nodes exist.
+        (32, (18, 5, 6)),
+    ],
+)
+def test_per_type_node_caps_give_sias_configuration_counts(
+    scale: int, per_type: tuple[int, int, int]
+) -> None:
+    """A5.2: n_c <= min(nodes of t, cluster_max_physical_nnodes[t]) gives Sia's 19 and 29."""
+    cluster = sia_cluster(scale)
+    caps = node_caps(cluster.type_names, SIA_MAX_PROFILED_NODES)
+    assert caps == (16, 2, 3)
+    configs = configuration_set(node_layout(cluster), 3, 64, max_nodes_per_type=caps)
+    assert len(configs) == {1: 19, 32: 29}[scale]
+    assert tuple(sum(c.type_index == t for c in configs) for t in range(3)) == per_type
+    layout = node_layout(cluster)
+    for c in configs:
+        assert c.nodes <= min(caps[c.type_index], int((cluster.node_type == c.type_index).sum()))
+        assert c.devices <= 64
+        if c.nodes > 1:
+            assert c.devices == c.nodes * layout.gpus_per_node(c.type_index)
+    # Without caps the x32 cluster has 40: dgx-ext and rtx reach 8 nodes (64 GPUs).
+    if scale == 32:
+        assert len(configuration_set(node_layout(cluster), 3, 64)) == 40
+
+
+def test_sia_policy_applies_the_node_caps_by_type_name() -> None:
+    """The policy's default caps are Sia's by type name; () switches them off; unknown type
+    names are uncapped."""
+    cluster = sia_cluster(32)
+    problem = make_problem(cluster.type_names, cluster.count.tolist(), np.ones((2, 3)))
+    problem = replace(problem, cluster=cluster)
+    assert sia_node_caps(problem, None) == (16, 2, 3)
+    assert sia_node_caps(problem, ()) == (0, 0, 0)
+    assert sia_node_caps(problem, (("rtx", 4),)) == (0, 0, 4)
+    renamed = replace(problem, cluster=replace(cluster, type_names=("t4", "a100", "2080ti")))
+    assert sia_node_caps(renamed, None) == (0, 0, 0)
+    table = goodput_table(problem, 64, sia_node_caps(problem, None))
+    assert len(table.configs) == 29
+    assert len(goodput_table(problem, 64).configs) == 40
+
+
 # --------------------------------------------------------------------------------------------
 # metamorphic relations
 
@@ -669,6 +738,46 @@ def test_bad_parameters_and_history() -> None:
         _request(history=[{"jobId": "j1", "current": {"acceleratorType": "a100", "devices": 12}}])
     )
     assert "snapshot.history.jobs[0].current" in gone
+
+
+def test_running_job_beyond_a_node_cap_is_reported() -> None:
+    """Sia's rtx cap is 3 nodes (A5.2): on 4 rtx nodes a running job on all 4 (32 GPUs) no
+    longer has a configuration, while 3 nodes (24 GPUs) do."""
+
+    def request(devices: int) -> service_pb.SolveRequest:
+        body = {
+            "snapshot": {
+                "timeS": 1000,
+                "cluster": {
+                    "acceleratorTypes": [{"name": "rtx", "count": 32}],
+                    "nodes": [
+                        {"name": f"r{k}", "acceleratorType": "rtx", "devices": 8} for k in range(4)
+                    ],
+                },
+                "jobs": [
+                    {
+                        "id": "j1",
+                        "configurations": [
+                            {"acceleratorType": "rtx", "nodes": 1, "devices": 8, "goodput": 8},
+                            {"acceleratorType": "rtx", "nodes": 3, "devices": 24, "goodput": 20},
+                        ],
+                    }
+                ],
+                "history": {
+                    "jobs": [
+                        {"jobId": "j1", "current": {"acceleratorType": "rtx", "devices": devices}}
+                    ]
+                },
+            },
+            "policy": {"name": "sia"},
+        }
+        return json_format.ParseDict(body, service_pb.SolveRequest())
+
+    capped = _violations(request(32))
+    assert "per-type node caps" in capped["snapshot.history.jobs[0].current"]
+    response = solve_request(request(24))
+    assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+    assert response.plan.jobs[0].configuration.devices == 24
 
 
 def test_placement_failure_is_reported() -> None:
