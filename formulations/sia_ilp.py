@@ -9,6 +9,7 @@ configuration per job and per-type GPU capacity. A = (r * normalized goodput)^p,
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib.metadata import version
 from typing import Any
@@ -456,10 +457,6 @@ def _lagrangian_try(instance: SiaInstance, relative_gap: float, started: float) 
     if dual is None:
         return None
     value, prices, dense = dual
-    choice = lagrangian_plan(instance, prices, dense)
-    if violations_of(instance, choice):
-        return None
-    obj = objective_of(instance, choice)
     sign = -1.0 if instance.maximize else 1.0
     pinned = instance.pinned >= 0
     fixed = sum(
@@ -470,11 +467,17 @@ def _lagrangian_try(instance: SiaInstance, relative_gap: float, started: float) 
         )
     )
     bound_min = value + sign * fixed
-    bound = _constant(instance) + sign * bound_min
-    bound = max(bound, obj) if instance.maximize else min(bound, obj)
-    gap = abs(obj - bound) / max(abs(obj), abs(bound), 1e-12)
-    if gap > relative_gap:
+    dual_bound = _constant(instance) + sign * bound_min
+
+    def gap_of(obj: float) -> float:
+        bound = max(dual_bound, obj) if instance.maximize else min(dual_bound, obj)
+        return abs(obj - bound) / max(abs(obj), abs(bound), 1e-12)
+
+    choice, obj, how = _priced_plan(instance, prices, dense, relative_gap, gap_of)
+    if choice is None:
         return None
+    bound = max(dual_bound, obj) if instance.maximize else min(dual_bound, obj)
+    gap = gap_of(obj)
     k = int(instance.allowed.sum())
     size = ModelSize(k, instance.num_jobs + instance.capacity.size, 2 * k, k)
     return IlpResult(
@@ -482,12 +485,62 @@ def _lagrangian_try(instance: SiaInstance, relative_gap: float, started: float) 
         choice,
         obj,
         bound,
-        "lagrangian dual (Kelley, scipy/HiGHS) + rounding",
+        f"lagrangian dual (Kelley, scipy/HiGHS) + {how}",
         version("highspy"),
         time.perf_counter() - started,
         size,
-        f"Lagrangian bound with type prices {np.round(prices, 6).tolist()}; gap {gap:.2e}",
+        f"Lagrangian bound with type prices {np.round(prices, 6).tolist()}; plan by {how}; "
+        f"gap {gap:.2e}",
     )
+
+
+TIE_BAND = 1e-3
+"""Columns whose reduced cost at the dual prices is within this (relative) of the job's best
+option are "near-tied"; the restricted LP and MIP of `_priced_plan` use only those."""
+
+
+def _priced_plan(
+    instance: SiaInstance,
+    prices: FloatArray,
+    dense: FloatArray,
+    relative_gap: float,
+    gap_of: Callable[[float], float],
+) -> tuple[IntArray | None, float, str]:
+    """The first plan within the gap of the Lagrangian bound, cheapest first: the plans read
+    off the prices (`lagrangian_plan`, `regret_plan`); the LP over the near-tied columns
+    (jobs indifferent at the prices split as the capacity requires), rounded on those columns
+    and on all; that restricted problem as a MIP. Every plan is feasible for the full ILP, so
+    the Lagrangian bound certifies it. Returns (plan, objective, how) or (None, nan, "")."""
+    best: tuple[IntArray | None, float, str] = (None, float("nan"), "")
+
+    def consider(choice: IntArray | None, how: str) -> bool:
+        nonlocal best
+        if choice is None or violations_of(instance, choice):
+            return False
+        obj = objective_of(instance, choice)
+        if best[0] is None or (obj > best[1] if instance.maximize else obj < best[1]):
+            best = (choice, obj, how)
+        return gap_of(best[1]) <= relative_gap
+
+    if consider(lagrangian_plan(instance, prices, dense), "price plan"):
+        return best
+    if consider(regret_plan(instance, prices, dense), "regret plan"):
+        return best
+    red = _reduced(dense, instance.config_devices.astype(np.float64), instance.config_type,
+                   prices)
+    low = np.minimum(red.min(axis=1), 0.0)
+    near = red <= low[:, None] + TIE_BAND * np.maximum(1.0, np.abs(low))[:, None]
+    sub = replace(instance, allowed=instance.allowed & (near | (instance.pinned >= 0)[:, None]))
+    lp = solve_highs(sub, relax=True)
+    if lp.status == "optimal" and lp.fractional is not None:
+        if consider(round_relaxation(sub, lp.fractional), "restricted LP, rounded"):
+            return best
+        if consider(round_relaxation(instance, lp.fractional), "restricted LP, rounded"):
+            return best
+    mip = solve_highs(sub, relative_gap=relative_gap / 10, time_limit_s=5.0)
+    if mip.status in ("optimal", "feasible") and consider(mip.choice, "restricted MIP"):
+        return best
+    return (None, float("nan"), "")
 
 
 def solve_exact(
@@ -644,6 +697,51 @@ def lagrangian_plan(instance: SiaInstance, prices: FloatArray, dense: FloatArray
             if not np.isfinite(row[k]) or row[k] >= 0:
                 break
             if used[ctype[k]] + devices[k] <= instance.capacity[ctype[k]]:
+                choice[i] = k
+                used[ctype[k]] += devices[k]
+                break
+    return choice
+
+
+def regret_plan(instance: SiaInstance, prices: FloatArray, dense: FloatArray) -> IntArray:
+    """Integral plan from dual prices by regret: free jobs in decreasing regret (how much
+    their reduced cost at the prices rises from their best to their second-best option, "no
+    configuration" counting as 0) each take their best option that still fits. Jobs that are
+    indifferent at the prices (ties, e.g. identical jobs) come last and spread over the
+    options the capacity still allows, which the plain argmin plan cannot do. Then the greedy
+    fill of `lagrangian_plan` with the true costs."""
+    m = instance.num_jobs
+    n = instance.capacity.size
+    devices = instance.config_devices
+    ctype = instance.config_type
+    red = _reduced(dense, devices.astype(np.float64), ctype, prices)
+    choice = np.where(instance.pinned >= 0, instance.pinned, -1).astype(np.int64)
+    free = instance.pinned < 0
+    used = np.zeros(n, np.int64)
+    on = choice >= 0
+    np.add.at(used, ctype[choice[on]], devices[choice[on]])
+    capacity = instance.capacity
+    ranked = np.sort(np.minimum(red, 0.0), axis=1)  # "none" = 0 caps every option
+    second = ranked[:, 1] if red.shape[1] > 1 else np.zeros(m)
+    regret = second - ranked[:, 0]
+    for i in np.nonzero(free)[0][np.argsort(-regret[free], kind="stable")]:
+        row = red[i]
+        for k in np.argsort(row, kind="stable"):
+            if not np.isfinite(row[k]) or row[k] >= 0:
+                break
+            if used[ctype[k]] + devices[k] <= capacity[ctype[k]]:
+                choice[i] = k
+                used[ctype[k]] += devices[k]
+                break
+    order = np.argsort(np.where(np.isfinite(dense), dense, np.inf).min(axis=1), kind="stable")
+    for i in order:
+        if choice[i] >= 0 or not free[i]:
+            continue
+        row = dense[i]
+        for k in np.argsort(row, kind="stable"):
+            if not np.isfinite(row[k]) or row[k] >= 0:
+                break
+            if used[ctype[k]] + devices[k] <= capacity[ctype[k]]:
                 choice[i] = k
                 used[ctype[k]] += devices[k]
                 break
