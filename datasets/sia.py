@@ -95,15 +95,17 @@ class SiaProfile:
 
     def configurations(self) -> list[tuple[str, int, int, float]]:
         """(gpu_type, nodes, gpus, best samples/s over local batch sizes) per placement shape:
-        samples/s = replicas x local_bsz / (step_time + sync_time). A throughput, not a
-        goodput: statistical efficiency is not applied here."""
+        samples/s = replicas x local_bsz / step_time (`step_time` is the whole optimizer step,
+        its `sync_time` included, as Sia's simulator reads these files; see
+        `apportion.datasets.sia_models`). A throughput, not a goodput: statistical efficiency
+        is not applied here."""
         best: dict[tuple[str, int, int], float] = {}
         for k in range(len(self)):
             digits = [int(c) for c in str(self.placement[k]) if c.isdigit() and c != "0"]
             gpus, nodes = sum(digits), len(digits)
             if gpus == 0:
                 continue
-            step = self.step_time[k] + np.nan_to_num(self.sync_time[k])
+            step = self.step_time[k]
             rate = gpus * self.local_bsz[k] / step if step > 0 else 0.0
             key = (str(self.gpu_type[k]), nodes, gpus)
             best[key] = max(best.get(key, 0.0), float(rate))

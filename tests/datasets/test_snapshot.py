@@ -369,8 +369,8 @@ def test_snapshot_with_profile_goodputs(tmp_path: Path) -> None:
     (app / "placements-v100.csv").write_text(
         "placement,local_bsz,step_time,sync_time\n"
         "1,32,0.1,0\n1,64,0.4,0\n"  # 1 GPU: 320 samples/s (64 x 1 / 0.4 = 160 is worse)
-        "2,32,0.1,0.02\n"  # 2 GPUs on one node: 64 / 0.12
-        "11,32,0.2,0.05\n"  # 2 GPUs on 2 nodes: 64 / 0.25
+        "2,32,0.1,0.02\n"  # 2 GPUs on one node: 64 / 0.1 (step_time includes sync_time)
+        "11,32,0.2,0.05\n"  # 2 GPUs on 2 nodes: 64 / 0.2
         "5,32,0.1,0\n"  # 5 GPUs on one 4-GPU node: dropped
     )
     cluster = make_cluster({"v100": 8}, gpus_per_node=4)
@@ -380,8 +380,7 @@ def test_snapshot_with_profile_goodputs(tmp_path: Path) -> None:
     assert [j.id for j in request.snapshot.jobs] == ["j0", "j2"]
     rows = [(c.accelerator_type, c.nodes, c.devices, round(c.goodput, 6))
             for c in request.snapshot.jobs[0].configurations]
-    assert rows == [("v100", 1, 1, 320.0), ("v100", 1, 2, round(64 / 0.12, 6)),
-                    ("v100", 2, 2, 256.0)]
+    assert rows == [("v100", 1, 1, 320.0), ("v100", 1, 2, 640.0), ("v100", 2, 2, 320.0)]
     response = solve_request(request)
     assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
     with pytest.raises(ValueError, match="not a directory"):
