@@ -66,12 +66,25 @@ def _sia(msg: Any, violations: list[Violation]) -> object:
                 )
             )
             penalty = 1.1 if p < 0 else -1.1
+    for name, cap in sorted(msg.max_nodes_per_type.items()):
+        if cap < 1:
+            violations.append(Violation(f'policy.sia.max_nodes_per_type["{name}"]',
+                                        f"must be >= 1, got {cap}"))
+    caps: tuple[tuple[str, int], ...] | None = None
+    if msg.no_node_caps:
+        caps = ()
+        if msg.max_nodes_per_type:
+            violations.append(Violation("policy.sia.max_nodes_per_type",
+                                        "must be empty when no_node_caps is set"))
+    elif msg.max_nodes_per_type:
+        caps = tuple((name, int(cap)) for name, cap in sorted(msg.max_nodes_per_type.items()))
     return SiaParameters(
         fairness_power=p,
         no_allocation_penalty=float(penalty),
         max_gpus=_max_gpus(msg, "policy.sia.max_gpus", violations),
         round_coefficients=msg.round_coefficients,
         pin_running=msg.pin_running,
+        max_nodes_per_type=caps,
     )
 
 
@@ -169,6 +182,13 @@ def sia_problem(
     snap = request.snapshot
     cluster = problem.cluster
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
+    named = request.policy.sia.max_nodes_per_type if policy.name == "sia" else {}
+    for name in sorted(named):
+        if name not in type_index:
+            violations.append(Violation(
+                f'policy.sia.max_nodes_per_type["{name}"]',
+                f"unknown accelerator type {name!r}; the cluster has "
+                f"{', '.join(cluster.type_names)}"))
     m, n = problem.jobs.num_jobs, cluster.num_types
     node_sizes: dict[int, list[int]] = {}
     for t, d in zip(cluster.node_type.tolist(), cluster.node_devices.tolist(), strict=True):

@@ -837,3 +837,19 @@ def test_each_priced_route_is_taken() -> None:
     assert "regret plan" in routes[5]
     assert "restricted LP" in routes[10]
     assert "price plan" in routes[15]
+
+
+def test_node_caps_through_the_wire() -> None:
+    """policy.sia.max_nodes_per_type caps multi-node configurations by type name (j1's 2-node
+    a100 configuration disappears with a cap of 1); no_node_caps lifts Sia's table; bad caps
+    are field-path errors."""
+    uncapped = solve_request(_request(policy={"name": "sia", "sia": {"noNodeCaps": True}}))
+    assert uncapped.plan.jobs[0].configuration.devices == 16
+    capped = solve_request(
+        _request(policy={"name": "sia", "sia": {"maxNodesPerType": {"a100": 1}}}))
+    assert capped.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+    assert capped.plan.jobs[0].configuration.devices == 1
+    bad = _violations(_request(policy={"name": "sia", "sia": {
+        "maxNodesPerType": {"a100": 0, "h100": 2}, "noNodeCaps": True}}))
+    assert {'policy.sia.max_nodes_per_type["a100"]', 'policy.sia.max_nodes_per_type["h100"]',
+            "policy.sia.max_nodes_per_type"} <= set(bad)

@@ -3,8 +3,10 @@
 isort:skip_file
 Which policy to solve, with its typed parameters, and how to solve it."""
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -645,11 +647,33 @@ class SiaParameters(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MaxNodesPerTypeEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     FAIRNESS_POWER_FIELD_NUMBER: _builtins.int
     NO_ALLOCATION_PENALTY_FIELD_NUMBER: _builtins.int
     MAX_GPUS_FIELD_NUMBER: _builtins.int
     ROUND_COEFFICIENTS_FIELD_NUMBER: _builtins.int
     PIN_RUNNING_FIELD_NUMBER: _builtins.int
+    MAX_NODES_PER_TYPE_FIELD_NUMBER: _builtins.int
+    NO_NODE_CAPS_FIELD_NUMBER: _builtins.int
     fairness_power: _builtins.float
     """Fairness power p (!= 0; 0 is undefined). Unset = -0.5: minimize sum_i goodput_i^p.
     p > 0 maximizes sum_i goodput_i^p.
@@ -666,6 +690,17 @@ class SiaParameters(_message.Message):
     """
     pin_running: _builtins.bool
     """Running jobs must keep their current configuration (Sia's "checkpointing now" flag)."""
+    no_node_caps: _builtins.bool
+    """No node caps at all (every node count the cluster allows); max_nodes_per_type must then be
+    empty. Default false.
+    """
+    @_builtins.property
+    def max_nodes_per_type(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Per-type caps on the nodes of multi-node configurations (formulations.md A5.2), by
+        accelerator type name (each a type of the cluster, cap >= 1); types not listed are not
+        capped. Empty = Sia's own table (aws 16, dgx-ext 2, rtx 3, azure 5, quad 1, by name).
+        """
+
     def __init__(
         self,
         *,
@@ -674,10 +709,12 @@ class SiaParameters(_message.Message):
         max_gpus: _builtins.int | None = ...,
         round_coefficients: _builtins.bool = ...,
         pin_running: _builtins.bool = ...,
+        max_nodes_per_type: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        no_node_caps: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_fairness_power", b"_fairness_power", "_max_gpus", b"_max_gpus", "_no_allocation_penalty", b"_no_allocation_penalty", "fairness_power", b"fairness_power", "max_gpus", b"max_gpus", "no_allocation_penalty", b"no_allocation_penalty"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fairness_power", b"_fairness_power", "_max_gpus", b"_max_gpus", "_no_allocation_penalty", b"_no_allocation_penalty", "fairness_power", b"fairness_power", "max_gpus", b"max_gpus", "no_allocation_penalty", b"no_allocation_penalty", "pin_running", b"pin_running", "round_coefficients", b"round_coefficients"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fairness_power", b"_fairness_power", "_max_gpus", b"_max_gpus", "_no_allocation_penalty", b"_no_allocation_penalty", "fairness_power", b"fairness_power", "max_gpus", b"max_gpus", "max_nodes_per_type", b"max_nodes_per_type", "no_allocation_penalty", b"no_allocation_penalty", "no_node_caps", b"no_node_caps", "pin_running", b"pin_running", "round_coefficients", b"round_coefficients"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fairness_power: _TypeAlias = _typing.Literal["fairness_power"]  # noqa: Y015
     _WhichOneofArgType__fairness_power: _TypeAlias = _typing.Literal["_fairness_power", b"_fairness_power"]  # noqa: Y015
