@@ -659,23 +659,53 @@ def lagrangian_bound(
     return best_value, best_prices, dense
 
 
+def _take_best_fitting(instance: SiaInstance, order: IntArray, cost: FloatArray,
+                       choice: IntArray, used: IntArray) -> None:
+    """In `order`, every job without a configuration takes its cheapest option with
+    `cost` < 0 (the row of `cost`, inf = not allowed) that still fits; updates `choice` and
+    `used` (GPUs per type) in place."""
+    devices, ctype, capacity = instance.config_devices, instance.config_type, instance.capacity
+    for i in order:
+        if choice[i] >= 0:
+            continue
+        row = cost[i]
+        for k in np.argsort(row, kind="stable"):
+            if not np.isfinite(row[k]) or row[k] >= 0:
+                break
+            if used[ctype[k]] + devices[k] <= capacity[ctype[k]]:
+                choice[i] = k
+                used[ctype[k]] += devices[k]
+                break
+
+
+def _start(instance: SiaInstance) -> tuple[IntArray, IntArray, BoolArray]:
+    """(choice with the pinned jobs' configurations, GPUs they use per type, free jobs)."""
+    choice = np.where(instance.pinned >= 0, instance.pinned, -1).astype(np.int64)
+    used = np.zeros(instance.capacity.size, np.int64)
+    on = choice >= 0
+    np.add.at(used, instance.config_type[choice[on]], instance.config_devices[choice[on]])
+    return choice, used, instance.pinned < 0
+
+
+def _fill_order(dense: FloatArray) -> IntArray:
+    """Jobs by their best true cost (largest gain first)."""
+    return np.argsort(np.where(np.isfinite(dense), dense, np.inf).min(axis=1), kind="stable")
+
+
 def lagrangian_plan(instance: SiaInstance, prices: FloatArray, dense: FloatArray) -> IntArray:
     """Integral plan from dual prices: every free job takes its best configuration at the
     prices; types over capacity shed the jobs that lose least by moving; then a greedy fill
     with the true costs."""
     m = instance.num_jobs
-    n = instance.capacity.size
     devices = instance.config_devices
     ctype = instance.config_type
     red = _reduced(dense, devices.astype(np.float64), ctype, prices)
-    choice = np.where(instance.pinned >= 0, instance.pinned, -1).astype(np.int64)
-    free = instance.pinned < 0
+    choice, used, free = _start(instance)
     arg = red.argmin(axis=1)
     take = free & (red[np.arange(m), arg] < 0)
     choice[take] = arg[take]
-    used = np.zeros(n, np.int64)
+    np.add.at(used, ctype[arg[take]], devices[arg[take]])
     on = choice >= 0
-    np.add.at(used, ctype[choice[on]], devices[choice[on]])
     for t in np.nonzero(used > instance.capacity)[0]:
         members = np.nonzero(free & on & (ctype[np.maximum(choice, 0)] == t))[0]
         # how much the job's reduced cost rises if it moves to its best other-type option
@@ -687,19 +717,8 @@ def lagrangian_plan(instance: SiaInstance, prices: FloatArray, dense: FloatArray
                 break
             used[t] -= devices[choice[i]]
             choice[i] = -1
-    # greedy fill with true costs, best gain first
-    order = np.argsort(np.where(np.isfinite(dense), dense, np.inf).min(axis=1), kind="stable")
-    for i in order:
-        if choice[i] >= 0 or not free[i]:
-            continue
-        row = dense[i]
-        for k in np.argsort(row, kind="stable"):
-            if not np.isfinite(row[k]) or row[k] >= 0:
-                break
-            if used[ctype[k]] + devices[k] <= instance.capacity[ctype[k]]:
-                choice[i] = k
-                used[ctype[k]] += devices[k]
-                break
+    order = _fill_order(dense)
+    _take_best_fitting(instance, order[free[order]], dense, choice, used)
     return choice
 
 
@@ -710,39 +729,15 @@ def regret_plan(instance: SiaInstance, prices: FloatArray, dense: FloatArray) ->
     indifferent at the prices (ties, e.g. identical jobs) come last and spread over the
     options the capacity still allows, which the plain argmin plan cannot do. Then the greedy
     fill of `lagrangian_plan` with the true costs."""
-    m = instance.num_jobs
-    n = instance.capacity.size
-    devices = instance.config_devices
-    ctype = instance.config_type
-    red = _reduced(dense, devices.astype(np.float64), ctype, prices)
-    choice = np.where(instance.pinned >= 0, instance.pinned, -1).astype(np.int64)
-    free = instance.pinned < 0
-    used = np.zeros(n, np.int64)
-    on = choice >= 0
-    np.add.at(used, ctype[choice[on]], devices[choice[on]])
-    capacity = instance.capacity
+    red = _reduced(dense, instance.config_devices.astype(np.float64), instance.config_type,
+                   prices)
+    choice, used, free = _start(instance)
     ranked = np.sort(np.minimum(red, 0.0), axis=1)  # "none" = 0 caps every option
-    second = ranked[:, 1] if red.shape[1] > 1 else np.zeros(m)
+    second = ranked[:, 1] if red.shape[1] > 1 else np.zeros(instance.num_jobs)
     regret = second - ranked[:, 0]
-    for i in np.nonzero(free)[0][np.argsort(-regret[free], kind="stable")]:
-        row = red[i]
-        for k in np.argsort(row, kind="stable"):
-            if not np.isfinite(row[k]) or row[k] >= 0:
-                break
-            if used[ctype[k]] + devices[k] <= capacity[ctype[k]]:
-                choice[i] = k
-                used[ctype[k]] += devices[k]
-                break
-    order = np.argsort(np.where(np.isfinite(dense), dense, np.inf).min(axis=1), kind="stable")
-    for i in order:
-        if choice[i] >= 0 or not free[i]:
-            continue
-        row = dense[i]
-        for k in np.argsort(row, kind="stable"):
-            if not np.isfinite(row[k]) or row[k] >= 0:
-                break
-            if used[ctype[k]] + devices[k] <= capacity[ctype[k]]:
-                choice[i] = k
-                used[ctype[k]] += devices[k]
-                break
+    jobs = np.nonzero(free)[0]
+    _take_best_fitting(instance, jobs[np.argsort(-regret[jobs], kind="stable")], red, choice,
+                       used)
+    order = _fill_order(dense)
+    _take_best_fitting(instance, order[free[order]], dense, choice, used)
     return choice
