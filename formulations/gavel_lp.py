@@ -197,7 +197,7 @@ def _solver(options: SolveOptions) -> SolverPreference:
     )
 
 
-def _termination(status: str, gap: float | None, tolerance: float) -> Termination:
+def lp_termination(status: str, gap: float | None, tolerance: float) -> Termination:
     if status == "optimal":
         if gap is not None and gap <= tolerance:
             return Termination.OPTIMAL
@@ -209,7 +209,7 @@ def _termination(status: str, gap: float | None, tolerance: float) -> Terminatio
     }.get(status, Termination.ERROR)
 
 
-def _gap(objective: float, bound: float) -> float:
+def relative_gap_between(objective: float, bound: float) -> float:
     return abs(objective - bound) / max(abs(objective), abs(bound), 1e-12)
 
 
@@ -222,7 +222,7 @@ def _solve(
     return solve_lp(c, a_matrix, b, _solver(options), limit, options.threads)
 
 
-def _deadline(options: SolveOptions) -> float:
+def deadline_at(options: SolveOptions) -> float:
     return time.perf_counter() + options.time_limit_s if options.time_limit_s > 0 else math.inf
 
 
@@ -258,7 +258,7 @@ def _failed(
     problem: Problem, result: LPResult, maximize: bool, formulation: str, build: float
 ) -> Plan:
     cert = Certificate(
-        termination=_termination(result.status, None, 0.0)
+        termination=lp_termination(result.status, None, 0.0)
         if result.status != "optimal"
         else Termination.ERROR,
         maximize=maximize,
@@ -276,7 +276,7 @@ def _failed(
 # max-sum-throughput (A2.6) and cost-normalized throughput (A2.7)
 
 
-def _weights_max_sum(
+def max_sum_weights(
     problem: Problem, T: FloatArray, normalize: ThroughputNormalization
 ) -> FloatArray:
     """(m,) per-job multiplier of thr_i in the objective (1 or 1/prop_i)."""
@@ -299,7 +299,7 @@ def solve_max_sum_throughput(
     started = time.perf_counter()
     T = policy_throughput(problem, parameters.reference_type)
     normalize = ThroughputNormalization.NONE if compat is Compat.GAVEL else parameters.normalize
-    mult = _weights_max_sum(problem, T, normalize)
+    mult = max_sum_weights(problem, T, normalize)
     cells = make_cells(problem, T, compat, np.ones(problem.jobs.num_jobs, bool))
     r, c, v, b = base_triplets(cells)
     a_matrix = sp.csc_matrix(
@@ -308,17 +308,17 @@ def solve_max_sum_throughput(
     obj = mult[cells.rows] * cells.values()
     formulation = f"max-sum-throughput LP (normalize={normalize.value})"
     build = time.perf_counter() - started
-    result = _solve(obj, a_matrix, b, options, _deadline(options))
+    result = _solve(obj, a_matrix, b, options, deadline_at(options))
     if result.status != "optimal":
         return _failed(problem, result, True, formulation, build)
     X, viol = repair(cells, cells.to_matrix(result.x))
     per_job = mult * np.einsum("ij,ij->i", T, X)
     objective = float(per_job.sum())
     bound = lagrangian_bound(obj, a_matrix, b, result.row_dual, np.ones(cells.k))
-    gap = _gap(objective, bound)
+    gap = relative_gap_between(objective, bound)
     tol = options.relative_gap or DEFAULT_GAP
     cert = Certificate(
-        termination=_termination(result.status, gap, tol),
+        termination=lp_termination(result.status, gap, tol),
         maximize=True,
         objective=objective,
         bound=bound,
@@ -400,7 +400,7 @@ def solve_cost_throughput(
     stages.append(("cost", np.concatenate([priced, np.zeros(slo_jobs.size)])))
     extra_rows: list[FloatArray] = []
     extra_b: list[float] = []
-    deadline = _deadline(options)
+    deadline = deadline_at(options)
     build = time.perf_counter() - started
     solve_time = 0.0
     drop_slos = False
@@ -444,9 +444,9 @@ def solve_cost_throughput(
     # Bound on the last stage (objective scaled by `scale`); earlier stages' rows are part of it.
     bound = lagrangian_bound(obj, a_matrix, b_all, result.row_dual, upper) / scale
     feasible_last = bool(np.all(a_matrix @ x_full <= b_all + 1e-6 * np.maximum(1.0, np.abs(b_all))))
-    gap = _gap(objective, bound)
+    gap = relative_gap_between(objective, bound)
     tol = options.relative_gap or DEFAULT_GAP
-    termination = _termination(result.status, gap, tol)
+    termination = lp_termination(result.status, gap, tol)
     if termination is Termination.OPTIMAL and not feasible_last:
         termination = Termination.OPTIMAL_INACCURATE
     reason = [""] * m
@@ -576,7 +576,7 @@ class ZModel:
         total = float(np.sum(y[jobs] * rhs[jobs]))
         bound = float(cells.W @ pi + sigma.sum() + max(0.0, 1.0 - total) * z_cap)
         del started
-        loose = result.status != "optimal" or _gap(value, bound) > LEVELS_GAP
+        loose = result.status != "optimal" or relative_gap_between(value, bound) > LEVELS_GAP
         if levels and loose and time.perf_counter() < deadline:
             # the active-set answer is not certified tightly enough: solve the LP itself
             return self.solve(rhs, replace(options, solver=SolverPreference.HIGHS), deadline)
@@ -670,16 +670,16 @@ def solve_min_makespan(
         )
     model = ZModel(cells, thrmax(cells))
     build = time.perf_counter() - started
-    z = model.solve(remaining, options, _deadline(options))
+    z = model.solve(remaining, options, deadline_at(options))
     if z.status != "optimal":
         return _failed(problem, z.result, False, formulation, build)
     thr = np.einsum("ij,ij->i", T, z.X)
     finish = np.divide(remaining, thr, out=np.where(active, np.inf, 0.0), where=thr > 0)
     makespan = float(np.max(finish[active]))
     bound = 1.0 / z.bound if z.bound > 0 else math.inf
-    gap = _gap(makespan, bound) if math.isfinite(makespan) else None
+    gap = relative_gap_between(makespan, bound) if math.isfinite(makespan) else None
     cert = Certificate(
-        termination=_termination(z.status, gap, options.relative_gap or DEFAULT_GAP),
+        termination=lp_termination(z.status, gap, options.relative_gap or DEFAULT_GAP),
         maximize=False,
         objective=makespan if math.isfinite(makespan) else None,
         bound=bound if math.isfinite(bound) else None,
@@ -874,13 +874,13 @@ def close_bracket(
             y, prices = step.y, step.prices
         if not progress:  # the same level again would repeat this LP: the bracket is final
             break
-        if hi - lo > 0.99 * width and _gap(hi, lo) <= tolerance:
+        if hi - lo > 0.99 * width and relative_gap_between(hi, lo) <= tolerance:
             break  # stalled at the solver's precision, already within the tolerance
         level = lo + STEP * (hi - lo)
         if lps > 200:
             termination = Termination.OPTIMAL_INACCURATE
             break
-    if termination is Termination.OPTIMAL and _gap(hi, lo) > tolerance:
+    if termination is Termination.OPTIMAL and relative_gap_between(hi, lo) > tolerance:
         termination = Termination.OPTIMAL_INACCURATE
     return Bracket(hi, lo, best, y, prices, lps, solve_time, termination, last)
 
@@ -945,7 +945,7 @@ def solve_finish_time_fairness(
     hi = float(np.max(rho(data, np.einsum("ij,ij->i", T, X_best))))
     model = ZModel(cells, cap)
     build = time.perf_counter() - started
-    deadline = _deadline(options)
+    deadline = deadline_at(options)
 
     def step_at(level: float) -> BracketStep:
         z = model.solve(rhs_at(data, level), options, deadline)

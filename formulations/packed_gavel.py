@@ -36,14 +36,14 @@ import scipy.sparse as sp
 from apportion.formulations.gavel_lp import (
     DEFAULT_GAP,
     BracketStep,
-    _deadline,
-    _gap,
-    _termination,
-    _weights_max_sum,
     close_bracket,
+    deadline_at,
     ftf_data,
+    lp_termination,
     make_cells,
+    max_sum_weights,
     policy_throughput,
+    relative_gap_between,
     repair,
     rho,
     rhs_at,
@@ -168,16 +168,16 @@ def solve_min_makespan_packed(problem: Problem, parameters: MinMakespanParameter
     lp = scaled(cells.base, scale, rows)
     build = time.perf_counter() - started
     solver, method = _packed_solver(options)
-    sol = solve_level_lp(lp, solver, _limit(options, _deadline(options)), options.threads,
+    sol = solve_level_lp(lp, solver, _limit(options, deadline_at(options)), options.threads,
                          method)
     plan, thr = realize(problem, cells.groups, cells.base, sol.raw)
     finish = np.divide(R, thr, out=np.where(active, np.inf, 0.0), where=thr > 0)
     makespan = float(np.max(finish[active]))
     bound = 1.0 / (sol.bound * z_cap) if sol.bound and sol.bound > 0 else math.inf
     finite = math.isfinite(makespan)
-    gap = _gap(makespan, bound) if finite and math.isfinite(bound) else None
+    gap = relative_gap_between(makespan, bound) if finite and math.isfinite(bound) else None
     cert = Certificate(
-        termination=_termination(sol.status, gap, options.relative_gap or DEFAULT_GAP),
+        termination=lp_termination(sol.status, gap, options.relative_gap or DEFAULT_GAP),
         maximize=False,
         objective=makespan if finite else None,
         bound=bound if math.isfinite(bound) else None,
@@ -243,7 +243,7 @@ def solve_finish_time_fairness_packed(problem: Problem,
     best, thr_best = _isolated_plan(problem, cells, compat, active)
     hi = float(np.max(rho(data, thr_best)))
     build = time.perf_counter() - started
-    deadline = _deadline(options)
+    deadline = deadline_at(options)
     solver_choice, method = _packed_solver(options)
 
     def step_at(level: float) -> BracketStep:
@@ -293,7 +293,7 @@ def solve_max_sum_throughput_packed(problem: Problem, parameters: MaxSumThroughp
     active = np.ones(m, dtype=bool)
     normalize = ThroughputNormalization.NONE if compat is Compat.GAVEL else parameters.normalize
     T = policy_throughput(problem, parameters.reference_type)
-    mult = _weights_max_sum(problem, T, normalize)
+    mult = max_sum_weights(problem, T, normalize)
     cells = packed_cells(problem, parameters.reference_type, compat, active, mult[:, None])
     rep = cells.groups.rep
     # objective: group g's terms weighted by k_g mult_g (a pair cell's two singleton groups
@@ -306,16 +306,16 @@ def solve_max_sum_throughput_packed(problem: Problem, parameters: MaxSumThroughp
                            shape=(b.size, lp.num_vars))
     build = time.perf_counter() - started
     solver, method = _packed_solver(options)
-    result = solve_lp(obj, matrix, b, solver, _limit(options, _deadline(options)),
+    result = solve_lp(obj, matrix, b, solver, _limit(options, deadline_at(options)),
                       options.threads, equalities=equalities, highs_method=method)
     plan, thr = realize(problem, cells.groups, cells.base, split_raw(lp, result.x))
     per_job = mult * thr
     objective = float(per_job.sum())
     duals = result.row_dual if result.row_dual.size == b.size else np.zeros(b.size)
     bound, lam = lagrangian_bound(lp, matrix, b, obj, duals, 0, equalities)
-    gap = _gap(objective, bound)
+    gap = relative_gap_between(objective, bound)
     cert = Certificate(
-        termination=_termination(result.status, gap, options.relative_gap or DEFAULT_GAP),
+        termination=lp_termination(result.status, gap, options.relative_gap or DEFAULT_GAP),
         maximize=True,
         objective=objective if result.x.size else None,
         bound=bound if result.row_dual.size else None,
