@@ -22,7 +22,12 @@ from apportion.solver.parameters import (
 )
 from apportion.solver.result import JobStatus, Plan, Termination
 from apportion.solver.solve import solve
-from tests.formulations.test_space_sharing import check_decoded, instances, typed_problem
+from tests.formulations.test_space_sharing import (
+    check_decoded,
+    instances,
+    per_pair_throughput,
+    typed_problem,
+)
 
 REL = 1e-6
 
@@ -48,38 +53,6 @@ def with_work(problem: Problem, remaining: np.ndarray, elapsed: np.ndarray | Non
     history = replace(problem.history, cumulative_isolated_time_s=(
         np.zeros(m) if history_s is None else np.asarray(history_s, float)))
     return replace(problem, jobs=jobs, history=history, time_s=1000.0)
-
-
-def per_pair_throughput(problem: Problem) -> tuple[list[cp.Expression], list[cp.Constraint]]:
-    """thr_i as cvxpy expressions over singles x[i, j] and pairs y[p, j] (A2.2), with the
-    budget, capacity and usable-cell constraints."""
-    thr = problem.jobs.throughput
-    W = problem.cluster.count.astype(float)
-    s = problem.jobs.scale_factor.astype(float)
-    m, n = thr.shape
-    allowed = (thr > 0) & (s[:, None] <= W[None, :])
-    coloc = problem.colocations
-    assert coloc is not None
-    x = cp.Variable((m, n), nonneg=True)
-    cons: list[cp.Constraint] = [x[~allowed] == 0] if (~allowed).any() else []
-    rate = [cp.sum(cp.multiply(thr[i], x[i])) for i in range(m)]
-    budget = [cp.sum(x[i]) for i in range(m)]
-    cap = [s @ x[:, j] for j in range(n)]
-    P = coloc.job_a.size
-    if P:
-        y = cp.Variable((P, n), nonneg=True)
-        for p in range(P):
-            a, b = int(coloc.job_a[p]), int(coloc.job_b[p])
-            for j in range(n):
-                if not (allowed[a, j] and allowed[b, j]):
-                    cons.append(y[p, j] == 0)
-                cap[j] = cap[j] + s[a] * y[p, j]
-            rate[a] = rate[a] + cp.sum(cp.multiply(coloc.throughput_a[p], y[p]))
-            rate[b] = rate[b] + cp.sum(cp.multiply(coloc.throughput_b[p], y[p]))
-            budget[a] = budget[a] + cp.sum(y[p])
-            budget[b] = budget[b] + cp.sum(y[p])
-    cons += [budget[i] <= 1 for i in range(m)] + [cap[j] <= W[j] for j in range(n)]
-    return rate, cons
 
 
 def reference_makespan(problem: Problem) -> float:

@@ -23,8 +23,7 @@ from apportion.solver.model import (
 from apportion.solver.parameters import MaxMinFairnessParameters, WaterFillingParameters
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
-from tests.formulations.test_packed_gavel import per_pair_throughput
-from tests.formulations.test_space_sharing import check_decoded, instances
+from tests.formulations.test_space_sharing import check_decoded, instances, per_pair_throughput
 
 TOL = 1e-6
 PACKED = WaterFillingParameters(space_sharing=True)

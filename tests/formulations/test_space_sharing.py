@@ -58,23 +58,22 @@ def with_pairs(problem: Problem, pairs: list[tuple[int, int]], thr_a: np.ndarray
     return replace(problem, colocations=coloc)
 
 
-def reference_per_pair(problem: Problem) -> float:
-    """A2.2 verbatim: x[i, j] singles, y[p, j] pairs; no pruning, no grouping."""
+def per_pair_throughput(problem: Problem) -> tuple[list[cp.Expression], list[cp.Constraint]]:
+    """thr_i as cvxpy expressions over singles x[i, j] and pairs y[p, j] (A2.2), with the
+    budget, capacity and usable-cell constraints."""
     thr = problem.jobs.throughput
     W = problem.cluster.count.astype(float)
     s = problem.jobs.scale_factor.astype(float)
-    w = problem.jobs.priority_weight
     m, n = thr.shape
-    prop = (thr * W).sum(axis=1) / W.sum()
     allowed = (thr > 0) & (s[:, None] <= W[None, :])
     coloc = problem.colocations
     assert coloc is not None
-    P = coloc.job_a.size
     x = cp.Variable((m, n), nonneg=True)
-    cons = [x[~allowed] == 0] if (~allowed).any() else []
-    level = [cp.sum(cp.multiply(thr[i], x[i])) for i in range(m)]
+    cons: list[cp.Constraint] = [x[~allowed] == 0] if (~allowed).any() else []
+    rate = [cp.sum(cp.multiply(thr[i], x[i])) for i in range(m)]
     budget = [cp.sum(x[i]) for i in range(m)]
     cap = [s @ x[:, j] for j in range(n)]
+    P = coloc.job_a.size
     if P:
         y = cp.Variable((P, n), nonneg=True)
         for p in range(P):
@@ -82,15 +81,25 @@ def reference_per_pair(problem: Problem) -> float:
             for j in range(n):
                 if not (allowed[a, j] and allowed[b, j]):
                     cons.append(y[p, j] == 0)
-            level[a] = level[a] + cp.sum(cp.multiply(coloc.throughput_a[p], y[p]))
-            level[b] = level[b] + cp.sum(cp.multiply(coloc.throughput_b[p], y[p]))
+                cap[j] = cap[j] + s[a] * y[p, j]
+            rate[a] = rate[a] + cp.sum(cp.multiply(coloc.throughput_a[p], y[p]))
+            rate[b] = rate[b] + cp.sum(cp.multiply(coloc.throughput_b[p], y[p]))
             budget[a] = budget[a] + cp.sum(y[p])
             budget[b] = budget[b] + cp.sum(y[p])
-            for j in range(n):
-                cap[j] = cap[j] + s[a] * y[p, j]
-    t = cp.Variable()
-    cons += [t <= s[i] / (w[i] * prop[i]) * level[i] for i in range(m)]
     cons += [budget[i] <= 1 for i in range(m)] + [cap[j] <= W[j] for j in range(n)]
+    return rate, cons
+
+
+def reference_per_pair(problem: Problem) -> float:
+    """A2.2 verbatim: x[i, j] singles, y[p, j] pairs; no pruning, no grouping."""
+    thr = problem.jobs.throughput
+    W = problem.cluster.count.astype(float)
+    s = problem.jobs.scale_factor.astype(float)
+    prop = (thr * W).sum(axis=1) / W.sum()
+    scale = s / (problem.jobs.priority_weight * prop)
+    rate, cons = per_pair_throughput(problem)
+    t = cp.Variable()
+    cons += [t <= scale[i] * rate[i] for i in range(len(rate))]
     return float(cp.Problem(cp.Maximize(t), cons).solve(solver=cp.CLARABEL))
 
 
