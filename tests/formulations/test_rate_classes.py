@@ -1,0 +1,151 @@
+"""The rate-class master for level LPs with space sharing (formulations/rate_classes.py):
+equal to the job-level partner-cell LP (a second formulation, one group per demand) on
+random instances; every decoded plan feasible and reaching its demands; the decode cuts
+necessary; the per-job multipliers valid bounds for other demand vectors (what the
+finish-time-fairness bracket relies on)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from apportion.formulations import rate_classes
+from apportion.formulations.packed_gavel import packed_cells
+from apportion.formulations.rate_classes import DemandSolution, solve_demand_lp
+from apportion.formulations.space_sharing import scaled, solve_level_lp
+from apportion.solver.model import Colocations, Compat, Problem, SolverPreference, make_problem
+from tests.formulations.test_space_sharing import typed_problem
+
+REL = 1e-7
+
+
+def one_type(rates: list[float], pair: list[float], counts: list[int], m: int) -> Problem:
+    """m identical jobs of job type "a" on accelerator types x, y; "a" with itself shares
+    at `pair` (steps/s per job)."""
+    problem = make_problem(["x", "y"], counts, [rates] * m, [1] * m)
+    coloc = Colocations(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 2)),
+                        np.zeros((0, 2)), ("a",), ("a",), np.array([pair]), np.array([pair]))
+    return replace(problem, jobs=replace(problem.jobs, job_type=("a",) * m), colocations=coloc)
+
+
+def by_rate_class(problem: Problem, demand: np.ndarray) -> DemandSolution:
+    active = np.ones(problem.jobs.num_jobs, dtype=bool)
+    cells = packed_cells(problem, "", Compat.NONE, active, active[:, None].astype(float))
+    lp = replace(cells.base, level_rows=np.ones(cells.groups.size.size, dtype=bool))
+    return solve_demand_lp(problem, cells.groups, lp, demand, 0.0, 1)
+
+
+def job_level(problem: Problem, demand: np.ndarray) -> float:
+    """The same LP with the demand in the group key (space_sharing's level LP): t*."""
+    active = np.ones(problem.jobs.num_jobs, dtype=bool)
+    cells = packed_cells(problem, "", Compat.NONE, active, demand[:, None])
+    rep = cells.groups.rep
+    sol = solve_level_lp(scaled(cells.base, 1.0 / demand[rep]), SolverPreference.HIGHS, 0.0, 1)
+    assert sol.status == "optimal"
+    return sol.t_lp
+
+
+def check_plan(problem: Problem, sol: DemandSolution, demand: np.ndarray) -> None:
+    """Each job's time <= 1, each type's devices <= W (a pair holds s devices once), pairs of
+    two distinct jobs with equal scale factors, and every job reaches demand_i t."""
+    plan = sol.plan
+    s = problem.jobs.scale_factor.astype(float)
+    m = s.size
+    used = plan.single.sum(axis=1) + np.bincount(plan.pa, plan.share, minlength=m)
+    used += np.bincount(plan.pb, plan.share, minlength=m)
+    assert np.all(used <= 1 + 1e-7)
+    devices = s @ plan.single + np.bincount(plan.pj, s[plan.pa] * plan.share,
+                                            minlength=problem.cluster.num_types)
+    assert np.all(devices <= problem.cluster.count + 1e-7)
+    assert np.all(plan.pa != plan.pb) and np.all(s[plan.pa] == s[plan.pb])
+    assert np.all(sol.thr >= demand * sol.t * (1 - 1e-6))
+
+
+@st.composite
+def typed_instances(draw: st.DrawFn) -> tuple[Problem, np.ndarray]:
+    """Job types with several copies each (rate classes of more than one job), type-pair
+    rates with a strong same-type pair half of the time, sometimes one explicit pair, and
+    a demand per job."""
+    copies = draw(st.lists(st.integers(1, 6), min_size=1, max_size=3))
+    seed = draw(st.integers(0, 10**6))
+    typed, _ = typed_problem(copies, seed)
+    rng = np.random.default_rng(seed)
+    m = typed.jobs.num_jobs
+    coloc = typed.colocations
+    assert coloc is not None
+    if draw(st.booleans()):
+        rows_a, rows_b = coloc.type_throughput_a.copy(), coloc.type_throughput_b.copy()
+        for q, (a, b) in enumerate(zip(coloc.type_a, coloc.type_b, strict=True)):
+            if a == b:
+                job = typed.jobs.job_type.index(a)
+                rows_a[q] = rows_b[q] = rng.uniform(0.7, 0.98) * typed.jobs.throughput[job]
+        coloc = replace(coloc, type_throughput_a=rows_a, type_throughput_b=rows_b)
+    if m >= 3 and draw(st.booleans()):
+        a, b = rng.choice(m, 2, replace=False)
+        thr = typed.jobs.throughput
+        coloc = replace(coloc, job_a=np.array([a]), job_b=np.array([b]),
+                        throughput_a=0.9 * thr[[a]], throughput_b=0.85 * thr[[b]])
+    demand = np.array([draw(st.sampled_from([1.0, 2.0, 5.0, 20.0])) for _ in range(m)])
+    return replace(typed, colocations=coloc), demand
+
+
+@given(instance=typed_instances())
+def test_equals_the_job_level_lp(instance: tuple[Problem, np.ndarray]) -> None:
+    problem, demand = instance
+    sol = by_rate_class(problem, demand)
+    assert sol.status == "optimal"
+    expected = job_level(problem, demand)
+    assert sol.t == pytest.approx(expected, rel=REL, abs=1e-9)
+    assert sol.bound is not None and sol.bound == pytest.approx(expected, rel=REL, abs=1e-9)
+    assert sol.bound >= sol.t * (1 - 1e-9)
+    check_plan(problem, sol, demand)
+
+
+# 3 jobs of one type, devices x and y (one each), pairing at 60% of the isolated rate.
+# Line cuts alone (per-class totals, F with the S/2 cap for one job) reach t = 12/17: the
+# totals cannot be split so that no job pairs for more than half of the class's pairing
+# while the two large jobs still reach 4t each. The decode LP's cut brings t to the
+# job-level optimum 30/43.
+NEEDS_DECODE_CUT = (one_type([2.0, 4.0], [1.2, 2.4], [1, 1], 3), np.array([4.0, 4.0, 1.0]))
+
+
+def test_the_decode_cut_is_needed_and_reaches_the_job_level_optimum() -> None:
+    problem, demand = NEEDS_DECODE_CUT
+    sol = by_rate_class(problem, demand)
+    assert sol.decode_cuts >= 1
+    assert sol.t == pytest.approx(30 / 43, rel=REL)
+    assert job_level(problem, demand) == pytest.approx(30 / 43, rel=REL)
+    check_plan(problem, sol, demand)
+
+
+def test_without_decode_cuts_the_master_overestimates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The relaxation the decode cuts close: their absence is visible (bound 12/17 > t*)."""
+    original = rate_classes._decode
+
+    def without_cuts(*args: object, **kwargs: object) -> rate_classes.Decoded:
+        decoded = original(*args, **kwargs)  # type: ignore[arg-type]
+        decoded.cuts = []
+        return decoded
+
+    monkeypatch.setattr(rate_classes, "_decode", without_cuts)
+    problem, demand = NEEDS_DECODE_CUT
+    sol = by_rate_class(problem, demand)
+    assert sol.bound == pytest.approx(12 / 17, rel=REL)
+
+
+@given(instance=typed_instances(), seed=st.integers(0, 10**6))
+def test_multipliers_bound_every_other_demand(instance: tuple[Problem, np.ndarray],
+                                              seed: int) -> None:
+    """y (on the rows d_i t - thr_i <= 0) with the bound V prove t*(d') <= V / sum y_i d'_i
+    for any demand d' (the same dual point, scaled): what finish-time fairness uses to
+    prove its lower bound."""
+    problem, demand = instance
+    sol = by_rate_class(problem, demand)
+    assert sol.bound is not None
+    assert float(sol.y @ demand) == pytest.approx(1.0, rel=1e-9)
+    other = demand * np.random.default_rng(seed).uniform(0.2, 5.0, demand.size)
+    assert job_level(problem, other) <= sol.bound / float(sol.y @ other) * (1 + 1e-7) + 1e-9
