@@ -13,13 +13,21 @@ also t_i and D_i), so the jobs of a group are interchangeable in the per-job LP:
 objective is concave (linear or a min of linear terms) and invariant under permuting them,
 so averaging an optimum over those permutations is optimal and symmetric (A2.3 test 2).
 
+Rate classes (`level_cells`). Makespan and finish-time fairness give almost every job its own
+demand (remaining work, arrival), so the groups above are single jobs and the LP has a
+partner cell per job, partner class and type (130k columns at 2,048 jobs). When the groups
+without the demand (rate classes) are at most half as many, the level LP is solved by
+`rate_classes` instead: one column per class and cell, polymatroid cuts for the demands
+(exact; see that module). Clarabel, when asked for, keeps the job-level LP.
+
 * makespan: the z-LP max z s.t. thr_i >= R_i z, i.e. the level LP with level_i = thr_i / R_i
   (jobs with no remaining work get no level row and no time); makespan = 1/z*, bound = 1/(dual
   bound on z*).
 * finish-time fairness: the bracket of `gavel_lp.solve_finish_time_fairness` with the packed
   z-LP at each level rho (level_i = thr_i / b_i(rho)). A group dual y_g of the level row is the
-  multiplier y_g / b_g of the row b_g z - thr_g <= 0, so `gavel_lp.infeasible_below` turns it
-  into a proven lower bound on rho* exactly as in the unpacked case.
+  multiplier y_g / b_g of the row b_g z - thr_g <= 0 (on rate classes, the cut duals give
+  y_i directly), so `gavel_lp.infeasible_below` turns it into a proven lower bound on rho*
+  exactly as in the unpacked case.
 * max-sum-throughput: one LP, maximize sum_g k_g mult_g thr_g; bound by the Lagrangian of the
   solver's duals (every single time share <= 1, every pair-group total <= k_g / (1 or 2)).
 """
@@ -49,8 +57,9 @@ from apportion.formulations.gavel_lp import (
     rhs_at,
     thrmax,
 )
-from apportion.formulations.lp import solve_lp
+from apportion.formulations.lp import LPResult, solve_lp
 from apportion.formulations.normalizers import isolated_share
+from apportion.formulations.rate_classes import solve_demand_lp
 from apportion.formulations.space_sharing import (
     Groups,
     JobPlan,
@@ -78,22 +87,86 @@ from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Ter
 
 @dataclass(frozen=True)
 class PackedCells:
-    """Groups and the unit-scale cells (levels = throughput in policy units)."""
+    """Groups and the unit-scale cells (levels = throughput in policy units); `by_rate`:
+    the groups are rate classes (the demand left out of the key), for `rate_classes`."""
 
     groups: Groups
     base: PackedLP
     T: FloatArray
+    by_rate: bool = False
 
 
 def packed_cells(problem: Problem, reference_type: str, compat: Compat,
-                 active: np.ndarray, extra_key: FloatArray | None) -> PackedCells:
-    """Cells usable under A1.2 B4 for the active jobs, grouped with `extra_key`."""
+                 active: np.ndarray, extra_key: FloatArray | None,
+                 groups: Groups | None = None) -> PackedCells:
+    """Cells usable under A1.2 B4 for the active jobs, grouped with `extra_key` (or by
+    `groups`)."""
     T = policy_throughput(problem, reference_type)
     cells = make_cells(problem, T, compat, active)
     thr = np.zeros_like(T)
     thr[cells.rows, cells.cols] = T[cells.rows, cells.cols]
-    groups = make_groups(problem, extra_key)
+    groups = groups if groups is not None else make_groups(problem, extra_key)
     return PackedCells(groups, build_cells(problem, groups, thr), T)
+
+
+def level_cells(problem: Problem, reference_type: str, compat: Compat, active: np.ndarray,
+                demand_key: FloatArray, options: SolveOptions) -> PackedCells:
+    """Cells for a level LP whose jobs differ in demand (`demand_key`, (m, k)): rate classes
+    (`rate_classes`, HiGHS) when they are at most half as many as the groups with the demand
+    in the key, otherwise those groups (one job-level LP)."""
+    flag = active[:, None].astype(np.float64)
+    fine = make_groups(problem, np.column_stack([flag, demand_key]))
+    if options.solver is not SolverPreference.CLARABEL:
+        coarse = make_groups(problem, flag)
+        if 2 * coarse.size.size <= fine.size.size:
+            return replace(packed_cells(problem, reference_type, compat, active, None, coarse),
+                           by_rate=True)
+    return packed_cells(problem, reference_type, compat, active, None, fine)
+
+
+@dataclass(frozen=True)
+class LevelOutcome:
+    """One level LP max t s.t. thr_i >= demand_i t, by either route: the decoded plan and its
+    throughput (policy units), the proven bound on t*, the multipliers y (m,) on the rows
+    demand_i t - thr_i <= 0, the capacity prices."""
+
+    status: str
+    plan: JobPlan
+    thr: FloatArray
+    bound: float | None
+    y: FloatArray
+    pi: FloatArray
+    result: LPResult
+    size: ModelSize
+
+
+def solve_levels(problem: Problem, cells: PackedCells, demand: FloatArray,
+                 options: SolveOptions, deadline: float) -> LevelOutcome:
+    """The level LP for `demand` (m,) (> 0 on the jobs with a level row, finite)."""
+    m, n = problem.jobs.num_jobs, problem.cluster.num_types
+    rep = cells.groups.rep
+    rows = demand[rep] > 0
+    if cells.by_rate:
+        if not np.isfinite(demand).all():
+            raise ValueError("level LP demands must be finite")
+        lp = replace(cells.base, level_rows=rows)
+        sol = solve_demand_lp(problem, cells.groups, lp, demand, _limit(options, deadline),
+                              options.threads)
+        return LevelOutcome(sol.status, sol.plan, sol.thr, sol.bound, sol.y, sol.pi,
+                            sol.result, sol.size)
+    scale = np.divide(1.0, demand[rep], out=np.zeros(rep.size), where=rows)
+    solver, method = _packed_solver(options)
+    level = solve_level_lp(scaled(cells.base, scale, rows), solver, _limit(options, deadline),
+                           options.threads, method)
+    plan, thr = realize(problem, cells.groups, cells.base, level.raw)
+    y = np.zeros(m)
+    if level.dual is None:
+        return LevelOutcome(level.status, plan, thr, None, y, np.zeros(n), level.result,
+                            level.size)
+    # the group's row t <= thr_g / d_g, as the representative's row d t - thr <= 0
+    y[rep[rows]] = level.dual.y[rows] / demand[rep[rows]]
+    return LevelOutcome(level.status, plan, thr, level.dual.bound, y, level.dual.pi,
+                        level.result, level.size)
 
 
 def _status(active: np.ndarray) -> tuple[tuple[JobStatus, ...], tuple[str, ...]]:
@@ -144,7 +217,8 @@ def _limit(options: SolveOptions, deadline: float) -> float:
 
 def _cells_text(cells: PackedCells) -> str:
     _, npc, nq, _ = cells.base.sizes
-    return (f"{cells.groups.size.size} groups, {npc} pair cells and {nq} partner cells after "
+    kind = "rate classes with polymatroid cuts" if cells.by_rate else "groups"
+    return (f"{cells.groups.size.size} {kind}, {npc} pair cells and {nq} partner cells after "
             "pruning")
 
 
@@ -157,20 +231,16 @@ def solve_min_makespan_packed(problem: Problem, parameters: MinMakespanParameter
     formulation = "min makespan with space sharing (A2.8 over A2.2/A2.3 groups)"
     if not active.any():
         return _no_work(problem, False, formulation, active, remaining_steps=R)
-    cells = packed_cells(problem, parameters.reference_type, compat, active, R[:, None])
-    rep = cells.groups.rep
-    rows = active[rep]
-    # levels thr_i / (R_i z_cap): the LP is homogeneous, and with z_cap >= z* (each job's
-    # best rate over its work) the optimum is O(1), which interior-point tolerances need
+    cells = level_cells(problem, parameters.reference_type, compat, active, R[:, None],
+                        options)
+    # demands R_i z_cap: the LP is homogeneous, and with z_cap >= z* (each job's best rate
+    # over its work) the optimum t = z / z_cap is O(1), which solver tolerances need
     cap = _throughput_cap(problem, cells, compat, active)
     z_cap = float(np.min(cap[active] / R[active]))
-    scale = np.divide(1.0, R[rep] * z_cap, out=np.zeros(rep.size), where=rows)
-    lp = scaled(cells.base, scale, rows)
     build = time.perf_counter() - started
-    solver, method = _packed_solver(options)
-    sol = solve_level_lp(lp, solver, _limit(options, deadline_at(options)), options.threads,
-                         method)
-    plan, thr = realize(problem, cells.groups, cells.base, sol.raw)
+    sol = solve_levels(problem, cells, np.where(active, R * z_cap, 0.0), options,
+                       deadline_at(options))
+    thr = sol.thr
     finish = np.divide(R, thr, out=np.where(active, np.inf, 0.0), where=thr > 0)
     makespan = float(np.max(finish[active]))
     bound = 1.0 / (sol.bound * z_cap) if sol.bound and sol.bound > 0 else math.inf
@@ -190,8 +260,8 @@ def solve_min_makespan_packed(problem: Problem, parameters: MinMakespanParameter
         detail=sol.result.detail,
     )
     rate = np.divide(thr, R, out=np.zeros(R.size), where=active)
-    prices = sol.dual.pi if sol.dual is not None else np.zeros(lp.W.size)
-    return _packed_plan(problem, plan, rate, finish, prices, cert, active, remaining_steps=R)
+    return _packed_plan(problem, sol.plan, rate, finish, sol.pi, cert, active,
+                        remaining_steps=R)
 
 
 def _isolated_plan(problem: Problem, cells: PackedCells, compat: Compat,
@@ -235,30 +305,23 @@ def solve_finish_time_fairness_packed(problem: Problem,
     if not active.any():
         return _no_work(problem, False, formulation, active, **extra)
     key = np.column_stack([data.t, data.R, data.D])
-    cells = packed_cells(problem, parameters.reference_type, compat, active, key)
-    rep = cells.groups.rep
-    rows = active[rep]
+    cells = level_cells(problem, parameters.reference_type, compat, active, key, options)
     cap = _throughput_cap(problem, cells, compat, active)
     lo = float(np.max((data.t[active] + data.R[active] / cap[active]) / data.D[active]))
     best, thr_best = _isolated_plan(problem, cells, compat, active)
     hi = float(np.max(rho(data, thr_best)))
     build = time.perf_counter() - started
     deadline = deadline_at(options)
-    solver_choice, method = _packed_solver(options)
 
     def step_at(level: float) -> BracketStep:
-        rhs = rhs_at(data, level)
-        lp = scaled(cells.base, np.divide(1.0, rhs[rep], out=np.zeros(rep.size), where=rows),
-                    rows)
-        sol = solve_level_lp(lp, solver_choice, _limit(options, deadline), options.threads,
-                             method)
-        plan, thr = realize(problem, cells.groups, cells.base, sol.raw)
-        y = np.zeros(m)  # group multiplier on its representative, in the b z - thr row scale
-        if sol.dual is None:
+        demand = np.where(active, rhs_at(data, level), 0.0)
+        sol = solve_levels(problem, cells, demand, options, deadline)
+        if sol.bound is None:
             failed = replace(sol.result, status="error") if sol.status == "optimal" else sol.result
-            return BracketStep(failed, sol.size, plan, thr, 0.0, y, 0.0, np.zeros(n))
-        y[rep[rows]] = sol.dual.y[rows] / rhs[rep[rows]]
-        return BracketStep(sol.result, sol.size, plan, thr, 0.0, y, sol.dual.bound, sol.dual.pi)
+            return BracketStep(failed, sol.size, sol.plan, sol.thr, 0.0, sol.y, 0.0,
+                               np.zeros(n))
+        return BracketStep(sol.result, sol.size, sol.plan, sol.thr, 0.0, sol.y, sol.bound,
+                           sol.pi)
 
     bracket = close_bracket(data, lo, hi, step_at, options, deadline)
     if bracket.best is not None:

@@ -2,7 +2,8 @@
 equal to the job-level partner-cell LP (a second formulation, one group per demand) on
 random instances; every decoded plan feasible and reaching its demands; the decode cuts
 necessary; the per-job multipliers valid bounds for other demand vectors (what the
-finish-time-fairness bracket relies on)."""
+finish-time-fairness bracket relies on); and the makespan and finish-time-fairness policies
+on this route equal the per-pair cvxpy programs."""
 
 from __future__ import annotations
 
@@ -18,7 +19,16 @@ from apportion.formulations.packed_gavel import packed_cells
 from apportion.formulations.rate_classes import DemandSolution, solve_demand_lp
 from apportion.formulations.space_sharing import scaled, solve_level_lp
 from apportion.solver.model import Colocations, Compat, Problem, SolverPreference, make_problem
-from tests.formulations.test_space_sharing import typed_problem
+from tests.formulations.test_packed_gavel import (
+    FTF,
+    MAKESPAN,
+    reference_ftf,
+    reference_makespan,
+    solved,
+    value,
+    with_work,
+)
+from tests.formulations.test_space_sharing import check_decoded, typed_problem
 
 REL = 1e-7
 
@@ -149,3 +159,26 @@ def test_multipliers_bound_every_other_demand(instance: tuple[Problem, np.ndarra
     assert float(sol.y @ demand) == pytest.approx(1.0, rel=1e-9)
     other = demand * np.random.default_rng(seed).uniform(0.2, 5.0, demand.size)
     assert job_level(problem, other) <= sol.bound / float(sol.y @ other) * (1 + 1e-7) + 1e-9
+
+
+@given(copies=st.lists(st.integers(2, 4), min_size=1, max_size=3), seed=st.integers(0, 10**6))
+def test_policies_on_rate_classes_equal_the_per_pair_programs(copies: list[int],
+                                                              seed: int) -> None:
+    """Every job has its own remaining work and arrival, so the policies take the rate-class
+    route (at most half as many classes as jobs); makespan and finish-time fairness equal
+    the per-pair cvxpy programs and their plans decode into feasible job pairs."""
+    typed, explicit = typed_problem(copies, seed)
+    rng = np.random.default_rng(seed)
+    m = typed.jobs.num_jobs
+    remaining = rng.uniform(100.0, 1000.0, m)
+    elapsed = rng.uniform(0.0, 400.0, m)
+    typed, explicit = (with_work(p, remaining, elapsed, elapsed * 0.5) for p in (typed, explicit))
+    a = solved(typed, "min_makespan", MAKESPAN)
+    assert "rate classes" in a.certificate.formulation
+    assert value(a) == pytest.approx(reference_makespan(explicit), rel=1e-5)
+    check_decoded(explicit, a)
+    b = solved(typed, "themis_finish_time_fairness", FTF)
+    assert "rate classes" in b.certificate.formulation
+    assert value(b) == pytest.approx(reference_ftf(explicit, b), rel=1e-5)
+    assert b.certificate.bound is not None and b.certificate.bound <= value(b) * (1 + 1e-9)
+    check_decoded(explicit, b)
