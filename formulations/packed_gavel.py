@@ -59,7 +59,7 @@ from apportion.formulations.gavel_lp import (
 )
 from apportion.formulations.lp import LPResult, solve_lp
 from apportion.formulations.normalizers import isolated_share
-from apportion.formulations.rate_classes import solve_demand_lp
+from apportion.formulations.rate_classes import DemandLP
 from apportion.formulations.space_sharing import (
     Groups,
     JobPlan,
@@ -140,33 +140,44 @@ class LevelOutcome:
     size: ModelSize
 
 
-def solve_levels(problem: Problem, cells: PackedCells, demand: FloatArray,
-                 options: SolveOptions, deadline: float) -> LevelOutcome:
-    """The level LP for `demand` (m,) (> 0 on the jobs with a level row, finite)."""
-    m, n = problem.jobs.num_jobs, problem.cluster.num_types
-    rep = cells.groups.rep
-    rows = demand[rep] > 0
-    if cells.by_rate:
-        if not np.isfinite(demand).all():
-            raise ValueError("level LP demands must be finite")
-        lp = replace(cells.base, level_rows=rows)
-        sol = solve_demand_lp(problem, cells.groups, lp, demand, _limit(options, deadline),
-                              options.threads)
-        return LevelOutcome(sol.status, sol.plan, sol.thr, sol.bound, sol.y, sol.pi,
-                            sol.result, sol.size)
-    scale = np.divide(1.0, demand[rep], out=np.zeros(rep.size), where=rows)
-    solver, method = _packed_solver(options)
-    level = solve_level_lp(scaled(cells.base, scale, rows), solver, _limit(options, deadline),
-                           options.threads, method)
-    plan, thr = realize(problem, cells.groups, cells.base, level.raw)
-    y = np.zeros(m)
-    if level.dual is None:
-        return LevelOutcome(level.status, plan, thr, None, y, np.zeros(n), level.result,
-                            level.size)
-    # the group's row t <= thr_g / d_g, as the representative's row d t - thr <= 0
-    y[rep[rows]] = level.dual.y[rows] / demand[rep[rows]]
-    return LevelOutcome(level.status, plan, thr, level.dual.bound, y, level.dual.pi,
-                        level.result, level.size)
+class LevelSolver:
+    """Level LPs max t s.t. thr_i >= demand_i t over `cells`, one demand vector after
+    another; on rate classes the master and its cuts carry over between calls."""
+
+    def __init__(self, problem: Problem, cells: PackedCells, options: SolveOptions) -> None:
+        self.problem = problem
+        self.cells = cells
+        self.options = options
+        self.demand_lp: DemandLP | None = None
+
+    def solve(self, demand: FloatArray, deadline: float) -> LevelOutcome:
+        """The level LP for `demand` (m,) (> 0 on the jobs with a level row, finite)."""
+        problem, cells, options = self.problem, self.cells, self.options
+        m, n = problem.jobs.num_jobs, problem.cluster.num_types
+        rep = cells.groups.rep
+        rows = demand[rep] > 0
+        if cells.by_rate:
+            if not np.isfinite(demand).all():
+                raise ValueError("level LP demands must be finite")
+            if self.demand_lp is None:
+                every = replace(cells.base, level_rows=np.ones(rep.size, dtype=bool))
+                self.demand_lp = DemandLP(problem, cells.groups, every, options.threads)
+            sol = self.demand_lp.solve(demand, _limit(options, deadline))
+            return LevelOutcome(sol.status, sol.plan, sol.thr, sol.bound, sol.y, sol.pi,
+                                sol.result, sol.size)
+        scale = np.divide(1.0, demand[rep], out=np.zeros(rep.size), where=rows)
+        solver, method = _packed_solver(options)
+        level = solve_level_lp(scaled(cells.base, scale, rows), solver,
+                               _limit(options, deadline), options.threads, method)
+        plan, thr = realize(problem, cells.groups, cells.base, level.raw)
+        y = np.zeros(m)
+        if level.dual is None:
+            return LevelOutcome(level.status, plan, thr, None, y, np.zeros(n), level.result,
+                                level.size)
+        # the group's row t <= thr_g / d_g, as the representative's row d t - thr <= 0
+        y[rep[rows]] = level.dual.y[rows] / demand[rep[rows]]
+        return LevelOutcome(level.status, plan, thr, level.dual.bound, y, level.dual.pi,
+                            level.result, level.size)
 
 
 def _status(active: np.ndarray) -> tuple[tuple[JobStatus, ...], tuple[str, ...]]:
@@ -238,8 +249,8 @@ def solve_min_makespan_packed(problem: Problem, parameters: MinMakespanParameter
     cap = _throughput_cap(problem, cells, compat, active)
     z_cap = float(np.min(cap[active] / R[active]))
     build = time.perf_counter() - started
-    sol = solve_levels(problem, cells, np.where(active, R * z_cap, 0.0), options,
-                       deadline_at(options))
+    sol = LevelSolver(problem, cells, options).solve(np.where(active, R * z_cap, 0.0),
+                                                     deadline_at(options))
     thr = sol.thr
     finish = np.divide(R, thr, out=np.where(active, np.inf, 0.0), where=thr > 0)
     makespan = float(np.max(finish[active]))
@@ -312,10 +323,11 @@ def solve_finish_time_fairness_packed(problem: Problem,
     hi = float(np.max(rho(data, thr_best)))
     build = time.perf_counter() - started
     deadline = deadline_at(options)
+    levels = LevelSolver(problem, cells, options)
 
     def step_at(level: float) -> BracketStep:
         demand = np.where(active, rhs_at(data, level), 0.0)
-        sol = solve_levels(problem, cells, demand, options, deadline)
+        sol = levels.solve(demand, deadline)
         if sol.bound is None:
             failed = replace(sol.result, status="error") if sol.status == "optimal" else sol.result
             return BracketStep(failed, sol.size, sol.plan, sol.thr, 0.0, sol.y, 0.0,

@@ -192,6 +192,19 @@ class Master:
                            index, value)
         self.cuts.extend(cuts)
 
+    def retarget(self, demand: FloatArray) -> None:
+        """Set every cut's t coefficient for `demand` (m,): sum_i w_ci d_i (scaled)."""
+        first = self.rhs.size
+        for row, cut in enumerate(self.cuts):
+            coefficient = float(cut.weights @ demand[cut.jobs])
+            at = int(np.searchsorted(cut.cols, self.t_col))
+            if at < cut.cols.size and cut.cols[at] == self.t_col:
+                cut.vals[at] = coefficient
+            else:  # no t term before (weights summed to zero there)
+                cut.cols = np.insert(cut.cols, at, self.t_col)
+                cut.vals = np.insert(cut.vals, at, coefficient)
+            self.highs.changeCoeff(first + row, self.t_col, coefficient)
+
     def solve(self, time_limit_s: float) -> tuple[str, FloatArray, float]:
         """(status, column values, seconds)."""
         import highspy
@@ -409,6 +422,7 @@ def _decode(lp: PackedLP, modes: Modes, classes: Classes, ex: Expanded, x: Float
     use_upper: list[float] = []
     use_entry: list[int] = []
     member_lists: list[IntArray] = []
+    budget: list[FloatArray] = []
     for g in todo:
         a, b = modes.start[g], modes.start[g + 1]
         jobs = classes.jobs(g)
@@ -423,8 +437,12 @@ def _decode(lp: PackedLP, modes: Modes, classes: Classes, ex: Expanded, x: Float
         exact = modes.exact[entry]
         use_lower.extend(np.where(exact, total[used], -np.inf).tolist())
         use_upper.extend(total[used].tolist())
-        cap = np.where(modes.s_col[entry] >= 0, x[np.maximum(modes.s_col[entry], 0)] / 2,
+        # caps S/2 and budgets 1, or the master's own values where it exceeds them within
+        # its tolerance: the uniform split stays feasible, so the LP always has an answer
+        cap = np.where(modes.s_col[entry] >= 0,
+                       np.maximum(x[np.maximum(modes.s_col[entry], 0)] / 2, total[used] / k_g),
                        np.inf)
+        budget.append(np.full(jobs.size, max(1.0, float(total.sum() / k_g))))
         for u, e in enumerate(entry):
             col_mode.append(np.full(jobs.size, first_use + u))
             col_job.append(jobs)
@@ -456,7 +474,7 @@ def _decode(lp: PackedLP, modes: Modes, classes: Classes, ex: Expanded, x: Float
     demand = classes.demand[all_jobs] * t
     lower = np.concatenate([np.nan_to_num(np.array(use_lower), neginf=-inf),
                             np.full(nj, -inf), demand])
-    upper = np.concatenate([np.array(use_upper), np.ones(nj), np.full(nj, inf)])
+    upper = np.concatenate([np.array(use_upper), np.concatenate(budget), np.full(nj, inf)])
     h = new_highs(threads)
     h.setOptionValue("solver", "simplex")
     h.setOptionValue("primal_feasibility_tolerance", 1e-10)
@@ -476,7 +494,8 @@ def _decode(lp: PackedLP, modes: Modes, classes: Classes, ex: Expanded, x: Float
     h.run()
     solution = h.getSolution()
     values = np.asarray(solution.col_value, dtype=np.float64)
-    if values.size != nt + nj:  # no answer: keep the uniform split, no cut
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal or values.size != nt + nj:
+        # no answer: keep the uniform split, no cut
         return Decoded(RawSolution(fx, np.maximum(X, 0.0), fV), [], math.inf)
     times = np.maximum(values[:nt], 0.0)
     fine = np.concatenate(col_fine) if col_fine else np.zeros(0, np.int64)
@@ -550,70 +569,94 @@ def _benders_cut(lp: PackedLP, modes: Modes, g: int, jobs: IntArray, demand: Flo
                        y_dem)
 
 
+class DemandLP:
+    """The level LP of one set of rate classes, solved for one demand vector after another
+    (the finish-time-fairness bracket): the master, its cuts and its basis are kept, since
+    every cut holds for every demand (a cut's t coefficient sum_i w_ci d_i is updated)."""
+
+    def __init__(self, problem: Problem, groups: Groups, lp: PackedLP, threads: int) -> None:
+        self.problem = problem
+        self.groups = groups
+        self.lp = lp
+        self.threads = threads
+        self.modes = _modes(lp)
+        members = np.argsort(groups.group, kind="stable")
+        self.expanded = expand(lp, groups, members,
+                               np.searchsorted(groups.group[members], np.arange(lp.k.size + 1)))
+        self.master = Master(lp, threads)
+        self.seeded = np.zeros(lp.k.size, dtype=bool)
+
+    def solve(self, demand: FloatArray, time_limit_s: float) -> DemandSolution:
+        """max t s.t. thr_i >= demand_i t for the jobs of groups with a level row (module
+        docstring); `demand` (m,) > 0 for those jobs; `time_limit_s` 0 = none."""
+        started = time.perf_counter()
+        deadline = started + time_limit_s if time_limit_s > 0 else math.inf
+        lp, modes, master, ex = self.lp, self.modes, self.master, self.expanded
+        m, threads = self.groups.group.size, self.threads
+        demand = np.where(demand > 0, demand, 0.0)
+        level_rows = lp.level_rows & (np.bincount(self.groups.group, demand > 0,
+                                                  minlength=lp.k.size) > 0)
+        classes = Classes(self.groups, demand, level_rows)
+        t_col = master.t_col
+        master.retarget(demand)
+        new = np.flatnonzero(level_rows & ~self.seeded)
+        master.add([_line_cut(modes, int(g), float(lp.k[g]), classes.jobs(g), demand, t_col,
+                              classes.jobs(g).size, modes.start[g + 1] - modes.start[g], False)
+                    for g in new])
+        self.seeded[new] = True
+        solve_time, rounds, status, decode_cuts = 0.0, 0, "error", 0
+        x = np.zeros(master.num_cols)
+        decoded: Decoded | None = None
+        while True:
+            decoded = None
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                status = "time_limit"
+                break
+            status, x, elapsed = master.solve(remaining if math.isfinite(remaining) else 0.0)
+            solve_time += elapsed
+            rounds += 1
+            if status != "optimal":
+                break
+            cuts = _separate(modes, classes, lp, x, t_col)
+            if not cuts:  # the pairing classes first (small), then every class once
+                cuts = _decode(lp, modes, classes, ex, x, t_col, threads,
+                               pairing_only=True).cuts
+                if not cuts:
+                    decoded = _decode(lp, modes, classes, ex, x, t_col, threads)
+                    cuts = decoded.cuts
+                decode_cuts += len(cuts)
+                if not cuts:
+                    break
+            if rounds >= MAX_ROUNDS:  # the master is still a relaxation: its bound holds
+                break
+            master.add(cuts)
+        if decoded is None and status == "optimal":
+            decoded = _decode(lp, modes, classes, ex, x, t_col, threads)
+        raw = decoded.raw if decoded is not None else _uniform(lp, x)
+        plan, thr = realize(self.problem, ex.groups, ex.lp, raw)
+        served = demand > 0
+        t_reached = float(np.min(thr[served] / demand[served])) if served.any() else 0.0
+        bound, y, pi = master.certificate(m) if status == "optimal" else (
+            None, np.zeros(m), np.zeros(lp.W.size))
+        rows = master.rhs.size + len(master.cuts)
+        nnz = master.resources.nnz + sum(c.cols.size for c in master.cuts)
+        result = LPResult(
+            status=status if status in ("optimal", "time_limit") else "error",
+            x=np.zeros(0), row_dual=np.zeros(0), objective=t_reached, solver="highs",
+            solver_version=version("highspy"), solve_time_s=solve_time,
+            detail=(f"{rounds} master rounds, {len(master.cuts)} cuts ({decode_cuts} from "
+                    "the decode LP)"),
+        )
+        return DemandSolution(result.status, plan, thr, t_reached, bound, y, pi, result,
+                              ModelSize(master.num_cols, rows, nnz, 0), rounds, decode_cuts)
+
+
 def solve_demand_lp(problem: Problem, groups: Groups, lp: PackedLP, demand: FloatArray,
                     time_limit_s: float, threads: int) -> DemandSolution:
-    """max t s.t. thr_i >= demand_i t for the jobs of groups with a level row (module
-    docstring). `groups`/`lp`: rate classes and their unit-scale cells (levels = policy
-    throughput); `demand` (m,) > 0 for those jobs; `time_limit_s` 0 = none."""
-    started = time.perf_counter()
-    deadline = started + time_limit_s if time_limit_s > 0 else math.inf
-    m = groups.group.size
-    modes = _modes(lp)
-    level_rows = lp.level_rows & (np.bincount(groups.group, demand > 0,
-                                              minlength=lp.k.size) > 0)
-    classes = Classes(groups, np.where(demand > 0, demand, 0.0), level_rows)
-    ex = expand(lp, groups, classes.members, classes.start)
-    master = Master(lp, threads)
-    t_col = master.t_col
-    seed = [_line_cut(modes, int(g), float(lp.k[g]), classes.jobs(g), classes.demand, t_col,
-                      classes.jobs(g).size, modes.start[g + 1] - modes.start[g], False)
-            for g in np.flatnonzero(level_rows)]
-    master.add(seed)
-    solve_time, rounds, status, decode_cuts = 0.0, 0, "error", 0
-    x = np.zeros(master.num_cols)
-    decoded: Decoded | None = None
-    while True:
-        decoded = None
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            status = "time_limit"
-            break
-        status, x, elapsed = master.solve(remaining if math.isfinite(remaining) else 0.0)
-        solve_time += elapsed
-        rounds += 1
-        if status != "optimal":
-            break
-        cuts = _separate(modes, classes, lp, x, t_col)
-        if not cuts:  # the pairing classes first (small), then every class once
-            cuts = _decode(lp, modes, classes, ex, x, t_col, threads, pairing_only=True).cuts
-            if not cuts:
-                decoded = _decode(lp, modes, classes, ex, x, t_col, threads)
-                cuts = decoded.cuts
-            decode_cuts += len(cuts)
-            if not cuts:
-                break
-        if rounds >= MAX_ROUNDS:  # the master is still a relaxation: its bound holds
-            break
-        master.add(cuts)
-    if decoded is None and status == "optimal":
-        decoded = _decode(lp, modes, classes, ex, x, t_col, threads)
-    raw = decoded.raw if decoded is not None else _uniform(lp, x)
-    plan, thr = realize(problem, ex.groups, ex.lp, raw)
-    served = demand > 0
-    t_reached = float(np.min(thr[served] / demand[served])) if served.any() else 0.0
-    bound, y, pi = master.certificate(m) if status == "optimal" else (None, np.zeros(m),
-                                                                      np.zeros(lp.W.size))
-    rows = master.rhs.size + len(master.cuts)
-    nnz = master.resources.nnz + sum(c.cols.size for c in master.cuts)
-    result = LPResult(
-        status=status if status in ("optimal", "time_limit") else "error",
-        x=np.zeros(0), row_dual=np.zeros(0), objective=t_reached, solver="highs",
-        solver_version=version("highspy"), solve_time_s=solve_time,
-        detail=(f"{rounds} master rounds, {len(master.cuts)} cuts ({decode_cuts} from the "
-                "decode LP)"),
-    )
-    return DemandSolution(result.status, plan, thr, t_reached, bound, y, pi, result,
-                          ModelSize(master.num_cols, rows, nnz, 0), rounds, decode_cuts)
+    """One demand vector (`DemandLP.solve`). `groups`/`lp`: rate classes and their
+    unit-scale cells (levels = policy throughput)."""
+    return DemandLP(problem, groups, lp, threads).solve(demand, time_limit_s)
 
 
 def _uniform(lp: PackedLP, x: FloatArray) -> RawSolution:

@@ -182,3 +182,31 @@ def test_policies_on_rate_classes_equal_the_per_pair_programs(copies: list[int],
     assert value(b) == pytest.approx(reference_ftf(explicit, b), rel=1e-5)
     assert b.certificate.bound is not None and b.certificate.bound <= value(b) * (1 + 1e-9)
     check_decoded(explicit, b)
+
+
+def test_decode_serves_a_master_point_slightly_over_its_budgets() -> None:
+    """A master answer a little outside its rows (solver tolerance) still decodes: here a
+    class's partner-cell totals exceed its jobs' budgets by 1e-6. The decode LP's budgets
+    follow the master's point (the uniform split stays feasible), so it answers, and no job
+    gets more than its class's own budget."""
+    problem, demand = NEEDS_DECODE_CUT
+    m = problem.jobs.num_jobs
+    active = np.ones(m, dtype=bool)
+    cells = packed_cells(problem, "", Compat.NONE, active, active[:, None].astype(float))
+    lp = replace(cells.base, level_rows=np.ones(cells.groups.size.size, dtype=bool))
+    solver = rate_classes.DemandLP(problem, cells.groups, lp, 1)
+    solver.solve(demand, 0.0)
+    x = np.asarray(solver.master.highs.getSolution().col_value).copy()
+    ns, npc, nq, _ = lp.sizes
+    cells_q = slice(ns + npc, ns + npc + nq)
+    assert x[cells_q].sum() > 0
+    x[:ns] = 0.0  # all the class's time in pairs, 1e-6 over its budget
+    x[cells_q] *= (1 + 1e-6) / x[cells_q].sum()
+    classes = rate_classes.Classes(cells.groups, demand, lp.level_rows)
+    decoded = rate_classes._decode(lp, solver.modes, classes, solver.expanded, x,
+                                   solver.master.t_col, 1)
+    fine = solver.expanded.lp
+    used = np.bincount(fine.si, decoded.raw.x, minlength=m)
+    used += np.bincount(fine.qg, decoded.raw.V, minlength=m)
+    assert np.isfinite(decoded.worst)
+    assert np.all(used <= 1 + 2e-6)
