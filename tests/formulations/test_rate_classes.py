@@ -210,3 +210,25 @@ def test_decode_serves_a_master_point_slightly_over_its_budgets() -> None:
     used += np.bincount(fine.qg, decoded.raw.V, minlength=m)
     assert np.isfinite(decoded.worst)
     assert np.all(used <= 1 + 2e-6)
+
+
+@given(instance=typed_instances(), seed=st.integers(0, 10**6))
+def test_a_kept_master_serves_the_next_demand(instance: tuple[Problem, np.ndarray],
+                                              seed: int) -> None:
+    """The finish-time-fairness bracket solves one level after another on one master: the
+    cuts of the first demand stay (their t coefficients retargeted), and the second answer
+    equals the job-level LP for the second demand."""
+    problem, demand = instance
+    m = problem.jobs.num_jobs
+    active = np.ones(m, dtype=bool)
+    cells = packed_cells(problem, "", Compat.NONE, active, active[:, None].astype(float))
+    lp = replace(cells.base, level_rows=np.ones(cells.groups.size.size, dtype=bool))
+    solver = rate_classes.DemandLP(problem, cells.groups, lp, 1)
+    solver.solve(demand, 0.0)
+    other = demand * np.random.default_rng(seed).uniform(0.2, 5.0, m)
+    sol = solver.solve(other, 0.0)
+    expected = job_level(problem, other)
+    assert sol.status == "optimal"
+    assert sol.t == pytest.approx(expected, rel=REL, abs=1e-9)
+    assert sol.bound is not None and sol.bound == pytest.approx(expected, rel=REL, abs=1e-9)
+    check_plan(problem, sol, other)
