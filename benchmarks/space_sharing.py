@@ -3,6 +3,7 @@ water filling): apportion against the plain per-pair cvxpy form.
 
     python benchmarks/space_sharing.py [--sizes 512 2048] [--reference-max 512]
         [--policies max_min makespan ftf throughput water_filling] [--job-level]
+        [--class-size K]
 
 Workload: Gavel-like catalog (26 job types x 4 scale factors over 3 types, identical rows
 within an entry) with co-location throughputs per job-type pair: each job keeps a factor in
@@ -17,7 +18,9 @@ runs). The finish-time-fairness reference is the convex form of A2.5 (inv_pos, C
 iso_i and C_i taken from apportion's response; water filling has no reference (Gavel's MILP
 per round does not fit the reference budget). With --job-level, makespan and finish-time
 fairness are also solved with the job-level partner-cell LP (one group per job, HiGHS interior
-point: the route before rate classes), printed as a second reference row.
+point: the route before rate classes), printed as a second reference row. With --class-size
+K, the throughput rows of each job type are scaled by a factor in [0.9, 1.1] drawn per block
+of K jobs, so rate classes (equal rates) hold about K jobs instead of a whole job type.
 """
 
 from __future__ import annotations
@@ -90,6 +93,21 @@ def workload(num_jobs: int, seed: int = 0) -> Problem:
                    arrival_time_s=5 * 3600.0 - elapsed)
     history = replace(problem.history, cumulative_isolated_time_s=0.5 * elapsed)
     return replace(problem, jobs=jobs, colocations=coloc, history=history, time_s=5 * 3600.0)
+
+
+def split_classes(problem: Problem, size: int, seed: int = 3) -> Problem:
+    """Scale the throughput rows of each job type by a factor per block of `size` jobs."""
+    types = np.array(problem.jobs.job_type)
+    _, kind = np.unique(types, return_inverse=True)
+    block = np.zeros(types.size, dtype=np.int64)
+    for k in np.unique(kind):
+        members = np.flatnonzero(kind == k)
+        block[members] = np.arange(members.size) // size
+    _, key = np.unique(np.column_stack([kind, block]), axis=0, return_inverse=True)
+    key = key.reshape(-1)
+    factor = np.random.default_rng(seed).uniform(0.9, 1.1, int(key.max()) + 1)[key]
+    jobs = replace(problem.jobs, throughput=problem.jobs.throughput * factor[:, None])
+    return replace(problem, jobs=jobs)
 
 
 def reference(problem: Problem, policy: str, plan: Plan) -> tuple[float, float]:
@@ -175,6 +193,8 @@ def main() -> None:
                         default=list(POLICIES))
     parser.add_argument("--job-level", action="store_true",
                         help="also solve makespan and ftf with the job-level LP")
+    parser.add_argument("--class-size", type=int, default=0,
+                        help="about this many jobs per rate class (0: one class per job type)")
     args = parser.parse_args()
     print(f"{'policy':>13s} {'jobs':>6s} {'apportion s':>12s} {'peak MiB':>9s} "
           f"{'reference s':>12s} {'ratio':>7s} {'rel. diff':>9s} {'status':>8s} {'gap':>8s}  model")
@@ -182,6 +202,8 @@ def main() -> None:
         name, params = POLICIES[policy]
         for size in args.sizes:
             problem = workload(size)
+            if args.class_size:
+                problem = split_classes(problem, args.class_size)
             started = time.perf_counter()
             plan = solve(problem, PolicyRequest(name, params))
             elapsed = time.perf_counter() - started
