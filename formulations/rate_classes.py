@@ -50,10 +50,10 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from numpy.typing import NDArray
 
 from apportion.formulations.lp import LPResult, new_highs
 from apportion.formulations.space_sharing import (
+    BoolArray,
     Groups,
     JobPlan,
     PackedLP,
@@ -73,8 +73,6 @@ SLACK_TOLERANCE = 1e-7
 """A class's decode is accepted when every job reaches its demand within this fraction."""
 USED = 1e-10
 """Class totals below this (in jobs x time) are treated as unused by the decode LP."""
-
-BoolArray = NDArray[np.bool_]
 
 
 @dataclass(frozen=True)

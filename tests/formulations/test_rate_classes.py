@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from apportion.formulations import rate_classes
 from apportion.formulations.packed_gavel import packed_cells
 from apportion.formulations.rate_classes import DemandSolution, solve_demand_lp
-from apportion.formulations.space_sharing import scaled, solve_level_lp
+from apportion.formulations.space_sharing import Groups, PackedLP, scaled, solve_level_lp
 from apportion.solver.model import Colocations, Compat, Problem, SolverPreference, make_problem
 from tests.formulations.test_packed_gavel import (
     FTF,
@@ -42,11 +42,16 @@ def one_type(rates: list[float], pair: list[float], counts: list[int], m: int) -
     return replace(problem, jobs=replace(problem.jobs, job_type=("a",) * m), colocations=coloc)
 
 
-def by_rate_class(problem: Problem, demand: np.ndarray) -> DemandSolution:
+def class_cells(problem: Problem) -> tuple[Groups, PackedLP]:
+    """Rate classes of all jobs and their unit-scale cells, every class with a level row."""
     active = np.ones(problem.jobs.num_jobs, dtype=bool)
     cells = packed_cells(problem, "", Compat.NONE, active, active[:, None].astype(float))
-    lp = replace(cells.base, level_rows=np.ones(cells.groups.size.size, dtype=bool))
-    return solve_demand_lp(problem, cells.groups, lp, demand, 0.0, 1)
+    return cells.groups, replace(cells.base, level_rows=np.ones(cells.groups.size.size,
+                                                                 dtype=bool))
+
+
+def by_rate_class(problem: Problem, demand: np.ndarray) -> DemandSolution:
+    return solve_demand_lp(problem, *class_cells(problem), demand, 0.0, 1)
 
 
 def job_level(problem: Problem, demand: np.ndarray) -> float:
@@ -191,10 +196,8 @@ def test_decode_serves_a_master_point_slightly_over_its_budgets() -> None:
     gets more than its class's own budget."""
     problem, demand = NEEDS_DECODE_CUT
     m = problem.jobs.num_jobs
-    active = np.ones(m, dtype=bool)
-    cells = packed_cells(problem, "", Compat.NONE, active, active[:, None].astype(float))
-    lp = replace(cells.base, level_rows=np.ones(cells.groups.size.size, dtype=bool))
-    solver = rate_classes.DemandLP(problem, cells.groups, lp, 1)
+    groups, lp = class_cells(problem)
+    solver = rate_classes.DemandLP(problem, groups, lp, 1)
     solver.solve(demand, 0.0)
     x = np.asarray(solver.master.highs.getSolution().col_value).copy()
     ns, npc, nq, _ = lp.sizes
@@ -202,7 +205,7 @@ def test_decode_serves_a_master_point_slightly_over_its_budgets() -> None:
     assert x[cells_q].sum() > 0
     x[:ns] = 0.0  # all the class's time in pairs, 1e-6 over its budget
     x[cells_q] *= (1 + 1e-6) / x[cells_q].sum()
-    classes = rate_classes.Classes(cells.groups, demand, lp.level_rows)
+    classes = rate_classes.Classes(groups, demand, lp.level_rows)
     decoded = rate_classes._decode(lp, solver.modes, classes, solver.expanded, x,
                                    solver.master.t_col, 1)
     fine = solver.expanded.lp
@@ -220,10 +223,7 @@ def test_a_kept_master_serves_the_next_demand(instance: tuple[Problem, np.ndarra
     equals the job-level LP for the second demand."""
     problem, demand = instance
     m = problem.jobs.num_jobs
-    active = np.ones(m, dtype=bool)
-    cells = packed_cells(problem, "", Compat.NONE, active, active[:, None].astype(float))
-    lp = replace(cells.base, level_rows=np.ones(cells.groups.size.size, dtype=bool))
-    solver = rate_classes.DemandLP(problem, cells.groups, lp, 1)
+    solver = rate_classes.DemandLP(problem, *class_cells(problem), 1)
     solver.solve(demand, 0.0)
     other = demand * np.random.default_rng(seed).uniform(0.2, 5.0, m)
     sol = solver.solve(other, 0.0)
