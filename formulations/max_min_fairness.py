@@ -59,13 +59,13 @@ MAX_ACTIVE_SET_ROUNDS = 40
 INITIAL_BAND = 0.02
 """Relative cost band within which a row counts as a near tie at the sampled prices."""
 MAX_EXPLICIT_FRACTION = 0.5
+"""Above this share of explicit rows the full LP is solved instead."""
 MAX_RELAXED_ROWS = 5000
+"""Explicit rows up to which a stalled round is settled with exchange columns."""
 OWNER_BAND = 1e-3
+"""Rows within this relative band of an exchange column's bound are made explicit with it."""
 MIN_BAND = 2e-3
 """Smallest near-tie band in later rounds."""
-"""Rows within this relative band of an exchange column's bound are made explicit with it."""
-"""Explicit rows up to which a stalled round is settled with exchange columns."""
-"""Above this share of explicit rows the full LP is solved instead."""
 
 
 @dataclass(frozen=True)
