@@ -18,7 +18,7 @@ the totals can be split among the class's jobs:
     function in a direction y >= 0 is a transportation problem with the Monge weights
     y_i rate_m, which the north-west corner (largest y with the best rates) solves, giving
     the Lovasz extension of k -> F_r(k). So the demands are reachable iff, with the jobs by
-    demand, d_(1) + ... + d_(k) <= F_r(k; M) / t for k = 1..k_r. F_r is the minimum of the
+    demand, t (d_(1) + ... + d_(k)) <= F_r(k; M) for k = 1..k_r. F_r is the minimum of the
     lines sum_(l' <= l)(rate_l' - rate_(l+1)) M_l' + rate_(l+1) k (rates sorted, rate_(L+1)
     = 0), each linear in M; those lines are the *line cuts*.
 
@@ -37,7 +37,10 @@ and its duals certify (`space_sharing.lagrangian_bound`). When no line cut is vi
 every class's decode LP has no slack, the decoded jobs reach the master's t: optimal. The
 multipliers on the per-job rows d_i t - thr_i <= 0 implied by the master's duals are
 y_i = sum over cuts c of mu_c w_ci (w: the job's weight in the cut), which finish-time
-fairness needs for its lower bound.
+fairness needs for its lower bound. A cut's job set and weights do not depend on the demand,
+so every cut holds for every demand vector: `DemandLP` keeps one master (and its basis) for a
+sequence of demands, updating only the t coefficients. The rounds are capped (`MAX_ROUNDS`);
+the master's bound holds whenever it stops.
 """
 
 from __future__ import annotations
