@@ -257,8 +257,11 @@ def solve_min_makespan_packed(problem: Problem, parameters: MinMakespanParameter
     bound = 1.0 / (sol.bound * z_cap) if sol.bound and sol.bound > 0 else math.inf
     finite = math.isfinite(makespan)
     gap = relative_gap_between(makespan, bound) if finite and math.isfinite(bound) else None
+    termination = lp_termination(sol.status, gap, options.relative_gap or DEFAULT_GAP)
+    if sol.status == "time_limit" and finite:  # the repaired plan is feasible
+        termination = Termination.FEASIBLE
     cert = Certificate(
-        termination=lp_termination(sol.status, gap, options.relative_gap or DEFAULT_GAP),
+        termination=termination,
         maximize=False,
         objective=makespan if finite else None,
         bound=bound if math.isfinite(bound) else None,

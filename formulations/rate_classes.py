@@ -606,6 +606,7 @@ class DemandLP:
                     for g in new])
         self.seeded[new] = True
         solve_time, rounds, status, decode_cuts = 0.0, 0, "error", 0
+        bounded = False  # stopped by the deadline right after an optimal master
         x = np.zeros(master.num_cols)
         decoded: Decoded | None = None
         while True:
@@ -631,6 +632,9 @@ class DemandLP:
                     break
             if rounds >= MAX_ROUNDS:  # the master is still a relaxation: its bound holds
                 break
+            if time.perf_counter() >= deadline:  # the last master is solved: its bound holds
+                status, bounded = "time_limit", True
+                break
             master.add(cuts)
         if decoded is None and status == "optimal":
             decoded = _decode(lp, modes, classes, ex, x, t_col, threads)
@@ -638,7 +642,7 @@ class DemandLP:
         plan, thr = realize(self.problem, ex.groups, ex.lp, raw)
         served = demand > 0
         t_reached = float(np.min(thr[served] / demand[served])) if served.any() else 0.0
-        bound, y, pi = master.certificate(m) if status == "optimal" else (
+        bound, y, pi = master.certificate(m) if status == "optimal" or bounded else (
             None, np.zeros(m), np.zeros(lp.W.size))
         rows = master.rhs.size + len(master.cuts)
         nnz = master.resources.nnz + sum(c.cols.size for c in master.cuts)

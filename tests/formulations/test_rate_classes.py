@@ -232,3 +232,28 @@ def test_a_kept_master_serves_the_next_demand(instance: tuple[Problem, np.ndarra
     assert sol.t == pytest.approx(expected, rel=REL, abs=1e-9)
     assert sol.bound is not None and sol.bound == pytest.approx(expected, rel=REL, abs=1e-9)
     check_plan(problem, sol, other)
+
+
+@pytest.mark.parametrize("limit", [1e-4, 3e-3, 0.02])
+def test_a_deadline_gives_an_explicit_status_and_a_feasible_plan(limit: float) -> None:
+    """Cut short, the rate-class route still answers: a feasible (repaired) plan with
+    status `feasible`, or `no_solution`; the bound, when given, is below the makespan."""
+    from apportion.solver.model import PolicyRequest, SolveOptions
+    from apportion.solver.result import Termination
+    from apportion.solver.solve import solve
+
+    typed, explicit = typed_problem([6, 5, 4], 5)
+    m = typed.jobs.num_jobs
+    rng = np.random.default_rng(5)
+    typed, explicit = (with_work(p, rng.uniform(100.0, 1000.0, m)) for p in (typed, explicit))
+    plan = solve(typed, PolicyRequest("min_makespan", MAKESPAN),
+                 SolveOptions(time_limit_s=limit))
+    cert = plan.certificate
+    assert "rate classes" in cert.formulation
+    assert cert.termination in (Termination.OPTIMAL, Termination.FEASIBLE,
+                                Termination.NO_SOLUTION)
+    if cert.termination is not Termination.NO_SOLUTION:
+        assert cert.objective is not None
+        check_decoded(explicit, plan)
+        if cert.bound is not None:
+            assert cert.bound <= cert.objective * (1 + 1e-9)
