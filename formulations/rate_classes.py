@@ -71,7 +71,8 @@ from apportion.solver.result import ModelSize
 
 MAX_ROUNDS = 200
 IPM_COLUMNS = 20_000
-"""A master with more columns starts with HiGHS's interior point (measured, 2026-11-30)."""
+IPM_SOLVES = 2
+"""A master with more columns is solved by HiGHS's interior point this many times first."""
 SLACK_TOLERANCE = 1e-7
 """A class's decode is accepted when every job reaches its demand within this fraction."""
 USED = 1e-10
@@ -167,6 +168,7 @@ class Master:
         self.highs.setOptionValue("solver", "simplex")
         self.highs.setOptionValue("primal_feasibility_tolerance", 1e-10)
         self.highs.setOptionValue("dual_feasibility_tolerance", 1e-10)
+        self.highs.setOptionValue("simplex_dual_edge_weight_strategy", 1)  # devex
         inf = highspy.kHighsInf
         self.inf = inf
         n = self.num_cols
@@ -180,7 +182,7 @@ class Master:
         self.highs.addRows(rhs.size, lower, rhs, m.nnz, m.indptr[:-1].astype(np.int32),
                            m.indices.astype(np.int32), m.data)
         self.cuts: list[Cut] = []
-        self.solved = False
+        self.solves = 0
 
     def add(self, cuts: list[Cut]) -> None:
         if not cuts:
@@ -212,13 +214,17 @@ class Master:
 
         self.highs.setOptionValue("time_limit", float(time_limit_s) if time_limit_s > 0
                                   else self.inf)
-        # the first solve of a large master by interior point (with crossover: a basis for
-        # the warm starts after it); 550 classes x 64 cells: 1.8 s against 5.6 s by simplex
-        first = not self.solved and self.num_cols > IPM_COLUMNS
-        self.highs.setOptionValue("solver", "ipm" if first else "simplex")
+        # the first two solves of a large master by interior point (with crossover: a basis
+        # for the warm starts after them), then dual simplex with devex weights. Measured on
+        # `benchmarks/space_sharing.py --sizes 2048 --class-size 3|4|8` (2026-11-30): the
+        # second round adds hundreds of cuts at once, after which a warm dual simplex took
+        # 9 s where a fresh interior point takes 2 s (finish-time fairness: 27.6 -> 10.7 s,
+        # 11.8 -> 4.1 s, 5.7 -> 2.7 s; makespan within 10%)
+        early = self.solves < IPM_SOLVES and self.num_cols > IPM_COLUMNS
+        self.highs.setOptionValue("solver", "ipm" if early else "simplex")
         started = time.perf_counter()
         self.highs.run()
-        self.solved = True
+        self.solves += 1
         elapsed = time.perf_counter() - started
         status = self.highs.getModelStatus()
         words = {highspy.HighsModelStatus.kOptimal: "optimal",
