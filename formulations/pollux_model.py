@@ -14,7 +14,7 @@ sampled search (`best_goodput`, Pollux's 50 geometric samples) is tested against
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -245,6 +245,31 @@ def best_goodput_exhaustive(
     )
 
 
+def bootstrap_best(
+    theta_source: PerfParams,
+    grad: GradParams,
+    limits: BatchLimits,
+    source_gpus_per_node: int,
+    gpus: int,
+    seed_throughput_target: float,
+    seed_throughput_source: float,
+) -> BestGoodput:
+    """Cross-type bootstrapping (formulations.md A5.3): the goodput (useful samples/s) on a type
+    t without a throughput model, at `gpus` GPUs, projected from a type s with model
+    `theta_source`: the best goodput on s at the same replica count with the nodes recomputed
+    as ceil(gpus / G_s), times the ratio of the job's 1-GPU throughputs (samples/s) on t and
+    on s at their largest profiled local batch (1-GPU seed profiles); the batch is the one
+    chosen on s. Zero goodput when either seed throughput is missing (<= 0)."""
+    if gpus < 1 or source_gpus_per_node < 1:
+        raise ValueError(f"need gpus >= 1 and G_s >= 1, got {gpus}, {source_gpus_per_node}")
+    if seed_throughput_target <= 0 or seed_throughput_source <= 0:
+        return BestGoodput(0.0, 0.0, 0.0, 0, 0)
+    nodes = -(-gpus // source_gpus_per_node)
+    best = best_goodput(theta_source, grad, limits, nodes, gpus)
+    ratio = seed_throughput_target / seed_throughput_source
+    return replace(best, goodput=best.goodput * ratio, throughput=best.throughput * ratio)
+
+
 def bootstrap_goodput(
     theta_source: PerfParams,
     grad: GradParams,
@@ -254,17 +279,7 @@ def bootstrap_goodput(
     seed_throughput_target: float,
     seed_throughput_source: float,
 ) -> float:
-    """Cross-type bootstrapping (formulations.md A5.3): the goodput (useful samples/s) on a type
-    t without a throughput model, at `gpus` GPUs, projected from a type s with model
-    `theta_source`: the best goodput on s at the same replica count with the nodes recomputed
-    as ceil(gpus / G_s), times the ratio of the job's 1-GPU throughputs (samples/s) on t and
-    on s at their largest profiled local batch (1-GPU seed profiles). 0 when either seed
-    throughput is missing (<= 0). Which source type to use when several have a model is not
-    specified by the notes; the caller chooses."""
-    if gpus < 1 or source_gpus_per_node < 1:
-        raise ValueError(f"need gpus >= 1 and G_s >= 1, got {gpus}, {source_gpus_per_node}")
-    if seed_throughput_target <= 0 or seed_throughput_source <= 0:
-        return 0.0
-    nodes = -(-gpus // source_gpus_per_node)
-    best = best_goodput(theta_source, grad, limits, nodes, gpus)
-    return best.goodput * seed_throughput_target / seed_throughput_source
+    """The goodput of `bootstrap_best` (useful samples/s). Which source type to use when
+    several have a model is not specified by the notes; the caller chooses."""
+    return bootstrap_best(theta_source, grad, limits, source_gpus_per_node, gpus,
+                          seed_throughput_target, seed_throughput_source).goodput

@@ -8,10 +8,11 @@ allocation-change penalty lambda_a (physical scheduler only) is not modelled.
 
 Goodput per (job, configuration), in order of precedence: `Jobs.given_goodput` (the snapshot's
 per-configuration numbers), the job's Pollux model (A5.1, maximized over batch size), else its
-`throughput` at exactly `scale_factor` GPUs (a rigid job). A type without a Pollux model gives no
-configuration: cross-type bootstrapping (A5.3) exists as the pure function
-`pollux_model.bootstrap_goodput` but is not applied here, as the snapshot carries no 1-GPU seed
-throughputs and the notes do not say which profiled type to project from.
+`throughput` at exactly `scale_factor` GPUs (a rigid job). A type without a Pollux model gets
+its goodput by cross-type bootstrapping (A5.3, `pollux_model.bootstrap_best`) when the job has
+1-GPU seed throughputs (`PolluxModel.seed_throughput`) on it and on a modelled type: the
+source is the modelled type with the closest seed (`bootstrap_sources`; the notes do not say
+which). Without a seed the type gives no configuration.
 
 Configurations follow A5.2 with Sia's per-type node caps (`SiaParameters.max_nodes_per_type`,
 default Sia's `cluster_max_physical_nnodes` by type name: aws 16, dgx-ext 2, rtx 3, azure 5,
@@ -29,7 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apportion.formulations.pollux_model import BatchLimits, GradParams, PerfParams, best_goodput
+from apportion.formulations.pollux_model import (
+    BatchLimits,
+    GradParams,
+    PerfParams,
+    best_goodput,
+    bootstrap_best,
+)
 from apportion.formulations.sia_configs import (
     SIA_MAX_PROFILED_NODES,
     Configuration,
@@ -49,7 +56,14 @@ from apportion.formulations.sia_ilp import (
     solve_exact,
     violations_of,
 )
-from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
+from apportion.solver.model import (
+    Compat,
+    FloatArray,
+    IntArray,
+    PolluxJobModel,
+    Problem,
+    SolveOptions,
+)
 from apportion.solver.parameters import SiaParameters
 from apportion.solver.result import (
     Certificate,
@@ -118,13 +132,23 @@ def goodput_table(
                 model.min_local_batch_size,
                 model.max_local_batch_size,
             )
+            source = bootstrap_sources(model)
             for k, conf in enumerate(configs):
-                row = model.perf_params[conf.type_index]
-                if not np.all(np.isfinite(row)):
+                t = conf.type_index
+                row = model.perf_params[t]
+                if np.all(np.isfinite(row)):
+                    best = best_goodput(
+                        PerfParams(*map(float, row)), grad, limits, conf.nodes, conf.devices
+                    )
+                elif source[t] >= 0:  # A5.3 bootstrapping from the source type's model
+                    s_t = int(source[t])
+                    best = bootstrap_best(
+                        PerfParams(*map(float, model.perf_params[s_t])), grad, limits,
+                        max(layout.gpus_per_node(s_t), 1), conf.devices,
+                        float(model.seed_throughput[t]), float(model.seed_throughput[s_t]),
+                    )
+                else:
                     continue
-                best = best_goodput(
-                    PerfParams(*map(float, row)), grad, limits, conf.nodes, conf.devices
-                )
                 raw[i, k] = best.goodput
                 atomic[i, k], accum[i, k] = best.atomic_batch, best.accumulation_steps
         else:
@@ -140,6 +164,24 @@ def goodput_table(
     multiple = (c_dev[None, :] % np.maximum(unit, 1).astype(np.int64)) == 0
     raw = np.where(fits & multiple & np.isfinite(raw) & (raw > 0), raw, 0.0)
     return GoodputTable(configs, layout, raw, unit, atomic, accum)
+
+
+def bootstrap_sources(model: PolluxJobModel) -> IntArray:
+    """(n,) per type without a throughput model but with a seed: the type to project from
+    (A5.3), -1 otherwise. The notes do not say which source to use when several types have
+    a model and a seed; we take the one whose seed throughput is closest to the target's
+    (smallest |log ratio|, the most similar device for this job; ties: the lower index)."""
+    n = model.perf_params.shape[0]
+    seed = model.seed_throughput if model.seed_throughput.size == n else np.zeros(n)
+    modelled = np.all(np.isfinite(model.perf_params), axis=1) & (seed > 0)
+    out = np.full(n, -1, dtype=np.int64)
+    if not modelled.any():
+        return out
+    candidates = np.flatnonzero(modelled)
+    for t in np.flatnonzero(~np.all(np.isfinite(model.perf_params), axis=1) & (seed > 0)):
+        distance = np.abs(np.log(seed[candidates] / seed[t]))
+        out[t] = candidates[int(np.argmin(distance))]
+    return out
 
 
 def current_configuration(

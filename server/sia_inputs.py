@@ -128,6 +128,17 @@ def _pollux_model(
             violations.append(Violation(f"{fp}.gamma", f"must be in [1, 10], got {values[6]}"))
             ok = False
         perf[type_index.get(name, 0)] = values
+    seed = np.zeros(n)
+    for name, value in model.seed_throughput.items():
+        fp = f"{p}.seed_throughput[{name!r}]"
+        if name not in type_index:
+            violations.append(Violation(fp, f"unknown accelerator type {name!r}"))
+            ok = False
+        elif not (_finite(value) and value >= 0):
+            violations.append(Violation(fp, f"must be finite and >= 0, got {value}"))
+            ok = False
+        else:
+            seed[type_index[name]] = value
     if not (_finite(model.grad_sqr) and model.grad_sqr > 0):
         violations.append(
             Violation(f"{p}.grad_sqr", f"must be finite and > 0, got {model.grad_sqr}")
@@ -164,6 +175,7 @@ def _pollux_model(
         max_batch_size=int(top),
         min_local_batch_size=max(int(lo), 1),
         max_local_batch_size=int(hi) if hi else int(top),
+        seed_throughput=seed,
     )
 
 

@@ -81,6 +81,9 @@ class PolluxJobModel:
     """Smallest atomic batch (samples, >= 1)."""
     max_local_batch_size: int
     """Largest atomic batch (samples, >= min)."""
+    seed_throughput: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(n,) 1-GPU throughput (samples/s) at the largest profiled local batch per type, 0 = none
+    (empty = none anywhere): the seeds of cross-type bootstrapping (A5.3)."""
 
 
 @dataclass(frozen=True)

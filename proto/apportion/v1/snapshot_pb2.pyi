@@ -604,6 +604,26 @@ class PolluxModel(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class SeedThroughputEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     PERF_PARAMS_FIELD_NUMBER: _builtins.int
     GRAD_SQR_FIELD_NUMBER: _builtins.int
     GRAD_VAR_FIELD_NUMBER: _builtins.int
@@ -611,6 +631,7 @@ class PolluxModel(_message.Message):
     MAX_BATCH_SIZE_FIELD_NUMBER: _builtins.int
     MIN_LOCAL_BATCH_SIZE_FIELD_NUMBER: _builtins.int
     MAX_LOCAL_BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    SEED_THROUGHPUT_FIELD_NUMBER: _builtins.int
     grad_sqr: _builtins.float
     """Gradient statistics at the baseline batch size: squared norm of the mean gradient."""
     grad_var: _builtins.float
@@ -626,6 +647,14 @@ class PolluxModel(_message.Message):
     def perf_params(self) -> _containers.MessageMap[_builtins.str, Global___PolluxPerfParams]:
         """Throughput-model parameters per accelerator type (Pollux PerfParams)."""
 
+    @_builtins.property
+    def seed_throughput(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """The job's 1-GPU throughput (samples/s, >= 0) at its largest profiled local batch, per
+        accelerator type: Sia's 1-GPU seed profile. A type without `perf_params` but with a seed
+        gets its goodput by projection from a type with both (formulations.md A5.3,
+        bootstrapping). Absent or 0 = no seed on that type.
+        """
+
     def __init__(
         self,
         *,
@@ -636,10 +665,11 @@ class PolluxModel(_message.Message):
         max_batch_size: _builtins.int = ...,
         min_local_batch_size: _builtins.int = ...,
         max_local_batch_size: _builtins.int = ...,
+        seed_throughput: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["grad_sqr", b"grad_sqr", "grad_var", b"grad_var", "init_batch_size", b"init_batch_size", "max_batch_size", b"max_batch_size", "max_local_batch_size", b"max_local_batch_size", "min_local_batch_size", b"min_local_batch_size", "perf_params", b"perf_params"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["grad_sqr", b"grad_sqr", "grad_var", b"grad_var", "init_batch_size", b"init_batch_size", "max_batch_size", b"max_batch_size", "max_local_batch_size", b"max_local_batch_size", "min_local_batch_size", b"min_local_batch_size", "perf_params", b"perf_params", "seed_throughput", b"seed_throughput"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
