@@ -406,16 +406,15 @@ def _decode(lp: PackedLP, modes: Modes, classes: Classes, ex: Expanded, x: Float
     Benders cuts for the classes it cannot serve."""
     import highspy
 
-    ns, npc, nq, _ = lp.sizes
+    ns, npc, _, _ = lp.sizes
     t = float(x[t_col])
-    xs, X, V = x[:ns], x[ns:ns + npc], x[ns + npc:ns + npc + nq]
-    fx = np.maximum(xs, 0.0)[np.repeat(np.arange(ns), lp.k[lp.si].astype(np.int64))]
-    fV = np.maximum(V, 0.0)[np.repeat(np.arange(nq), lp.k[lp.qg].astype(np.int64))]
+    uniform = _uniform(lp, x)
+    fx, X, fV = uniform.x, uniform.X, uniform.V
     todo = [g for g in np.flatnonzero(classes.level_rows & (lp.k >= 2))
             if modes.start[g + 1] > modes.start[g]
             and (not pairing_only or _pairing_within(lp, modes, x, int(g)))]
     if not todo:
-        return Decoded(RawSolution(fx, np.maximum(X, 0.0), fV), [], 0.0)
+        return Decoded(RawSolution(fx, X, fV), [], 0.0)
     # columns: (group, used mode, member); rows: usage per (group, used mode), then budget
     # and demand per member
     col_mode: list[IntArray] = []
@@ -503,7 +502,7 @@ def _decode(lp: PackedLP, modes: Modes, classes: Classes, ex: Expanded, x: Float
     values = np.asarray(solution.col_value, dtype=np.float64)
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal or values.size != nt + nj:
         # no answer: keep the uniform split, no cut
-        return Decoded(RawSolution(fx, np.maximum(X, 0.0), fV), [], math.inf)
+        return Decoded(RawSolution(fx, X, fV), [], math.inf)
     times = np.maximum(values[:nt], 0.0)
     fine = np.concatenate(col_fine) if col_fine else np.zeros(0, np.int64)
     single = np.concatenate(col_single) if col_single else np.zeros(0, dtype=bool)
@@ -533,7 +532,7 @@ def _decode(lp: PackedLP, modes: Modes, classes: Classes, ex: Expanded, x: Float
                 lp, modes, int(g), member_lists[index], classes.demand, t_col, row_dual,
                 np.flatnonzero(np.array(use_group) == g), np.array(use_entry),
                 np.flatnonzero(here), nuse, nj))
-    return Decoded(RawSolution(fx, np.maximum(X, 0.0), fV), cuts, worst)
+    return Decoded(RawSolution(fx, X, fV), cuts, worst)
 
 
 def _benders_cut(lp: PackedLP, modes: Modes, g: int, jobs: IntArray, demand: FloatArray,
@@ -671,11 +670,9 @@ def solve_demand_lp(problem: Problem, groups: Groups, lp: PackedLP, demand: Floa
 
 
 def _uniform(lp: PackedLP, x: FloatArray) -> RawSolution:
+    """Every job of a class gets the class's per-job cell values (clipped at 0)."""
     ns, npc, nq, _ = lp.sizes
     xs, X, V = np.maximum(x[:ns], 0.0), np.maximum(x[ns:ns + npc], 0.0), \
         np.maximum(x[ns + npc:ns + npc + nq], 0.0)
     return RawSolution(xs[np.repeat(np.arange(ns), lp.k[lp.si].astype(np.int64))], X,
                        V[np.repeat(np.arange(nq), lp.k[lp.qg].astype(np.int64))])
-
-
-__all__: list[Any] = ["DemandSolution", "solve_demand_lp"]
