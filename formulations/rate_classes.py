@@ -279,9 +279,10 @@ class Classes:
 
 
 def _line_cut(modes: Modes, g: int, k_g: float, jobs: IntArray, demand: FloatArray,
-              t_col: int, count: int, prefix: int, capped: bool) -> Cut:
-    """z sum_(top count) d_i <= sum_(l < prefix) (rate_l - rate_prefix) M_l + rate_prefix count
-    with M_l = k_g v_l, or S/2 for a same-class cell when `capped` (count = 1)."""
+              t_col: int, count: int, prefix: int, halved: BoolArray | None = None) -> Cut:
+    """t sum_(top count) d_i <= sum_(l < prefix) (rate_l - rate_prefix) M_l
+    + rate_prefix count, with M_l = k_g v_l, or S/2 for the same-class cells marked in
+    `halved` (over the class's cells in rate order; count = 1)."""
     a, b = modes.start[g], modes.start[g + 1]
     rate = modes.rate[a:b]
     nxt = float(rate[prefix]) if prefix < rate.size else 0.0
@@ -289,20 +290,24 @@ def _line_cut(modes: Modes, g: int, k_g: float, jobs: IntArray, demand: FloatArr
     use = coef > 0
     cols = modes.col[a:a + prefix][use]
     vals = -coef[use] * k_g
-    if capped:
-        s_col = modes.s_col[a:a + prefix][use]
-        same = s_col >= 0
-        cols = np.where(same, s_col, cols)
-        vals = np.where(same, -coef[use] / 2, vals)
+    if halved is not None:
+        half = halved[:prefix][use]
+        cols = np.where(half, modes.s_col[a:a + prefix][use], cols)
+        vals = np.where(half, -coef[use] / 2, vals)
     top = jobs[:count]
     d = float(demand[top].sum())
     return _scaled_cut(np.concatenate([[t_col], cols]), np.concatenate([[d], vals]),
                        nxt * count, top, np.ones(top.size))
 
 
+def _violated(cut: Cut, x: FloatArray) -> bool:
+    return float(cut.vals @ x[cut.cols]) > cut.rhs + 1e-9 * max(1.0, abs(cut.rhs))
+
+
 def _separate(modes: Modes, classes: Classes, lp: PackedLP, x: FloatArray, t_col: int
               ) -> list[Cut]:
-    """The most violated line cut of each line piece, per class (module docstring)."""
+    """The most violated line cut of each line piece, per class (module docstring); only cuts
+    the point violates as written (a guard against re-adding a cut the master holds)."""
     t = x[t_col]
     cuts: list[Cut] = []
     for g in np.flatnonzero(classes.level_rows):
@@ -317,13 +322,14 @@ def _separate(modes: Modes, classes: Classes, lp: PackedLP, x: FloatArray, t_col
         for capped in (False, True):
             used = total
             counts = np.arange(1, jobs.size + 1)
-            if capped:
+            halved: BoolArray | None = None
+            if capped:  # one job's share of a same-class cell is at most S/2
                 s_col = modes.s_col[a:b]
-                same = s_col >= 0
-                if not same.any() or jobs.size < 2:
+                half = np.where(s_col >= 0, x[np.maximum(s_col, 0)] / 2, np.inf)
+                halved = half < total
+                if not halved.any():
                     continue
-                used = total.copy()
-                used[same] = np.minimum(used[same], x[s_col[same]] / 2)
+                used = np.minimum(total, half)
                 counts = counts[:1]
             ends = np.cumsum(used)
             best = np.interp(counts, np.concatenate([[0.0], ends]),
@@ -336,8 +342,10 @@ def _separate(modes: Modes, classes: Classes, lp: PackedLP, x: FloatArray, t_col
             for p in np.unique(piece[bad]):
                 here = bad & (piece == p)
                 count = int(counts[here][np.argmax(excess[here])])
-                cuts.append(_line_cut(modes, int(g), k_g, jobs, classes.demand, t_col, count,
-                                      int(p), capped))
+                cut = _line_cut(modes, int(g), k_g, jobs, classes.demand, t_col, count,
+                                int(p), halved)
+                if _violated(cut, x):
+                    cuts.append(cut)
     return cuts
 
 
@@ -607,7 +615,7 @@ class DemandLP:
         master.retarget(demand)
         new = np.flatnonzero(level_rows & ~self.seeded)
         master.add([_line_cut(modes, int(g), float(lp.k[g]), classes.jobs(g), demand, t_col,
-                              classes.jobs(g).size, modes.start[g + 1] - modes.start[g], False)
+                              classes.jobs(g).size, modes.start[g + 1] - modes.start[g])
                     for g in new])
         self.seeded[new] = True
         solve_time, rounds, status, decode_cuts = 0.0, 0, "error", 0
@@ -632,6 +640,9 @@ class DemandLP:
                 if not cuts:
                     decoded = _decode(lp, modes, classes, ex, x, t_col, threads)
                     cuts = decoded.cuts
+                # a cut the point satisfies as written (its duals repaired to validity)
+                # would only come back: stop with the plan and its honest gap instead
+                cuts = [cut for cut in cuts if _violated(cut, x)]
                 decode_cuts += len(cuts)
                 if not cuts:
                     break

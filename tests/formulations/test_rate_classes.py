@@ -82,14 +82,19 @@ def check_plan(problem: Problem, sol: DemandSolution, demand: np.ndarray) -> Non
 
 @st.composite
 def typed_instances(draw: st.DrawFn) -> tuple[Problem, np.ndarray]:
-    """Job types with several copies each (rate classes of more than one job), type-pair
-    rates with a strong same-type pair half of the time, sometimes one explicit pair, and
-    a demand per job."""
+    """Job types with several copies each (rate classes of more than one job, sometimes two
+    per type), type-pair rates with a strong same-type pair half of the time, sometimes one
+    explicit pair, and a demand per job."""
     copies = draw(st.lists(st.integers(1, 6), min_size=1, max_size=3))
     seed = draw(st.integers(0, 10**6))
     typed, _ = typed_problem(copies, seed)
     rng = np.random.default_rng(seed)
     m = typed.jobs.num_jobs
+    if draw(st.booleans()):  # two rate classes per job type: a class's pairing is < S
+        kind = np.unique(np.array(typed.jobs.job_type), return_inverse=True)[1].reshape(-1)
+        second = np.array([np.sum(kind[:i] == kind[i]) % 2 for i in range(m)])
+        typed = replace(typed, jobs=replace(
+            typed.jobs, throughput=typed.jobs.throughput * (1 + 0.1 * second)[:, None]))
     coloc = typed.colocations
     assert coloc is not None
     if draw(st.booleans()):
