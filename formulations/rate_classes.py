@@ -265,7 +265,7 @@ class Master:
 
 
 class Classes:
-    """Per group: its members by demand (largest first) and the demand prefix sums."""
+    """Per group: its members by demand, largest first (the top-k sets of the line cuts)."""
 
     def __init__(self, groups: Groups, demand: FloatArray, level_rows: BoolArray) -> None:
         order = np.lexsort((-demand, groups.group))
