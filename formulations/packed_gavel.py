@@ -57,9 +57,9 @@ from apportion.formulations.gavel_lp import (
     rhs_at,
     thrmax,
 )
-from apportion.formulations.lp import LPResult, solve_lp
+from apportion.formulations.lp import solve_lp
 from apportion.formulations.normalizers import isolated_share
-from apportion.formulations.rate_classes import DemandLP
+from apportion.formulations.rate_classes import DemandLP, DemandSolution
 from apportion.formulations.space_sharing import (
     Groups,
     JobPlan,
@@ -124,22 +124,6 @@ def level_cells(problem: Problem, reference_type: str, compat: Compat, active: n
     return packed_cells(problem, reference_type, compat, active, None, fine)
 
 
-@dataclass(frozen=True)
-class LevelOutcome:
-    """One level LP max t s.t. thr_i >= demand_i t, by either route: the decoded plan and its
-    throughput (policy units), the proven bound on t*, the multipliers y (m,) on the rows
-    demand_i t - thr_i <= 0, the capacity prices."""
-
-    status: str
-    plan: JobPlan
-    thr: FloatArray
-    bound: float | None
-    y: FloatArray
-    pi: FloatArray
-    result: LPResult
-    size: ModelSize
-
-
 class LevelSolver:
     """Level LPs max t s.t. thr_i >= demand_i t over `cells`, one demand vector after
     another; on rate classes the master and its cuts carry over between calls."""
@@ -150,8 +134,9 @@ class LevelSolver:
         self.options = options
         self.demand_lp: DemandLP | None = None
 
-    def solve(self, demand: FloatArray, deadline: float) -> LevelOutcome:
-        """The level LP for `demand` (m,) (> 0 on the jobs with a level row, finite)."""
+    def solve(self, demand: FloatArray, deadline: float) -> DemandSolution:
+        """The level LP for `demand` (m,) (> 0 on the jobs with a level row, finite), as
+        `rate_classes.DemandSolution` by either route."""
         problem, cells, options = self.problem, self.cells, self.options
         m, n = problem.jobs.num_jobs, problem.cluster.num_types
         rep = cells.groups.rep
@@ -162,22 +147,21 @@ class LevelSolver:
             if self.demand_lp is None:
                 every = replace(cells.base, level_rows=np.ones(rep.size, dtype=bool))
                 self.demand_lp = DemandLP(problem, cells.groups, every, options.threads)
-            sol = self.demand_lp.solve(demand, _limit(options, deadline))
-            return LevelOutcome(sol.status, sol.plan, sol.thr, sol.bound, sol.y, sol.pi,
-                                sol.result, sol.size)
+            return self.demand_lp.solve(demand, _limit(options, deadline))
         scale = np.divide(1.0, demand[rep], out=np.zeros(rep.size), where=rows)
         solver, method = _packed_solver(options)
         level = solve_level_lp(scaled(cells.base, scale, rows), solver,
                                _limit(options, deadline), options.threads, method)
         plan, thr = realize(problem, cells.groups, cells.base, level.raw)
-        y = np.zeros(m)
-        if level.dual is None:
-            return LevelOutcome(level.status, plan, thr, None, y, np.zeros(n), level.result,
-                                level.size)
-        # the group's row t <= thr_g / d_g, as the representative's row d t - thr <= 0
-        y[rep[rows]] = level.dual.y[rows] / demand[rep[rows]]
-        return LevelOutcome(level.status, plan, thr, level.dual.bound, y, level.dual.pi,
-                            level.result, level.size)
+        served = demand > 0
+        t = float(np.min(thr[served] / demand[served])) if served.any() else 0.0
+        y, pi = np.zeros(m), np.zeros(n)
+        if level.dual is not None:
+            # the group's row t <= thr_g / d_g, as the representative's row d t - thr <= 0
+            y[rep[rows]] = level.dual.y[rows] / demand[rep[rows]]
+            pi = level.dual.pi
+        return DemandSolution(level.status, plan, thr, t, level.bound, y, pi, level.result,
+                              level.size, rounds=1, decode_cuts=0)
 
 
 def _status(active: np.ndarray) -> tuple[tuple[JobStatus, ...], tuple[str, ...]]:
