@@ -222,6 +222,12 @@ def _solve(
     return solve_lp(c, a_matrix, b, _solver(options), limit, options.threads)
 
 
+def no_work_certificate(maximize: bool, formulation: str) -> Certificate:
+    """The closed-form answer when no job has work left: objective and bound 0, optimal."""
+    return Certificate(Termination.OPTIMAL, maximize, 0.0, 0.0, solver="closed form",
+                       formulation=formulation, detail="no remaining work")
+
+
 def deadline_at(options: SolveOptions) -> float:
     return time.perf_counter() + options.time_limit_s if options.time_limit_s > 0 else math.inf
 
@@ -648,15 +654,7 @@ def solve_min_makespan(
     status, reason = _finished_status(problem, active)
     formulation = "min makespan LP (z = 1/makespan)"
     if not active.any():
-        cert = Certificate(
-            termination=Termination.OPTIMAL,
-            maximize=False,
-            objective=0.0,
-            bound=0.0,
-            solver="closed form",
-            formulation=formulation,
-            detail="no remaining work",
-        )
+        cert = no_work_certificate(False, formulation)
         return _plan(
             problem,
             np.zeros((m, cells.n)),
@@ -916,15 +914,7 @@ def solve_finish_time_fairness(
     }
     formulation = "finish-time fairness: z-LPs with dual lower bounds"
     if not data.active.any():
-        cert = Certificate(
-            termination=Termination.OPTIMAL,
-            maximize=False,
-            objective=0.0,
-            bound=0.0,
-            solver="closed form",
-            formulation=formulation,
-            detail="no remaining work",
-        )
+        cert = no_work_certificate(False, formulation)
         return _plan(
             problem,
             np.zeros((m, n)),

@@ -50,6 +50,7 @@ from apportion.formulations.gavel_lp import (
     lp_termination,
     make_cells,
     max_sum_weights,
+    no_work_certificate,
     policy_throughput,
     relative_gap_between,
     repair,
@@ -188,8 +189,7 @@ def _no_pairs(single: FloatArray) -> JobPlan:
 def _no_work(problem: Problem, maximize: bool, formulation: str, active: np.ndarray,
              **extra: FloatArray) -> Plan:
     m, n = problem.jobs.num_jobs, problem.cluster.num_types
-    cert = Certificate(Termination.OPTIMAL, maximize, 0.0, 0.0, solver="closed form",
-                       formulation=formulation, detail="no remaining work")
+    cert = no_work_certificate(maximize, formulation)
     return _packed_plan(problem, _no_pairs(np.zeros((m, n))), np.zeros(m), np.zeros(m),
                         np.zeros(n), cert, active, **extra)
 
