@@ -573,6 +573,17 @@ def test_pinned_infeasible_is_a_termination_not_an_exception() -> None:
 # requests: end to end and bad inputs
 
 
+CLUSTER = {
+    "acceleratorTypes": [{"name": "a100", "count": 16}, {"name": "t4", "count": 4}],
+    "nodes": [
+        {"name": "n1", "acceleratorType": "a100", "devices": 8},
+        {"name": "n2", "acceleratorType": "a100", "devices": 8},
+        {"name": "n3", "acceleratorType": "t4", "devices": 4},
+    ],
+}
+"""16 A100 on two 8-GPU nodes, 4 T4 on one node (canonical JSON of the snapshot's cluster)."""
+
+
 def _request(
     extra_jobs: list[dict[str, object]] | None = None,
     policy: dict[str, object] | None = None,
@@ -581,14 +592,7 @@ def _request(
     body = {
         "snapshot": {
             "timeS": 1000,
-            "cluster": {
-                "acceleratorTypes": [{"name": "a100", "count": 16}, {"name": "t4", "count": 4}],
-                "nodes": [
-                    {"name": "n1", "acceleratorType": "a100", "devices": 8},
-                    {"name": "n2", "acceleratorType": "a100", "devices": 8},
-                    {"name": "n3", "acceleratorType": "t4", "devices": 4},
-                ],
-            },
+            "cluster": CLUSTER,
             "jobs": [
                 {
                     "id": "j1",

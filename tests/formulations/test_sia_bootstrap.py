@@ -18,6 +18,7 @@ from apportion.server.pipeline import solve_request
 from apportion.solver.errors import ValidationError
 from apportion.solver.model import PolluxJobModel
 from apportion.v1 import allocation_service_pb2 as service_pb
+from tests.formulations.test_sia import CLUSTER
 
 T4 = {"alphaC": 0.05, "betaC": 0.004, "alphaN": 0.3, "betaN": 0.01, "alphaR": 0.1,
       "betaR": 0.005, "gamma": 1.5}
@@ -34,14 +35,7 @@ def request(seeds: dict[str, float] | None) -> service_pb.SolveRequest:
     body = {
         "snapshot": {
             "timeS": 1000,
-            "cluster": {
-                "acceleratorTypes": [{"name": "a100", "count": 16}, {"name": "t4", "count": 4}],
-                "nodes": [
-                    {"name": "n1", "acceleratorType": "a100", "devices": 8},
-                    {"name": "n2", "acceleratorType": "a100", "devices": 8},
-                    {"name": "n3", "acceleratorType": "t4", "devices": 4},
-                ],
-            },
+            "cluster": CLUSTER,
             "jobs": [{"id": "j", "pollux": pollux}],
         },
         "policy": {"name": "sia"},
