@@ -40,7 +40,7 @@ import numpy as np
 
 from apportion.datasets.sia import read_sia_workload
 from apportion.datasets.sia_models import AppProfiles, read_profile_library
-from apportion.formulations.pollux_model import BatchLimits, GradParams, PerfParams, best_goodput
+from apportion.formulations.pollux_model import PerfParams, best_goodput, job_inputs
 from apportion.formulations.sia import (
     build_instance,
     current_configuration,
@@ -97,13 +97,7 @@ def profile_rows(library: dict[str, AppProfiles], workload: Path) -> GoodputRow:
         epoch = int(rng.integers(0, epochs))
         if (app.name, epoch) not in cache:
             model = app.job_model(TYPES, epoch)
-            grad = GradParams(model.grad_sqr, model.grad_var)
-            limits = BatchLimits(
-                model.init_batch_size,
-                model.max_batch_size,
-                model.min_local_batch_size,
-                model.max_local_batch_size,
-            )
+            grad, limits = job_inputs(model)
             cache[(app.name, epoch)] = [
                 best_goodput(
                     PerfParams(*map(float, model.perf_params[c.type_index])),

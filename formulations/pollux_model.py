@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from apportion.solver.model import FloatArray
+from apportion.solver.model import FloatArray, PolluxJobModel
 
 
 @dataclass(frozen=True)
@@ -243,6 +243,13 @@ def best_goodput_exhaustive(
         np.asarray(atomic_list, np.int64),
         np.asarray(accum_list, np.int64),
     )
+
+
+def job_inputs(model: PolluxJobModel) -> tuple[GradParams, BatchLimits]:
+    """A snapshot job's gradient statistics and batch limits, as the optimizer takes them."""
+    limits = BatchLimits(model.init_batch_size, model.max_batch_size,
+                         model.min_local_batch_size, model.max_local_batch_size)
+    return GradParams(model.grad_sqr, model.grad_var), limits
 
 
 def bootstrap_best(

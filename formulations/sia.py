@@ -31,11 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from apportion.formulations.pollux_model import (
-    BatchLimits,
-    GradParams,
     PerfParams,
     best_goodput,
     bootstrap_best,
+    job_inputs,
 )
 from apportion.formulations.sia_configs import (
     SIA_MAX_PROFILED_NODES,
@@ -125,13 +124,7 @@ def goodput_table(
                 if k is not None:
                     raw[i, k] = entry.goodput
         elif model is not None:
-            grad = GradParams(model.grad_sqr, model.grad_var)
-            limits = BatchLimits(
-                model.init_batch_size,
-                model.max_batch_size,
-                model.min_local_batch_size,
-                model.max_local_batch_size,
-            )
+            grad, limits = job_inputs(model)
             source = bootstrap_sources(model)
             for k, conf in enumerate(configs):
                 t = conf.type_index
