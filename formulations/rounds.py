@@ -63,20 +63,6 @@ GAVEL_ROUND_S = 360.0
 FRESH = 1e9
 """Priority multiplier of a job with no time on a type (fresh jobs first)."""
 
-LP_POLICIES = frozenset(
-    {
-        "weighted_max_min_fairness",
-        "isolated",
-        "max_sum_throughput",
-        "cost_normalized_throughput",
-        "min_makespan",
-        "themis_finish_time_fairness",
-        "hierarchical_max_min_fairness",
-    }
-)
-"""Policies whose time-share plan gets the round schedule when `schedule_rounds > 0`."""
-
-
 Colocated = tuple[tuple[int, int, int, float], ...]
 """`Plan.colocated`: (job a, job b, type index, share of time a and b run together there)."""
 

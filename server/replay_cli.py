@@ -62,26 +62,28 @@ def cmd_replay(args: argparse.Namespace) -> int:
         replay,
         synthetic_jobs,
     )
-    from apportion.formulations.rounds import LP_POLICIES
+    from apportion.solver.capabilities import PlanKind
     from apportion.solver.errors import ValidationError
     from apportion.solver.model import SolveOptions
     from apportion.solver.parameters import ShockwaveParameters
-    from apportion.solver.registry import lookup
+    from apportion.solver.registry import lookup, policies
 
     if args.gpus < 1:
         raise InputError(f"--gpus must be >= 1, got {args.gpus}")
     if not args.round > 0:
         raise InputError(f"--round must be > 0, got {args.round}")
     resolved: list[tuple[str, str]] = []
+    replayable = sorted(spec.name for spec in policies()
+                        if spec.capabilities.round_schedule
+                        or spec.capabilities.plan_kind is PlanKind.WINDOW)
     for name in args.policies:
         try:
             spec = lookup(name)
         except ValidationError as exc:
             raise InputError(str(exc)) from exc
-        if spec.name != "shockwave" and spec.name not in LP_POLICIES:
-            supported = ", ".join(sorted({"shockwave", *LP_POLICIES}))
+        if spec.name not in replayable:
             raise InputError(f"policy {name!r} has no round schedule to replay "
-                             f"(replayable: {supported})")
+                             f"(replayable: {', '.join(replayable)})")
         resolved.append((name, spec.name))
     if args.profiles:
         from apportion.datasets.shockwave import read_shockwave_profiles
@@ -112,7 +114,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                  "round_s": args.round, "policies": {}}
     for requested, name in resolved:
         policy: RoundPolicy
-        if name == "shockwave":
+        if lookup(name).capabilities.plan_kind is PlanKind.WINDOW:
             options = SolveOptions(time_limit_s=args.time_limit, threads=args.threads)
             policy = ShockwaveRoundPolicy(ShockwaveParameters(), options)
         else:
@@ -124,9 +126,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"{requested:<28} {m.makespan_s:>11,.0f} {m.avg_jct_s:>11,.0f} "
               f"{m.worst_rho:>10.2f} {m.mean_rho:>9.2f} {m.frac_rho_gt1:>6.3f} "
               f"{m.worst_rho_themis:>18.2f} {m.utilization:>5.2f} {wall:>7.1f}", flush=True)
-        policies = report["policies"]
-        assert isinstance(policies, dict)
-        policies[requested] = {
+        per_policy = report["policies"]
+        assert isinstance(per_policy, dict)
+        per_policy[requested] = {
             "metrics": {k: float(v) for k, v in vars(m).items()},
             "finish_s": [float(x) for x in result.finish_s],
             "rounds": result.rounds,

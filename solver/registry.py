@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from apportion.solver import parameters as _params
+from apportion.solver.capabilities import Capabilities, PlanKind, ProblemClass
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import Problem, SolveOptions
 from apportion.solver.parameters import (
@@ -45,6 +46,8 @@ class PolicySpec:
     maximize: bool
     entry_point: str
     """"module:function" implementing SolveFunction, imported lazily."""
+    capabilities: Capabilities
+    """What the policy reads and what its plan holds (`apportion.solver.capabilities`)."""
     aliases: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     """Alias name -> parameter values the alias forces."""
 
@@ -74,6 +77,12 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.max_min_fairness:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.LP,
+            uses_colocations=True,
+            round_schedule=True,
+        ),
         aliases={
             "max_min_fairness_perf": {"heterogeneity_agnostic": False},
             "max_min_fairness": {"heterogeneity_agnostic": True},
@@ -103,6 +112,13 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.water_filling:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.LP,
+            reads_tenants=True,
+            uses_colocations=True,
+            round_schedule=True,
+        ),
         aliases={
             "max_min_fairness_water_filling_perf": {"heterogeneity_agnostic": False},
             "max_min_fairness_water_filling": {"heterogeneity_agnostic": True},
@@ -124,6 +140,11 @@ _POLICIES: tuple[PolicySpec, ...] = (
         required_inputs=("cluster.accelerator_types[].count", "jobs[].scale_factor"),
         maximize=True,
         entry_point="apportion.formulations.isolated:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.HEURISTIC,
+            round_schedule=True,
+        ),
     ),
     PolicySpec(
         name="allox",
@@ -148,6 +169,13 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=False,
         entry_point="apportion.formulations.allox:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.QUEUE,
+            ProblemClass.LP,
+            needs_remaining_work=True,
+            needs_history=True,
+            relative_gap=1e-9,
+        ),
         # Gavel registers it under the same name, "allox" (alpha = 1 by default).
     ),
     PolicySpec(
@@ -167,6 +195,12 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.gavel_lp:solve_max_sum_throughput",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.LP,
+            uses_colocations=True,
+            round_schedule=True,
+        ),
         aliases={"max_sum_throughput_perf": {}},
     ),
     PolicySpec(
@@ -191,6 +225,11 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.gavel_lp:solve_cost_throughput",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.LP,
+            round_schedule=True,
+        ),
         aliases={
             "max_sum_throughput_normalized_by_cost_perf": {"use_slos": False},
             "max_sum_throughput_normalized_by_cost_perf_SLOs": {"use_slos": True},
@@ -214,6 +253,13 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=False,
         entry_point="apportion.formulations.gavel_lp:solve_min_makespan",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.LP,
+            needs_remaining_work=True,
+            uses_colocations=True,
+            round_schedule=True,
+        ),
         aliases={
             "min_total_duration_perf": {},
             "min_total_duration": {"reference_type": "v100"},
@@ -242,6 +288,14 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=False,
         entry_point="apportion.formulations.gavel_lp:solve_finish_time_fairness",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.LP,
+            needs_remaining_work=True,
+            needs_history=True,
+            uses_colocations=True,
+            round_schedule=True,
+        ),
         aliases={
             "finish_time_fairness_perf": {},
             "finish_time_fairness": {"reference_type": "v100"},
@@ -267,6 +321,11 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.fifo:solve_fifo",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.HEURISTIC,
+            needs_history=True,
+        ),
     ),
     PolicySpec(
         name="fifo_perf",
@@ -286,6 +345,10 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.fifo:solve_fifo_perf",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.HEURISTIC,
+        ),
     ),
     PolicySpec(
         name="fifo_packed",
@@ -307,6 +370,11 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.fifo:solve_fifo_packed",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.HEURISTIC,
+            uses_colocations=True,
+        ),
     ),
     PolicySpec(
         name="gandiva",
@@ -329,6 +397,12 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.gandiva:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.HEURISTIC,
+            needs_history=True,
+            uses_colocations=True,
+        ),
     ),
     PolicySpec(
         name="fisher_market",
@@ -351,6 +425,10 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.fisher_market:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.MARKET,
+            ProblemClass.CONIC,
+        ),
         aliases={
             "eisenberg_gale": {},
             "fisher_market_weighted": {"budgets": _params.BudgetSource.PRIORITY_WEIGHT},
@@ -383,6 +461,13 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.shockwave:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.WINDOW,
+            ProblemClass.MILP,
+            needs_history=True,
+            reads_epoch_profiles=True,
+            relative_gap=1e-3,
+        ),
     ),
     PolicySpec(
         name="sia",
@@ -409,6 +494,12 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=False,
         entry_point="apportion.formulations.sia:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.CONFIGURATION,
+            ProblemClass.MILP,
+            needs_history=True,
+            reads_configurations=True,
+        ),
     ),
     PolicySpec(
         name="pollux",
@@ -434,6 +525,12 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.pollux:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.CONFIGURATION,
+            ProblemClass.MILP,
+            needs_history=True,
+            reads_configurations=True,
+        ),
     ),
 )
 

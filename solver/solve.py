@@ -26,9 +26,9 @@ def solve(problem: Problem, policy: PolicyRequest, options: SolveOptions | None 
         cert = replace(cert, build_time_s=max(0.0, wall - cert.solve_time_s))
     plan = replace(plan, certificate=cert)
     if opts.schedule_rounds > 0 and _has_time_share(plan):
-        from apportion.formulations.rounds import LP_POLICIES, round_schedule
+        from apportion.formulations.rounds import round_schedule
 
-        if spec.name in LP_POLICIES:
+        if spec.capabilities.round_schedule:
             rounds = round_schedule(
                 problem, plan.time_share, opts.schedule_rounds, plan.colocated
             )

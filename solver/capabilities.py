@@ -1,0 +1,80 @@
+"""What a policy reads and produces, declared as data on its registry entry.
+
+Every other part of apportion (conversion and validation, the round schedule, the simulator,
+`ListPolicies`) asks these flags instead of keeping its own list of policy names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class PlanKind(StrEnum):
+    """The shape of a policy's answer."""
+
+    TIME_SHARE = "time_share"
+    """A time share per job and accelerator type (the fraction of time the job runs there)."""
+    QUEUE = "queue"
+    """Per-device queues of pending jobs with start and completion times (matching)."""
+    CONFIGURATION = "configuration"
+    """One configuration per job (type, nodes, devices) placed on nodes."""
+    MARKET = "market"
+    """Time shares at market-clearing prices with each job's spending."""
+    WINDOW = "window"
+    """A 0/1 schedule over a planning window of rounds."""
+
+
+class ProblemClass(StrEnum):
+    """The kind of optimization behind a policy, which sets its default gap tolerance."""
+
+    LP = "lp"
+    MILP = "milp"
+    CONIC = "conic"
+    HEURISTIC = "heuristic"
+    """No optimization, or a greedy rule: the termination is `heuristic`, the bound optional."""
+
+
+DEFAULT_RELATIVE_GAP: dict[ProblemClass, float] = {
+    ProblemClass.LP: 1e-6,
+    ProblemClass.MILP: 1e-4,
+    ProblemClass.CONIC: 1e-6,
+    ProblemClass.HEURISTIC: 1e-6,
+}
+"""The relative gap (objective vs proven bound, `relative_gap`) within which a plan may be
+called optimal, when the request does not set `options.relative_gap`. LPs and conic programs
+are solved to about 1e-9 and certified by their duals, so 1e-6 leaves room for the repair of
+the duals; MILPs stop at 1e-4 as is usual for branch and bound. A policy may declare its own
+(`Capabilities.relative_gap`)."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a policy reads from a snapshot and what its plan holds."""
+
+    plan_kind: PlanKind
+    problem_class: ProblemClass
+    reads_tenants: bool = False
+    """Reads `snapshot.tenants` and `jobs[].tenant` (tenant weights and sharing modes)."""
+    needs_remaining_work: bool = False
+    """Every job needs `progress.total_steps > steps_done` (a remaining amount of work)."""
+    needs_history: bool = False
+    """Reads `history` (current placements, accumulated state)."""
+    uses_colocations: bool = False
+    """Reads pair throughputs (`colocations`, `type_colocations` with `jobs[].job_type`): always
+    for packing heuristics, with `space_sharing` set for the LP policies."""
+    reads_epoch_profiles: bool = False
+    """Reads `jobs[].epoch_profile` and epoch progress (planning-window policies)."""
+    reads_configurations: bool = False
+    """Reads per-configuration goodput (`jobs[].configurations`, `jobs[].pollux`, elasticity)."""
+    round_schedule: bool = False
+    """Its time-share plan can be turned into rounds (`options.schedule_rounds`)."""
+    relative_gap: float | None = None
+    """The policy's own default gap tolerance; None = `DEFAULT_RELATIVE_GAP[problem_class]`."""
+
+    @property
+    def default_relative_gap(self) -> float:
+        """The gap tolerance used when the request sets none."""
+        if self.relative_gap is not None:
+            return self.relative_gap
+        return DEFAULT_RELATIVE_GAP[self.problem_class]
