@@ -47,7 +47,6 @@ from apportion.formulations.sia import (
     goodput_table,
     job_restart_factor,
     sia_node_caps,
-    solve_policy,
 )
 from apportion.formulations.sia_configs import (
     SIA_MAX_PROFILED_NODES,
@@ -61,11 +60,13 @@ from apportion.solver.model import (
     Cluster,
     Compat,
     GivenGoodput,
+    PolicyRequest,
     Problem,
     SolveOptions,
     make_problem,
 )
 from apportion.solver.parameters import SiaParameters
+from apportion.solver.solve import solve
 
 TYPES = ("aws", "dgx-ext", "rtx")
 NODES = ((192, 4), (64, 8), (96, 8))
@@ -242,7 +243,9 @@ def main() -> None:
         problem = sia_problem(size, args.seed, rows)
         rows_s = time.perf_counter() - started
         started = time.perf_counter()
-        plan = solve_policy(problem, params, Compat.NONE, SolveOptions(threads=args.threads))
+        plan = solve(
+            problem, PolicyRequest("sia", params, Compat.NONE), SolveOptions(threads=args.threads)
+        )
         ours = time.perf_counter() - started
         instance = instance_of(problem, params)
         ref_obj, ref_time = reference(instance, args.reference_solver)

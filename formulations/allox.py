@@ -73,12 +73,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from functools import cache
-from importlib.metadata import version
 
 import numpy as np
+import scipy.sparse as sp
 
-from apportion.formulations.lp import new_highs
+from apportion.solver.backends.highs import (
+    INFINITY,
+    HighsSettings,
+    LinearModel,
+    highs_version,
+    solve_highs,
+)
+from apportion.solver.backends.status import SolverStatus
+from apportion.solver.certificate import termination
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import AlloxParameters
 from apportion.solver.result import (
@@ -88,17 +96,10 @@ from apportion.solver.result import (
     ModelSize,
     Plan,
     QueueAssignment,
-    Termination,
+    relative_gap,
 )
 
-DEFAULT_GAP = 1e-9
-"""Relative duality gap accepted as OPTIMAL (A3 numerical notes)."""
 MAX_PRICING_ROUNDS = 64
-
-
-@cache
-def _highs_version() -> str:
-    return version("highspy")
 
 
 
@@ -129,8 +130,8 @@ class Matching:
     """(N,) job duals u_i = min_s (Q[i,s] - v_s)."""
     v: tuple[FloatArray, ...]
     """Per group, duals v[h][k-1] <= 0 of positions k = 1..K_h (0 beyond)."""
-    status: str
-    """"optimal", "time_limit" or "error" (of the last LP)."""
+    status: SolverStatus
+    """Of the last LP."""
     solver_version: str = ""
     solve_time_s: float = 0.0
     variables: int = 0
@@ -169,12 +170,10 @@ def schedule_groups(
 
 
 def _solve_lp(
-    P: FloatArray, base: FloatArray, W: IntArray, K: IntArray, time_limit_s: float, threads: int
-) -> tuple[str, FloatArray, FloatArray, float, int, int]:
+    P: FloatArray, base: FloatArray, W: IntArray, K: IntArray, deadline: Deadline, threads: int
+) -> tuple[SolverStatus, FloatArray, FloatArray, float, int, int]:
     """Grouped transportation LP with positions 1..K_h. Returns (status, y per job and group
     (N, H), v per slot (S,), solve seconds, variables, rows)."""
-    import highspy
-
     N, H = P.shape
     slot_group = np.repeat(np.arange(H), K)
     slot_k = np.concatenate([np.arange(1, k + 1) for k in K]).astype(np.float64)
@@ -185,56 +184,29 @@ def _solve_lp(
     scale = 1.0  # unscaled: HiGHS tolerances are absolute, costs are seconds
     scale = scale if scale > 0 else 1.0
     nvar = rows.size
-    highs = new_highs(threads, time_limit_s)
-    # Interior point + crossover (a vertex): 3-6x faster than simplex on 10^4-10^5 arcs here.
-    highs.setOptionValue("solver", "ipm")
-    highs.setOptionValue("run_crossover", "on")
-    highs.setOptionValue("primal_feasibility_tolerance", 1e-10)
-    highs.setOptionValue("dual_feasibility_tolerance", 1e-10)
-    lp = highspy.HighsLp()
-    lp.num_col_ = nvar
-    lp.num_row_ = N + S
-    lp.col_cost_ = cost / scale
-    lp.col_lower_ = np.zeros(nvar)
-    lp.col_upper_ = np.full(nvar, highspy.kHighsInf)
-    lp.row_lower_ = np.r_[np.ones(N), np.full(S, -highspy.kHighsInf)]
-    lp.row_upper_ = np.r_[np.ones(N), W[slot_group].astype(np.float64)]
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = np.arange(0, 2 * nvar + 1, 2, dtype=np.int32)
-    lp.a_matrix_.index_ = np.stack([rows, N + cols], axis=1).ravel().astype(np.int32)
-    lp.a_matrix_.value_ = np.ones(2 * nvar)
-    highs.passModel(lp)
-    started = time.perf_counter()
-    highs.run()
-    model_status = highs.getModelStatus()
-    if model_status not in (
-        highspy.HighsModelStatus.kOptimal,
-        highspy.HighsModelStatus.kTimeLimit,
-        highspy.HighsModelStatus.kInfeasible,
-    ):
-        # The interior point can stall on small degenerate instances (status "Unknown" at
-        # these tolerances); simplex always settles them.
-        highs.setOptionValue("solver", "simplex")
-        highs.clearSolver()
-        highs.run()
-        model_status = highs.getModelStatus()
-    elapsed = time.perf_counter() - started
-    if model_status == highspy.HighsModelStatus.kOptimal:
-        status = "optimal"
-    elif model_status == highspy.HighsModelStatus.kTimeLimit:
-        status = "time_limit"
-    elif model_status == highspy.HighsModelStatus.kInfeasible:
-        status = "infeasible"  # too few positions for the jobs allowed on some groups
-    else:
-        status = "error"
-    solution = highs.getSolution()
-    x = np.asarray(solution.col_value, dtype=np.float64)
-    duals = np.asarray(solution.row_dual, dtype=np.float64)
+    matrix = sp.csc_matrix(
+        (np.ones(2 * nvar), np.stack([rows, N + cols], axis=1).ravel(),
+         np.arange(0, 2 * nvar + 1, 2)),
+        shape=(N + S, nvar),
+    )
+    model = LinearModel(
+        cost=cost / scale,
+        matrix=matrix,
+        row_lower=np.r_[np.ones(N), np.full(S, -INFINITY)],
+        row_upper=np.r_[np.ones(N), W[slot_group].astype(np.float64)],
+        col_lower=np.zeros(nvar),
+        col_upper=np.full(nvar, INFINITY),
+    )
+    # Interior point + crossover (a vertex): 3-6x faster than simplex on 10^4-10^5 arcs here;
+    # it can stall on small degenerate instances (no status at these tolerances), which
+    # simplex always settles. Infeasible = too few positions for the jobs of some group.
+    settings = HighsSettings(method="ipm", crossover=True, primal_tolerance=1e-10,
+                             dual_tolerance=1e-10, threads=threads, fallback_to_simplex=True)
+    result = solve_highs(model, settings, deadline)
     y = np.zeros((N, H))
-    if x.size == nvar:
-        np.add.at(y, (rows, slot_group[cols]), x)
-    v = scale * duals[N:] if duals.size == N + S else np.zeros(S)
-    return status, y, v, elapsed, nvar, N + S
+    np.add.at(y, (rows, slot_group[cols]), result.x)
+    v = scale * result.row_dual[N:]
+    return result.status, y, v, result.solve_time_s, nvar, N + S
 
 
 def _reduced_minimum(
@@ -260,7 +232,7 @@ def solve_matching(
     tau: FloatArray,
     W: IntArray,
     a: FloatArray,
-    time_limit_s: float = 0.0,
+    deadline: Deadline = NO_DEADLINE,
     threads: int = 0,
     initial_positions: IntArray | None = None,
 ) -> Matching:
@@ -273,7 +245,8 @@ def solve_matching(
         empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0)
         zeros = tuple(np.zeros(0) for _ in range(H))
         return Matching(
-            empty_i, empty_i, empty_i, empty_f, empty_f, 0.0, 0.0, empty_f, zeros, "optimal"
+            empty_i, empty_i, empty_i, empty_f, empty_f, 0.0, 0.0, empty_f, zeros,
+            SolverStatus.OPTIMAL,
         )
     t0 = float(tau.min())
     base = np.asarray(tau - t0, dtype=np.float64)
@@ -284,43 +257,43 @@ def solve_matching(
         K = np.minimum(cap, 2 * (-(-N // max(M, 1))) + 1)
     else:
         K = np.minimum(cap, np.maximum(np.asarray(initial_positions, np.int64), 1))
-    started = time.perf_counter()
     solve_time = 0.0
     rounds = 0
-    status = "error"
+    status = SolverStatus.ERROR
     y = np.zeros((N, H))
     v_flat = np.zeros(int(K.sum()))
     nvar = nrows = 0
     while True:
         rounds += 1
-        remaining = 0.0
-        if time_limit_s > 0:
-            remaining = max(1e-3, time_limit_s - (time.perf_counter() - started))
-        status, y, v_flat, elapsed, nvar, nrows = _solve_lp(P, base, W, K, remaining, threads)
+        status, y, v_flat, elapsed, nvar, nrows = _solve_lp(P, base, W, K, deadline, threads)
         solve_time += elapsed
-        if status == "infeasible" and bool((cap > K).any()):
+        if status is SolverStatus.INFEASIBLE and bool((cap > K).any()):
             # Not enough positions where some jobs may run: give every group more. At the cap
             # (ceil(N_h/W_h) + 1 positions) every job fits, so this terminates.
+            if deadline.expired():
+                status = SolverStatus.TIME_LIMIT  # the instance is feasible; time ran out
+                break
             K = np.minimum(cap, 2 * K)
             continue
-        if status != "optimal":
+        if status is not SolverStatus.OPTIMAL:
             break
         v = tuple(np.minimum(part, 0.0) for part in np.split(v_flat, np.cumsum(K)[:-1]))
         inside, outside = _reduced_minimum(P, base, K, v)
         tol = 1e-10 * max(float(np.max(inside[np.isfinite(inside)], initial=0.0)), 1.0)
         grow = ((outside < inside[:, None] - tol).any(axis=0)) & (cap > K)
-        if not grow.any() or rounds >= MAX_PRICING_ROUNDS:
+        if not grow.any() or rounds >= MAX_PRICING_ROUNDS or deadline.expired():
             break
         K = np.where(grow, np.minimum(cap, 2 * K), K)
     v = tuple(np.minimum(part, 0.0) for part in np.split(v_flat, np.cumsum(K)[:-1]))
-    group = np.argmax(y, axis=1) if status != "error" else np.argmin(P, axis=1)
+    has_point = status is SolverStatus.OPTIMAL or status.limit_reached
+    group = np.argmax(y, axis=1) if has_point else np.argmin(P, axis=1)
     if not np.all(np.isfinite(P[np.arange(N), group])):  # defensive: never assign a blocked arc
         group = np.where(np.isfinite(P[np.arange(N), group]), group, np.argmin(P, axis=1))
     position, machine, start, completion = schedule_groups(P, tau, W, group)
     objective = float(np.sum(completion - a))
     bound: float | None = None
     u = np.zeros(N)
-    if status == "optimal":
+    if status is SolverStatus.OPTIMAL:
         inside, outside = _reduced_minimum(P, base, K, v)
         u_shifted = np.minimum(inside, outside.min(axis=1))
         u = u_shifted + t0 - a
@@ -336,7 +309,7 @@ def solve_matching(
         u=u,
         v=v,
         status=status,
-        solver_version=_highs_version(),
+        solver_version=highs_version(),
         solve_time_s=solve_time,
         variables=nvar,
         constraints=nrows,
@@ -466,11 +439,15 @@ def _select(
 
 
 def solve_policy(
-    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: AlloxParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """AlloX on a validated snapshot (see the module docstring)."""
     started = time.perf_counter()
-    params = parameters if isinstance(parameters, AlloxParameters) else AlloxParameters()
+    params = parameters
     jobs, cluster = problem.jobs, problem.cluster
     m, n = jobs.num_jobs, cluster.num_types
     now = problem.time_s
@@ -495,9 +472,7 @@ def solve_policy(
     with np.errstate(divide="ignore"):
         P = np.where(thr > 0, rem[:, None] / np.where(thr > 0, thr, 1.0), np.inf)
     build = time.perf_counter() - started
-    result = solve_matching(
-        P, tau, W, jobs.arrival_time_s[matched], options.time_limit_s, options.threads
-    )
+    result = solve_matching(P, tau, W, jobs.arrival_time_s[matched], deadline, options.threads)
 
     # decode to devices
     time_share = np.zeros((m, n))
@@ -563,13 +538,11 @@ def solve_policy(
             objective_value[i] = 0.0
 
     effective = np.einsum("ij,ij->i", jobs.throughput, time_share)
-    cert_status = {
-        "optimal": Termination.OPTIMAL,
-        "time_limit": Termination.FEASIBLE,
-        "error": Termination.ERROR,
-    }.get(result.status, Termination.ERROR)
+    # the decoded schedule is feasible whatever the LP's status: a plan at a limit
+    ended = termination(result.status, True, relative_gap(result.objective, result.bound),
+                        options.relative_gap)
     cert = Certificate(
-        termination=cert_status,
+        termination=ended,
         maximize=False,
         objective=result.objective,
         bound=result.bound,
@@ -588,11 +561,6 @@ def solve_policy(
         ),
         detail="objective = total JCT sum_i (C_i - a_i) of the matched jobs (s)",
     )
-    gap = cert.gap
-    if cert_status is Termination.OPTIMAL and (
-        gap is None or gap > (options.relative_gap or DEFAULT_GAP)
-    ):
-        cert = Certificate(**{**cert.__dict__, "termination": Termination.OPTIMAL_INACCURATE})
     return Plan(
         time_share=time_share,
         effective_throughput=effective,

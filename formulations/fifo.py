@@ -28,7 +28,9 @@ import time
 import numpy as np
 
 from apportion.formulations.space_sharing import PairRates
+from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, FloatArray, Problem, SolveOptions
+from apportion.solver.parameters import NoParameters
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 
 PACK_THRESHOLD = 1.5
@@ -109,20 +111,34 @@ def greedy_plan(X: FloatArray, thr: FloatArray, status: list[JobStatus], reason:
     )
 
 
-def solve_fifo(problem: Problem, parameters: object, compat: Compat, options: SolveOptions) -> Plan:
+def solve_fifo(
+    problem: Problem,
+    parameters: NoParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
+) -> Plan:
     """Gavel's `fifo`: running jobs keep their type; the queue head takes a random fitting type."""
     return _fifo(problem, aware=False, seed=options.seed)
 
 
 def solve_fifo_perf(
-    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: NoParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """Gavel's `fifo_perf`: the queue head takes the fastest type with enough free devices."""
     return _fifo(problem, aware=True, seed=options.seed)
 
 
 def solve_fifo_packed(
-    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: NoParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """Gavel's `fifo_packed`: `fifo_perf`, then queued jobs packed onto scheduled single jobs
     (module docstring)."""

@@ -57,9 +57,9 @@ capacity) and its objective recomputed. For any q >= 0, sigma >= 0, the Lagrangi
 
 is a proven upper bound (job i maximizing B_i log u - c_i u gives B_i log(B_i/c_i) - B_i).
 The solver's duals are clipped to >= 0, each sigma_i is re-optimized in closed form for the
-given q, and D is reported as the bound. The status is OPTIMAL when
-|objective - bound| <= tolerance * max(1, sum_i B_i) (the objective's natural scale; the
-reported relative gap uses the A1.4 formula and can look large when the objective is near 0).
+given q, and D is reported as the bound. The objective can be near 0 on any instance (a sum of
+logarithms), so the gap is measured against its natural scale max(1, sum_i B_i)
+(`Certificate.gap_scale`): OPTIMAL when |objective - bound| <= tolerance * that scale.
 
 Solved with Clarabel (interior point, exponential cones ``(t_i, 1, u_i) in K_exp`` meaning
 t_i <= log u_i) on the usable cells only.
@@ -69,19 +69,28 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from importlib.metadata import version
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from apportion.formulations.normalizers import proportional_throughput
-from apportion.solver.model import Compat, FloatArray, Problem, SolveOptions
+from apportion.solver.backends.clarabel import Cone, ConeKind, ConicModel, solve_clarabel
+from apportion.solver.backends.lp import solve_lp
+from apportion.solver.backends.status import SolverStatus
+from apportion.solver.certificate import termination
+from apportion.solver.deadline import NO_DEADLINE, Deadline
+from apportion.solver.model import Compat, FloatArray, Problem, SolveOptions, SolverPreference
 from apportion.solver.parameters import BudgetSource, FisherMarketParameters
-from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Termination
+from apportion.solver.result import (
+    Certificate,
+    JobStatus,
+    ModelSize,
+    Plan,
+    Termination,
+    relative_gap,
+)
 
-DEFAULT_GAP = 1e-6
-"""Accepted absolute gap, in units of sum_i B_i (see the module docstring)."""
 ZERO = 1e-9
 """Entries of X below this are set to 0 (A1.4)."""
 POLISH_SLACK = 1e-7
@@ -109,8 +118,8 @@ class MarketSolution:
     bound: float
     """D(q, sigma) >= optimum (+inf if the duals do not price every job)."""
     max_violation: float
-    status: str
-    """"optimal", "infeasible", "time_limit", "error"."""
+    status: SolverStatus
+    solver_version: str
     solve_time_s: float
     size: ModelSize
     detail: str = ""
@@ -121,13 +130,11 @@ def solve_market(
     s: FloatArray,
     W: FloatArray,
     budgets: FloatArray,
-    time_limit_s: float = 0.0,
+    deadline: Deadline = NO_DEADLINE,
 ) -> MarketSolution:
     """Solve the Eisenberg–Gale program for utilities `a` (m, n; 0 = cell not allowed), scale
     factors `s` (m,), supplies `W` (n,) and budgets (m,) > 0. Every row of `a` needs a positive
     entry on a type with W > 0 (the caller removes the others)."""
-    import clarabel
-
     m, n = a.shape
     rows_idx, cols_idx = np.nonzero(a > 0)
     k = rows_idx.size
@@ -169,50 +176,30 @@ def solve_market(
         shape=(lin_rows + 3 * m, nv),
     )
     h = np.concatenate([h_lin, h_exp])
-    cones = [clarabel.NonnegativeConeT(lin_rows)] + [clarabel.ExponentialConeT()] * m
-    settings = clarabel.DefaultSettings()
-    settings.verbose = False
-    settings.tol_gap_abs = 1e-10
-    settings.tol_gap_rel = 1e-10
-    settings.tol_feas = 1e-10
-    settings.tol_ktratio = 1e-8
-    if time_limit_s > 0:
-        settings.time_limit = float(time_limit_s)
-    size = ModelSize(nv, lin_rows + 3 * m, int(G.nnz), 0)
-    started = time.perf_counter()
-    solution = clarabel.DefaultSolver(sp.csc_matrix((nv, nv)), cost, G, h, cones, settings).solve()
-    elapsed = time.perf_counter() - started
-    text = str(solution.status)
-    if "Infeasible" in text and "Almost" not in text:
-        status = "infeasible"
-    elif text.endswith("Solved"):
-        status = "optimal"
-    elif "MaxTime" in text:
-        status = "time_limit"
-    else:
-        status = "error"
-    z = np.asarray(solution.z, dtype=np.float64)
-    x = np.asarray(solution.x, dtype=np.float64)
+    cones = (Cone(ConeKind.NONNEGATIVE, lin_rows),) + (Cone(ConeKind.EXPONENTIAL, 3),) * m
+    solution = solve_clarabel(ConicModel(cost, G, h, cones), deadline=deadline)
+    size, elapsed, text = solution.size, solution.solve_time_s, solution.detail
+    status, z, x = solution.status, solution.row_dual, solution.x
     X = np.zeros((m, n))
-    if x.size == nv:
-        X[rows_idx, cols_idx] = x[:k]
-        q = z[m : m + n]
-        sigma = z[m + n : 2 * m + n]
-    else:
-        q, sigma = np.zeros(n), np.zeros(m)
-    first = certify_market(a, s, W, budgets, X, q, sigma, status, elapsed, size, text)
-    if status != "optimal":
+    X[rows_idx, cols_idx] = x[:k]
+    q = z[m : m + n]
+    sigma = z[m + n : 2 * m + n]
+    first = certify_market(a, s, W, budgets, X, q, sigma, status, solution.solver_version,
+                           elapsed, size, text)
+    if not status.solved:
         return first
     started = time.perf_counter()
     polished = polish(a, s, W, budgets, first.prices, first.time_dual)
     elapsed += time.perf_counter() - started
     if polished is None:
         return first
-    second = certify_market(a, s, W, budgets, polished, q, sigma, status, elapsed, size, text)
+    second = certify_market(a, s, W, budgets, polished, q, sigma, status,
+                            solution.solver_version, elapsed, size, text)
     prices = polish_prices(a, s, W, budgets, second.X)
     if prices is not None:
         third = certify_market(
-            a, s, W, budgets, second.X, prices[0], prices[1], status, elapsed, size, text
+            a, s, W, budgets, second.X, prices[0], prices[1], status, solution.solver_version,
+            elapsed, size, text,
         )
         if third.bound <= second.bound:
             second = third
@@ -272,9 +259,6 @@ def polish(
     ``maximize z s.t. a_i.X_i >= z u*_i, capacity, time budgets`` (HiGHS simplex) has optimum
     z = 1 up to the duals' error (z > 1 would contradict the Pareto optimality of u*), and its
     vertex X reaches u* to the simplex tolerance. None if the LP fails."""
-    from apportion.formulations.lp import solve_lp
-    from apportion.solver.model import SolverPreference
-
     c = _unit_cost(a, s, q, sigma)
     if np.any(~np.isfinite(c)) or np.any(c <= 0):
         return None
@@ -291,7 +275,7 @@ def polish(
     cost = np.zeros(k + 1)
     cost[k] = 1.0
     result = solve_lp(cost, A, b, SolverPreference.HIGHS)
-    if result.status != "optimal":
+    if not result.solved:
         return None
     X = np.zeros((m, n))
     X[rows_idx, cols_idx] = result.x[:k]
@@ -367,7 +351,8 @@ def certify_market(
     X: FloatArray,
     q: FloatArray,
     sigma: FloatArray,
-    status: str,
+    status: SolverStatus,
+    solver_version: str,
     solve_time_s: float,
     size: ModelSize,
     detail: str = "",
@@ -396,6 +381,7 @@ def certify_market(
         bound=bound,
         max_violation=violation,
         status=status,
+        solver_version=solver_version,
         solve_time_s=solve_time_s,
         size=size,
         detail=detail,
@@ -423,13 +409,15 @@ def market_inputs(
 
 
 def solve_policy(
-    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: FisherMarketParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """Entry point registered as `fisher_market`. `compat` is ignored (no upstream quirks)."""
     del compat
-    params = (
-        parameters if isinstance(parameters, FisherMarketParameters) else FisherMarketParameters()
-    )
+    params = parameters
     started = time.perf_counter()
     m, n = problem.jobs.num_jobs, problem.cluster.num_types
     formulation = f"Eisenberg-Gale market (A4.1), budgets {params.budgets.value}"
@@ -447,28 +435,19 @@ def solve_policy(
         empty = Plan.empty(m, n, cert)
         return replace(empty, job_status=status, job_reason=reasons, job_spending=np.zeros(m))
     build = time.perf_counter() - started
-    sol = solve_market(a[idx], s[idx], W, budgets[idx], options.time_limit_s)
-    tolerance = options.relative_gap or DEFAULT_GAP
-    finite = np.isfinite(sol.objective) and np.isfinite(sol.bound)
-    abs_gap = abs(sol.bound - sol.objective) if finite else float("inf")
-    if sol.status == "optimal":
-        ok = abs_gap <= tolerance * max(1.0, float(budgets[idx].sum()))
-        termination = Termination.OPTIMAL if ok else Termination.OPTIMAL_INACCURATE
-    elif sol.status == "time_limit":
-        termination = (
-            Termination.FEASIBLE if np.isfinite(sol.objective) else Termination.NO_SOLUTION
-        )
-    elif sol.status == "infeasible":
-        termination = Termination.INFEASIBLE
-    else:
-        termination = Termination.ERROR
+    sol = solve_market(a[idx], s[idx], W, budgets[idx], deadline)
+    scale = max(1.0, float(budgets[idx].sum()))  # the objective's natural magnitude
+    objective = sol.objective if np.isfinite(sol.objective) else None
+    bound = sol.bound if np.isfinite(sol.bound) else None
+    gap = relative_gap(objective, bound, scale)
     cert = Certificate(
-        termination=termination,
+        termination=termination(sol.status, objective is not None, gap, options.relative_gap),
         maximize=True,
-        objective=sol.objective if np.isfinite(sol.objective) else None,
-        bound=sol.bound if np.isfinite(sol.bound) else None,
+        objective=objective,
+        bound=bound,
+        gap_scale=scale,
         solver="clarabel",
-        solver_version=version("clarabel"),
+        solver_version=sol.solver_version,
         formulation=formulation,
         build_time_s=build,
         solve_time_s=sol.solve_time_s,

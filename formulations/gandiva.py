@@ -29,7 +29,9 @@ import numpy as np
 from apportion.formulations.fifo import greedy_plan
 from apportion.formulations.isolated import solve_policy as solve_isolated
 from apportion.formulations.space_sharing import PairRates
+from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
+from apportion.solver.parameters import NoParameters
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 
 
@@ -73,7 +75,11 @@ def form_pairs(problem: Problem, rates: PairRates, seed: int) -> IntArray:
 
 
 def solve_policy(
-    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: NoParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """Gavel's `gandiva` (module docstring)."""
     started = time.perf_counter()
@@ -82,7 +88,7 @@ def solve_policy(
     s = jobs.scale_factor.astype(np.float64)
     W = cluster.count.astype(np.float64)
     if s.sum() <= W.sum():
-        plan = solve_isolated(problem, parameters, compat, options)
+        plan = solve_isolated(problem, parameters, compat, options, deadline)
         cert = plan.certificate
         return Plan(
             time_share=plan.time_share,

@@ -5,7 +5,7 @@
 * minimum makespan as the single LP in z = 1/makespan (A2.8);
 * finish-time fairness (A2.5): min max_i w_i rho_i(X) by a sequence of z-LPs.
 
-Every LP is "maximize c@x s.t. A@x <= b, x >= 0" (`apportion.formulations.lp.solve_lp`), built
+Every LP is "maximize c@x s.t. A@x <= b, x >= 0" (`apportion.solver.backends.lp.solve_lp`), built
 from sparse triplets over the usable cells only (B4). The certificate never trusts the solver:
 X is repaired onto B1-B3 and its objective recomputed; the row duals are clipped to >= 0 and
 the bound is the Lagrangian value b@y + sum_k max(0, c_k - (A^T y)_k) * u_k with a valid upper
@@ -24,12 +24,15 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from apportion.formulations.lp import LPResult, solve_lp
 from apportion.formulations.normalizers import (
     isolated_share,
     proportional_throughput,
     repair_time_share,
 )
+from apportion.solver.backends.lp import solve_lp
+from apportion.solver.backends.status import SolverResult, SolverStatus
+from apportion.solver.certificate import termination
+from apportion.solver.deadline import Deadline
 from apportion.solver.model import (
     Compat,
     FloatArray,
@@ -45,12 +48,17 @@ from apportion.solver.parameters import (
     MinMakespanParameters,
     ThroughputNormalization,
 )
-from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Termination
+from apportion.solver.result import (
+    Certificate,
+    JobStatus,
+    ModelSize,
+    Plan,
+    Termination,
+    relative_gap,
+)
 
 BoolArray = NDArray[np.bool_]
 
-DEFAULT_GAP = 1e-6
-"""Relative gap below which a solve is reported OPTIMAL."""
 FTF_PRECISION = 1e-7
 """Finish-time fairness stops when (hi - lo) <= FTF_PRECISION * hi."""
 LEVELS_GAP = 1e-7
@@ -197,39 +205,17 @@ def _solver(options: SolveOptions) -> SolverPreference:
     )
 
 
-def lp_termination(status: str, gap: float | None, tolerance: float) -> Termination:
-    if status == "optimal":
-        if gap is not None and gap <= tolerance:
-            return Termination.OPTIMAL
-        return Termination.OPTIMAL_INACCURATE
-    return {
-        "infeasible": Termination.INFEASIBLE,
-        "unbounded": Termination.UNBOUNDED,
-        "time_limit": Termination.NO_SOLUTION,
-    }.get(status, Termination.ERROR)
-
-
-def relative_gap_between(objective: float, bound: float) -> float:
-    return abs(objective - bound) / max(abs(objective), abs(bound), 1e-12)
-
-
 def _solve(
-    c: FloatArray, a_matrix: sp.csc_matrix, b: FloatArray, options: SolveOptions, deadline: float
-) -> LPResult:
-    limit = 0.0
-    if deadline < math.inf:
-        limit = max(deadline - time.perf_counter(), 1e-3)
-    return solve_lp(c, a_matrix, b, _solver(options), limit, options.threads)
+    c: FloatArray, a_matrix: sp.csc_matrix, b: FloatArray, options: SolveOptions,
+    deadline: Deadline,
+) -> SolverResult:
+    return solve_lp(c, a_matrix, b, _solver(options), deadline, options.threads)
 
 
 def no_work_certificate(maximize: bool, formulation: str) -> Certificate:
     """The closed-form answer when no job has work left: objective and bound 0, optimal."""
     return Certificate(Termination.OPTIMAL, maximize, 0.0, 0.0, solver="closed form",
                        formulation=formulation, detail="no remaining work")
-
-
-def deadline_at(options: SolveOptions) -> float:
-    return time.perf_counter() + options.time_limit_s if options.time_limit_s > 0 else math.inf
 
 
 def _plan(
@@ -261,12 +247,10 @@ def _plan(
 
 
 def _failed(
-    problem: Problem, result: LPResult, maximize: bool, formulation: str, build: float
+    problem: Problem, result: SolverResult, maximize: bool, formulation: str, build: float
 ) -> Plan:
     cert = Certificate(
-        termination=lp_termination(result.status, None, 0.0)
-        if result.status != "optimal"
-        else Termination.ERROR,
+        termination=termination(result.status, False, None, 0.0),
         maximize=maximize,
         solver=result.solver,
         solver_version=result.solver_version,
@@ -294,14 +278,14 @@ def max_sum_weights(
 
 
 def solve_max_sum_throughput(
-    problem: Problem, parameters: MaxSumThroughputParameters, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: MaxSumThroughputParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """Max-sum-throughput (A2.6): maximize sum_i mult_i * thr_i(X) (steps/s, or dimensionless
     with `normalize = prop`). Dual: pi_j per device of type j, sigma_i per job budget."""
-    if parameters.space_sharing and problem.colocations is not None:
-        from apportion.formulations.packed_gavel import solve_max_sum_throughput_packed
-
-        return solve_max_sum_throughput_packed(problem, parameters, compat, options)
     started = time.perf_counter()
     T = policy_throughput(problem, parameters.reference_type)
     normalize = ThroughputNormalization.NONE if compat is Compat.GAVEL else parameters.normalize
@@ -314,17 +298,16 @@ def solve_max_sum_throughput(
     obj = mult[cells.rows] * cells.values()
     formulation = f"max-sum-throughput LP (normalize={normalize.value})"
     build = time.perf_counter() - started
-    result = _solve(obj, a_matrix, b, options, deadline_at(options))
-    if result.status != "optimal":
+    result = _solve(obj, a_matrix, b, options, deadline)
+    if not result.solved:
         return _failed(problem, result, True, formulation, build)
     X, viol = repair(cells, cells.to_matrix(result.x))
     per_job = mult * np.einsum("ij,ij->i", T, X)
     objective = float(per_job.sum())
     bound = lagrangian_bound(obj, a_matrix, b, result.row_dual, np.ones(cells.k))
-    gap = relative_gap_between(objective, bound)
-    tol = options.relative_gap or DEFAULT_GAP
+    gap = relative_gap(objective, bound)
     cert = Certificate(
-        termination=lp_termination(result.status, gap, tol),
+        termination=termination(result.status, True, gap, options.relative_gap),
         maximize=True,
         objective=objective,
         bound=bound,
@@ -342,7 +325,11 @@ def solve_max_sum_throughput(
 
 
 def solve_cost_throughput(
-    problem: Problem, parameters: CostThroughputParameters, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: CostThroughputParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """Cost-normalized throughput (A2.7), lexicographic stages on one LP:
     (1) with SLOs: minimize the total normalized shortfall sum_i e_i, rows
@@ -406,11 +393,10 @@ def solve_cost_throughput(
     stages.append(("cost", np.concatenate([priced, np.zeros(slo_jobs.size)])))
     extra_rows: list[FloatArray] = []
     extra_b: list[float] = []
-    deadline = deadline_at(options)
     build = time.perf_counter() - started
     solve_time = 0.0
     drop_slos = False
-    result: LPResult | None = None
+    result: SolverResult | None = None
     a_matrix = sp.csc_matrix((0, 0))
     b_all = b
     obj = stages[-1][1]
@@ -426,7 +412,7 @@ def solve_cost_throughput(
         b_all = np.concatenate([b, np.asarray(extra_b, dtype=np.float64)])
         result = _solve(obj, a_matrix, b_all, options, deadline)
         solve_time += result.solve_time_s
-        if result.status != "optimal":
+        if not result.solved:
             return _failed(problem, result, True, "cost-normalized throughput LP", build)
         value = float(obj @ result.x)
         if name == "slo" and compat is Compat.GAVEL and -value > 1e-7:
@@ -450,11 +436,10 @@ def solve_cost_throughput(
     # Bound on the last stage (objective scaled by `scale`); earlier stages' rows are part of it.
     bound = lagrangian_bound(obj, a_matrix, b_all, result.row_dual, upper) / scale
     feasible_last = bool(np.all(a_matrix @ x_full <= b_all + 1e-6 * np.maximum(1.0, np.abs(b_all))))
-    gap = relative_gap_between(objective, bound)
-    tol = options.relative_gap or DEFAULT_GAP
-    termination = lp_termination(result.status, gap, tol)
-    if termination is Termination.OPTIMAL and not feasible_last:
-        termination = Termination.OPTIMAL_INACCURATE
+    gap = relative_gap(objective, bound)
+    ended = termination(result.status, True, gap, options.relative_gap)
+    if ended is Termination.OPTIMAL and not feasible_last:
+        ended = Termination.OPTIMAL_INACCURATE
     reason = [""] * m
     for i in np.flatnonzero(missed):
         reason[i] = f"SLO missed: deadline passed {problem.time_s - jobs.deadline_s[i]:.6g} s ago"
@@ -466,7 +451,7 @@ def solve_cost_throughput(
             )
     stage_names = "+".join(name for name, _ in stages)
     cert = Certificate(
-        termination=termination,
+        termination=ended,
         maximize=True,
         objective=objective,
         bound=bound,
@@ -504,7 +489,7 @@ class ZResult:
     """One z-LP: X (repaired), its exact value min_i thr_i/b_i, a proven upper bound on z*,
     and the repaired multipliers (y per job, pi per type, sigma per job)."""
 
-    status: str
+    status: SolverStatus
     X: FloatArray
     value: float
     bound: float
@@ -512,7 +497,7 @@ class ZResult:
     pi: FloatArray
     sigma: FloatArray
     violation: float
-    result: LPResult
+    result: SolverResult
     size: ModelSize
 
 
@@ -536,7 +521,7 @@ class ZModel:
         self.obj = np.zeros(cells.k + 1)
         self.obj[-1] = 1.0
 
-    def solve(self, rhs: FloatArray, options: SolveOptions, deadline: float) -> ZResult:
+    def solve(self, rhs: FloatArray, options: SolveOptions, deadline: Deadline) -> ZResult:
         """Maximize z s.t. thr_i(X) >= rhs_i z for the active jobs (rhs (m,) > 0 there).
 
         AUTO solver above LEVELS_ABOVE jobs: the max-min level LP of
@@ -563,11 +548,8 @@ class ZModel:
             a_matrix = sp.csc_matrix((vals, (rows, cols)), shape=(self.b.size, k + 1))
             result = _solve(self.obj, a_matrix, self.b, options, deadline)
             size = ModelSize(k + 1, self.b.size, a_matrix.nnz)
-            x = result.x if result.x.size == k + 1 else np.zeros(k + 1)
-            raw = cells.to_matrix(x)
-            duals = (
-                result.row_dual if result.row_dual.size == self.b.size else np.zeros(self.b.size)
-            )
+            raw = cells.to_matrix(result.x)
+            duals = result.row_dual
             y = np.zeros(cells.m)
             y[jobs] = duals[self.rows0 :]
             pi = duals[: cells.n]
@@ -582,8 +564,8 @@ class ZModel:
         total = float(np.sum(y[jobs] * rhs[jobs]))
         bound = float(cells.W @ pi + sigma.sum() + max(0.0, 1.0 - total) * z_cap)
         del started
-        loose = result.status != "optimal" or relative_gap_between(value, bound) > LEVELS_GAP
-        if levels and loose and time.perf_counter() < deadline:
+        loose = not result.solved or relative_gap(value, bound) > LEVELS_GAP
+        if levels and loose and not deadline.expired():
             # the active-set answer is not certified tightly enough: solve the LP itself
             return self.solve(rhs, replace(options, solver=SolverPreference.HIGHS), deadline)
         return ZResult(
@@ -600,8 +582,8 @@ class ZModel:
         )
 
     def _solve_levels(
-        self, rhs: FloatArray, options: SolveOptions, deadline: float
-    ) -> tuple[FloatArray, FloatArray, FloatArray, LPResult, ModelSize]:
+        self, rhs: FloatArray, options: SolveOptions, deadline: Deadline
+    ) -> tuple[FloatArray, FloatArray, FloatArray, SolverResult, ModelSize]:
         from apportion.formulations.max_min_fairness import LevelProblem, solve_levels
 
         cells = self.cells
@@ -610,17 +592,16 @@ class ZModel:
         sub = self.pos[cells.rows]
         a[sub, cells.cols] = cells.values() / rhs[cells.rows]
         lp = LevelProblem(a=a, s=cells.s[jobs], W=cells.W, k=np.ones(jobs.size))
-        limit = max(deadline - time.perf_counter(), 1e-3) if deadline < math.inf else 0.0
-        sol = solve_levels(lp, SolverPreference.AUTO, limit, options.threads, options.seed)
+        sol = solve_levels(lp, SolverPreference.AUTO, deadline, options.threads, options.seed)
         raw = np.zeros((cells.m, cells.n))
         raw[jobs] = sol.X
         y = np.zeros(cells.m)
         y[jobs] = sol.y / rhs[jobs]
-        result = LPResult(
+        result = SolverResult(
             status=sol.status,
             x=np.zeros(0),
-            row_dual=np.zeros(0),
             objective=sol.t,
+            has_solution=sol.status.solved,
             solver=sol.solver,
             solver_version=sol.solver_version,
             solve_time_s=sol.solve_time_s,
@@ -636,14 +617,14 @@ def _finished_status(problem: Problem, active: BoolArray) -> tuple[list[JobStatu
 
 
 def solve_min_makespan(
-    problem: Problem, parameters: MinMakespanParameters, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: MinMakespanParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """Minimum makespan (A2.8) as one LP in z = 1/makespan (1/s). Objective: the makespan
     max_i R_i/thr_i(X) (s) of the returned X; bound: 1/(proven upper bound on z*)."""
-    if parameters.space_sharing and problem.colocations is not None:
-        from apportion.formulations.packed_gavel import solve_min_makespan_packed
-
-        return solve_min_makespan_packed(problem, parameters, compat, options)
     started = time.perf_counter()
     jobs = problem.jobs
     m = jobs.num_jobs
@@ -668,16 +649,16 @@ def solve_min_makespan(
         )
     model = ZModel(cells, thrmax(cells))
     build = time.perf_counter() - started
-    z = model.solve(remaining, options, deadline_at(options))
-    if z.status != "optimal":
+    z = model.solve(remaining, options, deadline)
+    if not z.result.solved:
         return _failed(problem, z.result, False, formulation, build)
     thr = np.einsum("ij,ij->i", T, z.X)
     finish = np.divide(remaining, thr, out=np.where(active, np.inf, 0.0), where=thr > 0)
     makespan = float(np.max(finish[active]))
     bound = 1.0 / z.bound if z.bound > 0 else math.inf
-    gap = relative_gap_between(makespan, bound) if math.isfinite(makespan) else None
+    gap = relative_gap(makespan, bound) if math.isfinite(makespan) else None
     cert = Certificate(
-        termination=lp_termination(z.status, gap, options.relative_gap or DEFAULT_GAP),
+        termination=termination(z.status, True, gap, options.relative_gap),
         maximize=False,
         objective=makespan if math.isfinite(makespan) else None,
         bound=bound if math.isfinite(bound) else None,
@@ -801,7 +782,7 @@ class BracketStep:
     plan (whatever the caller keeps) with its throughput (m,) and the violation repaired, the
     multipliers y (m,) on the rows b_i z - thr_i <= 0 with their dual value, the prices."""
 
-    result: LPResult
+    result: SolverResult
     size: ModelSize
     plan: object
     thr: FloatArray
@@ -834,7 +815,7 @@ def close_bracket(
     hi: float,
     step_at: Callable[[float], BracketStep],
     options: SolveOptions,
-    deadline: float,
+    deadline: Deadline,
 ) -> Bracket:
     """Narrow [lo, hi] on rho* (A2.5), hi being the start plan's rho: each step's plan lowers
     hi (exact recomputation of max_i w_i rho_i), its multipliers raise lo
@@ -843,23 +824,23 @@ def close_bracket(
     same LP), when it stalls at the solver's precision within the tolerance, at the deadline
     (FEASIBLE) or after 200 LPs (OPTIMAL_INACCURATE)."""
     y, prices = np.zeros(0), np.zeros(0)
-    tolerance = options.relative_gap or DEFAULT_GAP
-    termination = Termination.OPTIMAL
+    tolerance = options.relative_gap
+    ended = Termination.OPTIMAL
     level, lps, solve_time = hi, 0, 0.0
     best: BracketStep | None = None
     last: BracketStep | None = None
     while hi - lo > FTF_PRECISION * hi:
         width = hi - lo
-        if time.perf_counter() > deadline:
-            termination = Termination.FEASIBLE
+        if deadline.expired():
+            ended = Termination.FEASIBLE
             break
         step = step_at(level)
         lps += 1
         solve_time += step.result.solve_time_s
         last = step
-        status = step.result.status
-        if status != "optimal":
-            termination = Termination.FEASIBLE if status == "time_limit" else Termination.ERROR
+        if not step.result.solved:
+            limited = step.result.status.limit_reached
+            ended = Termination.FEASIBLE if limited else Termination.ERROR
             break
         cand = float(np.max(rho(data, step.thr)))
         progress = cand < hi
@@ -872,15 +853,15 @@ def close_bracket(
             y, prices = step.y, step.prices
         if not progress:  # the same level again would repeat this LP: the bracket is final
             break
-        if hi - lo > 0.99 * width and relative_gap_between(hi, lo) <= tolerance:
+        if hi - lo > 0.99 * width and relative_gap(hi, lo) <= tolerance:
             break  # stalled at the solver's precision, already within the tolerance
         level = lo + STEP * (hi - lo)
         if lps > 200:
-            termination = Termination.OPTIMAL_INACCURATE
+            ended = Termination.OPTIMAL_INACCURATE
             break
-    if termination is Termination.OPTIMAL and relative_gap_between(hi, lo) > tolerance:
-        termination = Termination.OPTIMAL_INACCURATE
-    return Bracket(hi, lo, best, y, prices, lps, solve_time, termination, last)
+    if ended is Termination.OPTIMAL and relative_gap(hi, lo) > tolerance:
+        ended = Termination.OPTIMAL_INACCURATE
+    return Bracket(hi, lo, best, y, prices, lps, solve_time, ended, last)
 
 
 def solve_finish_time_fairness(
@@ -888,6 +869,7 @@ def solve_finish_time_fairness(
     parameters: FinishTimeFairnessParameters,
     compat: Compat,
     options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """Finish-time fairness (A2.5): minimize rho = max_i w_i rho_i(X).
 
@@ -896,10 +878,6 @@ def solve_finish_time_fairness(
     bound via `infeasible_below`. Next level: the middle of the bracket (when all t_i/D_i are
     equal the first LP closes the bracket: the single-LP case of A2.5). Stops when
     hi - lo <= FTF_PRECISION * hi. Objective = hi, bound = lo."""
-    if parameters.space_sharing and problem.colocations is not None:
-        from apportion.formulations.packed_gavel import solve_finish_time_fairness_packed
-
-        return solve_finish_time_fairness_packed(problem, parameters, compat, options)
     started = time.perf_counter()
     jobs = problem.jobs
     m, n = jobs.num_jobs, problem.cluster.num_types
@@ -935,7 +913,6 @@ def solve_finish_time_fairness(
     hi = float(np.max(rho(data, np.einsum("ij,ij->i", T, X_best))))
     model = ZModel(cells, cap)
     build = time.perf_counter() - started
-    deadline = deadline_at(options)
 
     def step_at(level: float) -> BracketStep:
         z = model.solve(rhs_at(data, level), options, deadline)

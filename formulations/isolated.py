@@ -7,12 +7,18 @@ import time
 import numpy as np
 
 from apportion.formulations.normalizers import isolated_time_share, proportional_throughput
+from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, Problem, SolveOptions
+from apportion.solver.parameters import NoParameters
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 
 
 def solve_policy(
-    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: NoParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """X^iso; cells a job cannot use stay idle unless compat is gavel. Objective: the smallest
     normalized throughput thr_i/prop_i (reported for comparison with max-min fairness)."""

@@ -38,8 +38,11 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from apportion.formulations.lp import LPResult, solve_lp
 from apportion.formulations.normalizers import proportional_throughput, repair_time_share
+from apportion.solver.backends.lp import solve_lp
+from apportion.solver.backends.status import SolverResult, SolverStatus
+from apportion.solver.certificate import termination
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import (
     Compat,
     FloatArray,
@@ -49,9 +52,15 @@ from apportion.solver.model import (
     SolverPreference,
 )
 from apportion.solver.parameters import Canonicalization, MaxMinFairnessParameters
-from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Termination
+from apportion.solver.result import (
+    Certificate,
+    JobStatus,
+    ModelSize,
+    Plan,
+    Termination,
+    relative_gap,
+)
 
-DEFAULT_GAP = 1e-6
 SAMPLE_CLASSES = 2000
 """Class count above which the active-set method is used (below: one LP over all classes)."""
 MAX_ACTIVE_SET_ROUNDS = 40
@@ -66,6 +75,9 @@ OWNER_BAND = 1e-3
 """Rows within this relative band of an exchange column's bound are made explicit with it."""
 MIN_BAND = 2e-3
 """Smallest near-tie band in later rounds."""
+CERTIFIED_FRACTION = 1e-7
+"""A restricted plan within this relative distance of the exchange-column LP's value (a
+proven bound) settles the active set."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +98,7 @@ class LevelSolution:
     pi: FloatArray
     y: FloatArray
     """Per-row (job or class) duals of the level rows (class dual, not divided by k)."""
-    status: str
+    status: SolverStatus
     solver: str
     solver_version: str
     solve_time_s: float
@@ -161,7 +173,7 @@ def _build_full(
 
 @dataclass(frozen=True)
 class ClassLPResult:
-    result: LPResult
+    result: SolverResult
     t: float
     X: FloatArray
     pi: FloatArray
@@ -175,7 +187,7 @@ class ClassLPResult:
 def _solve_classes(
     lp: LevelProblem,
     solver: SolverPreference,
-    time_limit_s: float,
+    deadline: Deadline,
     threads: int,
     rhs_capacity: FloatArray | None = None,
     fixed_cap: FloatArray | None = None,
@@ -186,12 +198,12 @@ def _solve_classes(
     c, matrix, ii, jj = _build_full(lp, fixed_cap, exchange)
     capacity = lp.W if rhs_capacity is None else rhs_capacity
     b = np.concatenate([np.zeros(m), capacity, np.ones(m)])
-    result = solve_lp(c, matrix, b, solver=solver, time_limit_s=time_limit_s, threads=threads)
+    result = solve_lp(c, matrix, b, solver, deadline, threads)
     nv = ii.size
-    x = result.x if result.x.size else np.zeros(matrix.shape[1])
+    x = result.x
     X = np.zeros((m, n))
     X[ii, jj] = x[:nv]
-    duals = result.row_dual if result.row_dual.size else np.zeros(2 * m + n)
+    duals = result.row_dual
     return ClassLPResult(
         result, float(x[nv]), X, duals[m : m + n], duals[:m], x[nv + 1 :],
         int(matrix.shape[0]), int(matrix.nnz),
@@ -356,7 +368,7 @@ def _pattern_time(
 def solve_levels(
     lp: LevelProblem,
     solver: SolverPreference = SolverPreference.AUTO,
-    time_limit_s: float = 0.0,
+    deadline: Deadline = NO_DEADLINE,
     threads: int = 0,
     seed: int = 0,
 ) -> LevelSolution:
@@ -367,7 +379,7 @@ def solve_levels(
             return uncongested
     if solver is not SolverPreference.AUTO or lp.a.shape[0] <= SAMPLE_CLASSES:
         chosen = SolverPreference.CLARABEL if solver is SolverPreference.AUTO else solver
-        out = _solve_classes(lp, chosen, time_limit_s, threads)
+        out = _solve_classes(lp, chosen, deadline, threads)
         res = out.result
         return LevelSolution(
             out.t,
@@ -384,7 +396,7 @@ def solve_levels(
             "full LP",
             res.detail,
         )
-    return _active_set(lp, time_limit_s, threads, seed)
+    return _active_set(lp, deadline, threads, seed)
 
 
 def _solve_uncongested(lp: LevelProblem) -> LevelSolution | None:
@@ -411,13 +423,12 @@ def _solve_uncongested(lp: LevelProblem) -> LevelSolution | None:
     y = np.zeros(m)
     y[bottleneck] = 1.0
     return LevelSolution(
-        u, X, np.zeros(n), y, "optimal", "closed form", "", time.perf_counter() - started,
-        0, 0, 0, "closed form (capacity does not bind)",
+        u, X, np.zeros(n), y, SolverStatus.OPTIMAL, "closed form", "",
+        time.perf_counter() - started, 0, 0, 0, "closed form (capacity does not bind)",
     )
 
 
-def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) -> LevelSolution:
-    started = time.perf_counter()
+def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -> LevelSolution:
     m, n = lp.a.shape
     rng = np.random.default_rng(seed)
     # Initial prices: the LP on a sample of rows with proportionally scaled capacity.
@@ -426,7 +437,7 @@ def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) 
     sub = LevelProblem(lp.a[sample], lp.s[sample], lp.W, lp.k[sample])
     scale = sub.k.sum() / total
     first_out = _solve_classes(
-        sub, SolverPreference.CLARABEL, 0.0, threads, rhs_capacity=lp.W * scale
+        sub, SolverPreference.CLARABEL, deadline, threads, rhs_capacity=lp.W * scale
     )
     t = first_out.t
     pi = first_out.pi / scale  # prices per device of the full cluster
@@ -451,23 +462,20 @@ def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) 
             break
         const, slope = _pattern_use(lp.a[fix], lp.s[fix], lp.k[fix], pattern[fix], first, second, n)
         reduced = LevelProblem(lp.a[amb], lp.s[amb], lp.W, lp.k[amb])
-        remaining = 0.0
-        if time_limit_s > 0:
-            remaining = max(1e-3, time_limit_s - (time.perf_counter() - started))
         out = _solve_classes(
             reduced,
             SolverPreference.CLARABEL,
-            remaining,
+            deadline,
             threads,
             rhs_capacity=lp.W - const,
             fixed_cap=slope,
         )
         res, t, Xa, pi, ya = out.result, out.t, out.X, out.pi, out.y
         solve_time += res.solve_time_s
-        if res.status == "time_limit":
+        if res.status.limit_reached or deadline.expired():
             settled = True  # report what we have; the certificate says how good it is
             break
-        if res.status != "optimal":
+        if not res.solved:
             break  # e.g. a wrong set of two-type patterns made the reduced LP infeasible
         # Re-price every row at the new (pi, t): an eliminated row whose pattern is no longer
         # optimal (or valid at t) violates dual feasibility of the full LP.
@@ -488,15 +496,15 @@ def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) 
         relaxed = _solve_classes(
             reduced,
             SolverPreference.CLARABEL,
-            remaining,
+            deadline,
             threads,
             rhs_capacity=lp.W - const,
             fixed_cap=slope,
             exchange=exchange,
         )
         solve_time += relaxed.result.solve_time_s
-        relaxed_ok = relaxed.result.status == "optimal"
-        certified = relaxed_ok and t >= relaxed.t * (1 - 0.1 * DEFAULT_GAP)
+        relaxed_ok = relaxed.result.solved
+        certified = relaxed_ok and t >= relaxed.t * (1 - CERTIFIED_FRACTION)
         if certified and not _violations(lp, fix, pattern, relaxed.pi, relaxed.t).any():
             pi, ya = relaxed.pi, relaxed.y
             settled = True
@@ -514,7 +522,7 @@ def _active_set(lp: LevelProblem, time_limit_s: float, threads: int, seed: int) 
         band = max(band / 10, MIN_BAND)
     if not settled:
         # Did not settle: solve the whole LP (still exact, only slower).
-        full = solve_levels(lp, SolverPreference.CLARABEL, time_limit_s, threads)
+        full = solve_levels(lp, SolverPreference.CLARABEL, deadline, threads)
         return LevelSolution(
             full.t,
             full.X,
@@ -616,21 +624,17 @@ def certify(
 
 
 def solve_policy(
-    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: MaxMinFairnessParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """Entry point registered as `weighted_max_min_fairness`."""
-    params = (
-        parameters
-        if isinstance(parameters, MaxMinFairnessParameters)
-        else MaxMinFairnessParameters()
-    )
-    if params.space_sharing and problem.colocations is not None and problem.jobs.num_jobs:
-        from apportion.formulations.space_sharing import solve_packed
-
-        return solve_packed(problem, params, compat, options)
+    params = parameters
     started = time.perf_counter()
     m, n = problem.jobs.num_jobs, problem.cluster.num_types
-    tolerance = options.relative_gap or DEFAULT_GAP
+    tolerance = options.relative_gap
     formulation = "max-min fairness LP (A2.1)" + (
         ", heterogeneity-agnostic" if params.heterogeneity_agnostic else ""
     )
@@ -645,35 +649,26 @@ def solve_policy(
     ca, cs, ck, inverse = aggregate(a, s)
     build_time = time.perf_counter() - started
     lp = LevelProblem(ca, cs, W, ck)
-    sol = solve_levels(lp, options.solver, options.time_limit_s, options.threads, options.seed)
+    sol = solve_levels(lp, options.solver, deadline, options.threads, options.seed)
     X = sol.X[inverse]
     y = sol.y[inverse] / ck[inverse]
     cert_started = time.perf_counter()
     levels_cert = certify(a, s, W, X, y, sol.pi)
     X = levels_cert.X
-    if params.canonicalize is Canonicalization.SUM and sol.status == "optimal":
-        second = certify(a, s, W, _maximize_sum(a, s, W, levels_cert.objective, options),
+    if params.canonicalize is Canonicalization.SUM and sol.status.solved:
+        second = certify(a, s, W, _maximize_sum(a, s, W, levels_cert.objective, deadline),
                          levels_cert.y, levels_cert.pi)
         if second.objective >= (1 - 1e-6) * levels_cert.objective:  # else keep stage one
             levels_cert = second
         X = levels_cert.X
-    gap_cert = Certificate(Termination.OPTIMAL, True, levels_cert.objective, levels_cert.bound)
-    gap = gap_cert.gap
-    if sol.status == "optimal":
-        termination = (
-            Termination.OPTIMAL
-            if gap is not None and gap <= tolerance
-            else Termination.OPTIMAL_INACCURATE
-        )
-    elif sol.status == "time_limit":
-        termination = Termination.FEASIBLE if levels_cert.objective > 0 else Termination.NO_SOLUTION
-    elif sol.status == "infeasible":
-        termination = Termination.INFEASIBLE
-    else:
-        termination = Termination.ERROR
+    gap = relative_gap(levels_cert.objective, levels_cert.bound)
+    # the repaired X is always feasible; without a proven optimum it counts as a plan when it
+    # gives every job some level
+    has_plan = sol.status.solved or levels_cert.objective > 0
+    ended = termination(sol.status, has_plan, gap, tolerance)
     post_time = time.perf_counter() - cert_started
     cert = Certificate(
-        termination=termination,
+        termination=ended,
         maximize=True,
         objective=levels_cert.objective,
         bound=levels_cert.bound,
@@ -702,7 +697,7 @@ def solve_policy(
 
 
 def _maximize_sum(
-    a: FloatArray, s: FloatArray, W: FloatArray, t_star: float, options: SolveOptions
+    a: FloatArray, s: FloatArray, W: FloatArray, t_star: float, deadline: Deadline
 ) -> FloatArray:
     """Second stage: maximize sum of levels with every level >= (1 - 1e-7) t*."""
     m, n = a.shape
@@ -717,10 +712,8 @@ def _maximize_sum(
     )
     b = np.concatenate([np.full(m, -(1 - 1e-7) * t_star), W, np.ones(m)])
     c = a[ii, jj].copy()
-    result = solve_lp(
-        c, matrix, b, solver=SolverPreference.CLARABEL, time_limit_s=options.time_limit_s
-    )
+    result = solve_lp(c, matrix, b, SolverPreference.CLARABEL, deadline)
     X = np.zeros((m, n))
-    if result.status == "optimal":
+    if result.solved:
         X[ii, jj] = result.x
     return X

@@ -42,23 +42,18 @@ import numpy as np
 import scipy.sparse as sp
 
 from apportion.formulations.gavel_lp import (
-    DEFAULT_GAP,
     BracketStep,
     close_bracket,
-    deadline_at,
     ftf_data,
-    lp_termination,
     make_cells,
     max_sum_weights,
     no_work_certificate,
     policy_throughput,
-    relative_gap_between,
     repair,
     rho,
     rhs_at,
     thrmax,
 )
-from apportion.formulations.lp import solve_lp
 from apportion.formulations.normalizers import isolated_share
 from apportion.formulations.rate_classes import DemandLP, DemandSolution
 from apportion.formulations.space_sharing import (
@@ -76,6 +71,10 @@ from apportion.formulations.space_sharing import (
     solve_level_lp,
     split_raw,
 )
+from apportion.solver.backends.lp import solve_lp
+from apportion.solver.backends.status import SolverStatus
+from apportion.solver.certificate import termination
+from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, FloatArray, Problem, SolveOptions, SolverPreference
 from apportion.solver.parameters import (
     FinishTimeFairnessParameters,
@@ -83,7 +82,7 @@ from apportion.solver.parameters import (
     MinMakespanParameters,
     ThroughputNormalization,
 )
-from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Termination
+from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, relative_gap
 
 
 @dataclass(frozen=True)
@@ -135,7 +134,7 @@ class LevelSolver:
         self.options = options
         self.demand_lp: DemandLP | None = None
 
-    def solve(self, demand: FloatArray, deadline: float) -> DemandSolution:
+    def solve(self, demand: FloatArray, deadline: Deadline) -> DemandSolution:
         """The level LP for `demand` (m,) (> 0 on the jobs with a level row, finite), as
         `rate_classes.DemandSolution` by either route."""
         problem, cells, options = self.problem, self.cells, self.options
@@ -148,11 +147,11 @@ class LevelSolver:
             if self.demand_lp is None:
                 every = replace(cells.base, level_rows=np.ones(rep.size, dtype=bool))
                 self.demand_lp = DemandLP(problem, cells.groups, every, options.threads)
-            return self.demand_lp.solve(demand, _limit(options, deadline))
+            return self.demand_lp.solve(demand, deadline)
         scale = np.divide(1.0, demand[rep], out=np.zeros(rep.size), where=rows)
         solver, method = _packed_solver(options)
-        level = solve_level_lp(scaled(cells.base, scale, rows), solver,
-                               _limit(options, deadline), options.threads, method)
+        level = solve_level_lp(scaled(cells.base, scale, rows), solver, deadline,
+                               options.threads, method)
         plan, thr = realize(problem, cells.groups, cells.base, level.raw)
         served = demand > 0
         t = float(np.min(thr[served] / demand[served])) if served.any() else 0.0
@@ -206,10 +205,6 @@ def _packed_solver(options: SolveOptions) -> tuple[SolverPreference, str]:
     return SolverPreference.HIGHS, "ipm"
 
 
-def _limit(options: SolveOptions, deadline: float) -> float:
-    return max(deadline - time.perf_counter(), 1e-3) if deadline < math.inf else 0.0
-
-
 def _cells_text(cells: PackedCells) -> str:
     _, npc, nq, _ = cells.base.sizes
     kind = "rate classes with polymatroid cuts" if cells.by_rate else "groups"
@@ -217,8 +212,13 @@ def _cells_text(cells: PackedCells) -> str:
             "pruning")
 
 
-def solve_min_makespan_packed(problem: Problem, parameters: MinMakespanParameters,
-                              compat: Compat, options: SolveOptions) -> Plan:
+def solve_min_makespan_packed(
+    problem: Problem,
+    parameters: MinMakespanParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
+) -> Plan:
     """Minimum makespan with space sharing (module docstring). Objective: the makespan (s)."""
     started = time.perf_counter()
     R = np.maximum(problem.jobs.remaining_steps, 0.0)
@@ -234,18 +234,17 @@ def solve_min_makespan_packed(problem: Problem, parameters: MinMakespanParameter
     z_cap = float(np.min(cap[active] / R[active]))
     build = time.perf_counter() - started
     sol = LevelSolver(problem, cells, options).solve(np.where(active, R * z_cap, 0.0),
-                                                     deadline_at(options))
+                                                     deadline)
     thr = sol.thr
     finish = np.divide(R, thr, out=np.where(active, np.inf, 0.0), where=thr > 0)
     makespan = float(np.max(finish[active]))
     bound = 1.0 / (sol.bound * z_cap) if sol.bound and sol.bound > 0 else math.inf
     finite = math.isfinite(makespan)
-    gap = relative_gap_between(makespan, bound) if finite and math.isfinite(bound) else None
-    termination = lp_termination(sol.status, gap, options.relative_gap or DEFAULT_GAP)
-    if sol.status == "time_limit" and finite:  # the repaired plan is feasible
-        termination = Termination.FEASIBLE
+    gap = relative_gap(makespan, bound) if finite and math.isfinite(bound) else None
+    # the repaired plan is feasible whenever it finishes every job
+    ended = termination(sol.status, finite, gap, options.relative_gap)
     cert = Certificate(
-        termination=termination,
+        termination=ended,
         maximize=False,
         objective=makespan if finite else None,
         bound=bound if math.isfinite(bound) else None,
@@ -284,9 +283,13 @@ def _throughput_cap(problem: Problem, cells: PackedCells, compat: Compat,
     return np.asarray(np.maximum(cap, best[cells.groups.group]), dtype=np.float64)
 
 
-def solve_finish_time_fairness_packed(problem: Problem,
-                                      parameters: FinishTimeFairnessParameters,
-                                      compat: Compat, options: SolveOptions) -> Plan:
+def solve_finish_time_fairness_packed(
+    problem: Problem,
+    parameters: FinishTimeFairnessParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
+) -> Plan:
     """Finish-time fairness with space sharing (module docstring): min max_i w_i rho_i(X);
     objective = the best rho found (hi), bound = the proven lower bound (lo)."""
     started = time.perf_counter()
@@ -309,14 +312,14 @@ def solve_finish_time_fairness_packed(problem: Problem,
     best, thr_best = _isolated_plan(problem, cells, compat, active)
     hi = float(np.max(rho(data, thr_best)))
     build = time.perf_counter() - started
-    deadline = deadline_at(options)
     levels = LevelSolver(problem, cells, options)
 
     def step_at(level: float) -> BracketStep:
         demand = np.where(active, rhs_at(data, level), 0.0)
         sol = levels.solve(demand, deadline)
         if sol.bound is None:
-            failed = replace(sol.result, status="error") if sol.status == "optimal" else sol.result
+            failed = (replace(sol.result, status=SolverStatus.ERROR) if sol.status.solved
+                      else sol.result)
             return BracketStep(failed, sol.size, sol.plan, sol.thr, 0.0, sol.y, 0.0,
                                np.zeros(n))
         return BracketStep(sol.result, sol.size, sol.plan, sol.thr, 0.0, sol.y, sol.bound,
@@ -346,8 +349,13 @@ def solve_finish_time_fairness_packed(problem: Problem,
                         **extra)
 
 
-def solve_max_sum_throughput_packed(problem: Problem, parameters: MaxSumThroughputParameters,
-                                    compat: Compat, options: SolveOptions) -> Plan:
+def solve_max_sum_throughput_packed(
+    problem: Problem,
+    parameters: MaxSumThroughputParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
+) -> Plan:
     """Max-sum-throughput with space sharing (module docstring): maximize
     sum_i mult_i thr_i (steps/s, or dimensionless with normalize = prop)."""
     started = time.perf_counter()
@@ -368,19 +376,18 @@ def solve_max_sum_throughput_packed(problem: Problem, parameters: MaxSumThroughp
                            shape=(b.size, lp.num_vars))
     build = time.perf_counter() - started
     solver, method = _packed_solver(options)
-    result = solve_lp(obj, matrix, b, solver, _limit(options, deadline_at(options)),
-                      options.threads, equalities=equalities, highs_method=method)
+    result = solve_lp(obj, matrix, b, solver, deadline, options.threads,
+                      equalities=equalities, highs_method=method)
     plan, thr = realize(problem, cells.groups, cells.base, split_raw(lp, result.x))
     per_job = mult * thr
     objective = float(per_job.sum())
-    duals = result.row_dual if result.row_dual.size == b.size else np.zeros(b.size)
-    bound, lam = lagrangian_bound(lp, matrix, b, obj, duals, 0, equalities)
-    gap = relative_gap_between(objective, bound)
+    bound, lam = lagrangian_bound(lp, matrix, b, obj, result.row_dual, 0, equalities)
+    gap = relative_gap(objective, bound) if result.has_solution else None
     cert = Certificate(
-        termination=lp_termination(result.status, gap, options.relative_gap or DEFAULT_GAP),
+        termination=termination(result.status, result.has_solution, gap, options.relative_gap),
         maximize=True,
-        objective=objective if result.x.size else None,
-        bound=bound if result.row_dual.size else None,
+        objective=objective if result.has_solution else None,
+        bound=bound if result.has_solution else None,
         solver=result.solver,
         solver_version=result.solver_version,
         formulation=(f"max-sum-throughput with space sharing (normalize={normalize.value}): "

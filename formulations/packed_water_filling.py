@@ -48,6 +48,7 @@ from apportion.formulations.water_filling import (
     newly_frozen,
     rounds_detail,
 )
+from apportion.solver.deadline import Deadline
 from apportion.solver.model import (
     Compat,
     FloatArray,
@@ -115,8 +116,13 @@ def _round_lp(
     return result, matrix, b, c, equalities, size
 
 
-def solve_packed_water_filling(problem: Problem, params: WaterFillingParameters,
-                               compat: Compat, options: SolveOptions) -> Plan:
+def solve_packed_water_filling(
+    problem: Problem,
+    params: WaterFillingParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
+) -> Plan:
     """Water filling with space sharing; see the module docstring."""
     started = time.perf_counter()
     m, n = problem.jobs.num_jobs, problem.cluster.num_types

@@ -29,9 +29,11 @@ from apportion.formulations.sia import (
     plan_from_result,
 )
 from apportion.formulations.sia_ilp import SiaInstance, solve_exact
+from apportion.solver.certificate import termination
+from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, FloatArray, Problem, SolveOptions
 from apportion.solver.parameters import PolluxParameters
-from apportion.solver.result import Plan
+from apportion.solver.result import Plan, Termination, relative_gap
 
 EPSILON = 1e-3
 """Pollux adds 1e-3 to every speedup before the power."""
@@ -53,10 +55,13 @@ def fitness(sum_of_powers: float, num_jobs: int, p: float) -> float:
 
 
 def solve_policy(
-    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: PolluxParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """The exact ILP; objective and bound reported as p-mean fitness (maximized)."""
-    assert isinstance(parameters, PolluxParameters)
     started = time.perf_counter()
     p = parameters.fairness_power
     table = goodput_table(problem, parameters.max_gpus)
@@ -84,10 +89,12 @@ def solve_policy(
         pinned=np.full(problem.jobs.num_jobs, -1, np.int64),
     )
     build = time.perf_counter() - started
+    # fitness = (S/J)^(1/p) moves by 1/|p| times S's relative change: solve S tighter so the
+    # fitness gap meets the tolerance
     result = solve_exact(
         instance,
-        time_limit_s=options.time_limit_s,
-        relative_gap=options.relative_gap or 1e-4,
+        deadline=deadline,
+        relative_gap=options.relative_gap * min(1.0, abs(p)),
         threads=options.threads,
     )
     m = problem.jobs.num_jobs
@@ -104,6 +111,11 @@ def solve_policy(
         f"pollux p-mean fitness as an exact ILP over configurations, p = {p:g} "
         "(Pollux itself searches with a genetic algorithm)",
         build,
+        options.relative_gap,
     )
     cert = replace(plan.certificate, objective=objective, bound=bound, maximize=True)
+    if cert.termination is not Termination.ERROR:  # judged again on the reported fitness
+        cert = replace(cert, termination=termination(
+            result.status, result.has_solution, relative_gap(objective, bound),
+            options.relative_gap))
     return replace(plan, certificate=cert)

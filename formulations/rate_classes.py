@@ -46,15 +46,12 @@ the master's bound holds whenever it stops.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, replace
-from importlib.metadata import version
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from apportion.formulations.lp import LPResult, new_highs
 from apportion.formulations.space_sharing import (
     BoolArray,
     Groups,
@@ -66,6 +63,16 @@ from apportion.formulations.space_sharing import (
     realize,
     resource_entries,
 )
+from apportion.solver.backends.highs import (
+    INFINITY,
+    HighsSession,
+    HighsSettings,
+    LinearModel,
+    highs_version,
+    solve_highs,
+)
+from apportion.solver.backends.status import SolverResult, SolverStatus
+from apportion.solver.deadline import Deadline
 from apportion.solver.model import FloatArray, IntArray, Problem
 from apportion.solver.result import ModelSize
 
@@ -123,18 +130,26 @@ class DemandSolution:
     units), the master's proven bound on t*, the per-job multipliers y (m,) on the rows
     d_i t - thr_i <= 0 (sum y_i d_i = 1), capacity prices (n,), rounds of the master."""
 
-    status: str
+    status: SolverStatus
     plan: JobPlan
     thr: FloatArray
     t: float
     bound: float | None
     y: FloatArray
     pi: FloatArray
-    result: LPResult
+    result: SolverResult
     size: ModelSize
     rounds: int
     decode_cuts: int
     """Benders cuts from the decode LP (classes the line cuts alone did not settle)."""
+
+
+def _cut_matrix(cuts: list[Cut], num_cols: int) -> sp.csr_matrix:
+    """The cuts as rows (len(cuts), num_cols)."""
+    return sp.csr_matrix(
+        (np.concatenate([c.vals for c in cuts]), np.concatenate([c.cols for c in cuts]),
+         np.cumsum([0] + [c.cols.size for c in cuts])),
+        shape=(len(cuts), num_cols))
 
 
 def _scaled_cut(cols: list[int] | IntArray, vals: list[float] | FloatArray, rhs: float,
@@ -153,8 +168,6 @@ class Master:
     cuts are added as rows and the LP is re-solved from the last basis (dual simplex)."""
 
     def __init__(self, lp: PackedLP, threads: int) -> None:
-        import highspy
-
         self.lp = lp
         self.num_cols = lp.num_vars
         self.t_col = self.num_cols - 1
@@ -164,35 +177,27 @@ class Master:
             shape=(rhs.size, self.num_cols))
         self.rhs = rhs
         self.equalities = nb
-        self.highs = new_highs(threads)
-        self.highs.setOptionValue("solver", "simplex")
-        self.highs.setOptionValue("primal_feasibility_tolerance", 1e-10)
-        self.highs.setOptionValue("dual_feasibility_tolerance", 1e-10)
-        self.highs.setOptionValue("simplex_dual_edge_weight_strategy", 1)  # devex
-        inf = highspy.kHighsInf
-        self.inf = inf
         n = self.num_cols
-        self.highs.addVars(n, np.zeros(n), np.full(n, inf))
         cost = np.zeros(n)
         cost[self.t_col] = -1.0
-        self.highs.changeColsCost(n, np.arange(n, dtype=np.int32), cost)
-        lower = np.full(rhs.size, -inf)
+        lower = np.full(rhs.size, -INFINITY)
         lower[rhs.size - nb:] = rhs[rhs.size - nb:]
-        m = self.resources
-        self.highs.addRows(rhs.size, lower, rhs, m.nnz, m.indptr[:-1].astype(np.int32),
-                           m.indices.astype(np.int32), m.data)
+        settings = HighsSettings(
+            method="simplex", primal_tolerance=1e-10, dual_tolerance=1e-10, threads=threads,
+            options=(("simplex_dual_edge_weight_strategy", 1),),  # devex
+        )
+        model = LinearModel(cost, sp.csc_matrix(self.resources), lower, rhs, np.zeros(n),
+                            np.full(n, INFINITY))
+        self.session = HighsSession(model, settings)
+        self.last: SolverResult | None = None
         self.cuts: list[Cut] = []
         self.solves = 0
 
     def add(self, cuts: list[Cut]) -> None:
         if not cuts:
             return
-        starts = np.cumsum([0] + [c.cols.size for c in cuts[:-1]]).astype(np.int32)
-        index = np.concatenate([c.cols for c in cuts]).astype(np.int32)
-        value = np.concatenate([c.vals for c in cuts])
-        upper = np.array([c.rhs for c in cuts])
-        self.highs.addRows(len(cuts), np.full(len(cuts), -self.inf), upper, index.size, starts,
-                           index, value)
+        self.session.add_rows(np.full(len(cuts), -INFINITY), np.array([c.rhs for c in cuts]),
+                              _cut_matrix(cuts, self.num_cols))
         self.cuts.extend(cuts)
 
     def retarget(self, demand: FloatArray) -> None:
@@ -206,14 +211,10 @@ class Master:
             else:  # no t term before (weights summed to zero there)
                 cut.cols = np.insert(cut.cols, at, self.t_col)
                 cut.vals = np.insert(cut.vals, at, coefficient)
-            self.highs.changeCoeff(first + row, self.t_col, coefficient)
+            self.session.change_coefficient(first + row, self.t_col, coefficient)
 
-    def solve(self, time_limit_s: float) -> tuple[str, FloatArray, float]:
+    def solve(self, deadline: Deadline) -> tuple[SolverStatus, FloatArray, float]:
         """(status, column values, seconds)."""
-        import highspy
-
-        self.highs.setOptionValue("time_limit", float(time_limit_s) if time_limit_s > 0
-                                  else self.inf)
         # the first two solves of a large master by interior point (with crossover: a basis
         # for the warm starts after them), then dual simplex with devex weights. Measured on
         # `benchmarks/space_sharing.py --sizes 2048 --class-size 3|4|8` (2026-11-30): the
@@ -221,31 +222,20 @@ class Master:
         # 9 s where a fresh interior point takes 2 s (finish-time fairness: 27.6 -> 10.7 s,
         # 11.8 -> 4.1 s, 5.7 -> 2.7 s; makespan within 10%)
         early = self.solves < IPM_SOLVES and self.num_cols > IPM_COLUMNS
-        self.highs.setOptionValue("solver", "ipm" if early else "simplex")
-        started = time.perf_counter()
-        self.highs.run()
+        self.session.set_method("ipm" if early else "simplex")
+        result = self.session.run(deadline)
         self.solves += 1
-        elapsed = time.perf_counter() - started
-        status = self.highs.getModelStatus()
-        words = {highspy.HighsModelStatus.kOptimal: "optimal",
-                 highspy.HighsModelStatus.kTimeLimit: "time_limit"}
-        x = np.asarray(self.highs.getSolution().col_value, dtype=np.float64)
-        if x.size != self.num_cols:
-            x = np.zeros(self.num_cols)
-        return words.get(status, "error"), x, elapsed
+        self.last = result
+        return result.status, result.x, result.solve_time_s
 
     def certificate(self, m: int) -> tuple[float | None, FloatArray, FloatArray]:
         """(proven bound on t*, y (m,) per job, pi (n,)) from the last solve's duals."""
         n = self.lp.W.size
         nres, L = self.rhs.size, len(self.cuts)
-        duals = -np.asarray(self.highs.getSolution().row_dual, dtype=np.float64)
-        if duals.size != nres + L or L == 0:
+        if self.last is None or L == 0:
             return None, np.zeros(m), np.zeros(n)
-        cut_rows = sp.csr_matrix(
-            (np.concatenate([c.vals for c in self.cuts]),
-             np.concatenate([c.cols for c in self.cuts]),
-             np.cumsum([0] + [c.cols.size for c in self.cuts])),
-            shape=(L, self.num_cols))
+        duals = -self.last.row_dual  # HiGHS minimizes -t: negate for t's multipliers
+        cut_rows = _cut_matrix(self.cuts, self.num_cols)
         matrix = sp.vstack([cut_rows, self.resources]).tocsc()
         b = np.concatenate([[c.rhs for c in self.cuts], self.rhs])
         mu = np.maximum(np.nan_to_num(duals[nres:], nan=0.0), 0.0)
@@ -412,8 +402,6 @@ def _decode(lp: PackedLP, modes: Modes, classes: Classes, ex: Expanded, x: Float
     class, then the decode LP for the classes of more than one job with a level row (with
     `pairing_only`, only those pairing within the class: the check before the final decode);
     Benders cuts for the classes it cannot serve."""
-    import highspy
-
     ns, npc, _, _ = lp.sizes
     t = float(x[t_col])
     uniform = _uniform(lp, x)
@@ -484,31 +472,23 @@ def _decode(lp: PackedLP, modes: Modes, classes: Classes, ex: Expanded, x: Float
     cols = np.concatenate([np.arange(nt), np.arange(nt), np.arange(nt), nt + np.arange(nj)])
     vals = np.concatenate([np.ones(nt), np.ones(nt), rate_of, np.ones(nj)])
     matrix = sp.csc_matrix((vals, (rows, cols)), shape=(nuse + 2 * nj, nt + nj))
-    inf = highspy.kHighsInf
+    inf = INFINITY
     demand = classes.demand[all_jobs] * t
-    lower = np.concatenate([np.nan_to_num(np.array(use_lower), neginf=-inf),
-                            np.full(nj, -inf), demand])
+    lower = np.concatenate([np.array(use_lower), np.full(nj, -inf), demand])
     upper = np.concatenate([np.array(use_upper), np.concatenate(budget), np.full(nj, inf)])
-    h = new_highs(threads)
-    h.setOptionValue("solver", "simplex")
-    h.setOptionValue("primal_feasibility_tolerance", 1e-10)
-    h.setOptionValue("dual_feasibility_tolerance", 1e-10)
-    model = highspy.HighsLp()
-    model.num_col_, model.num_row_ = nt + nj, nuse + 2 * nj
-    model.col_cost_ = np.concatenate([np.zeros(nt), np.ones(nj)])
-    model.col_lower_ = np.zeros(nt + nj)
-    model.col_upper_ = np.concatenate([np.where(np.isfinite(upper_of), upper_of, inf),
-                                       np.full(nj, inf)])
-    model.row_lower_, model.row_upper_ = lower, upper
-    model.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    model.a_matrix_.start_ = matrix.indptr
-    model.a_matrix_.index_ = matrix.indices
-    model.a_matrix_.value_ = matrix.data
-    h.passModel(model)
-    h.run()
-    solution = h.getSolution()
-    values = np.asarray(solution.col_value, dtype=np.float64)
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal or values.size != nt + nj:
+    model = LinearModel(
+        cost=np.concatenate([np.zeros(nt), np.ones(nj)]),
+        matrix=matrix,
+        row_lower=lower,
+        row_upper=upper,
+        col_lower=np.zeros(nt + nj),
+        col_upper=np.concatenate([upper_of, np.full(nj, inf)]),
+    )
+    settings = HighsSettings(method="simplex", primal_tolerance=1e-10, dual_tolerance=1e-10,
+                             threads=threads)
+    solution = solve_highs(model, settings)
+    values = solution.x
+    if solution.status is not SolverStatus.OPTIMAL:
         # no answer: keep the uniform split, no cut
         return Decoded(RawSolution(fx, X, fV), [], math.inf)
     times = np.maximum(values[:nt], 0.0)
@@ -530,7 +510,7 @@ def _decode(lp: PackedLP, modes: Modes, classes: Classes, ex: Expanded, x: Float
     worst = float(short.max(initial=0.0))
     cuts: list[Cut] = []
     if worst > SLACK_TOLERANCE:
-        row_dual = np.asarray(solution.row_dual, dtype=np.float64)
+        row_dual = solution.row_dual
         group_of_job = np.repeat(np.arange(len(todo)), [j.size for j in member_lists])
         for index, g in enumerate(todo):
             here = group_of_job == index
@@ -600,11 +580,9 @@ class DemandLP:
         self.master = Master(lp, threads)
         self.seeded = np.zeros(lp.k.size, dtype=bool)
 
-    def solve(self, demand: FloatArray, time_limit_s: float) -> DemandSolution:
+    def solve(self, demand: FloatArray, deadline: Deadline) -> DemandSolution:
         """max t s.t. thr_i >= demand_i t for the jobs of groups with a level row (module
-        docstring); `demand` (m,) > 0 for those jobs; `time_limit_s` 0 = none."""
-        started = time.perf_counter()
-        deadline = started + time_limit_s if time_limit_s > 0 else math.inf
+        docstring); `demand` (m,) > 0 for those jobs."""
         lp, modes, master, ex = self.lp, self.modes, self.master, self.expanded
         m, threads = self.groups.group.size, self.threads
         demand = np.where(demand > 0, demand, 0.0)
@@ -618,20 +596,19 @@ class DemandLP:
                               classes.jobs(g).size, modes.start[g + 1] - modes.start[g])
                     for g in new])
         self.seeded[new] = True
-        solve_time, rounds, status, decode_cuts = 0.0, 0, "error", 0
+        solve_time, rounds, status, decode_cuts = 0.0, 0, SolverStatus.ERROR, 0
         bounded = False  # stopped by the deadline right after an optimal master
         x = np.zeros(master.num_cols)
         decoded: Decoded | None = None
         while True:
             decoded = None
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                status = "time_limit"
+            if deadline.expired():
+                status = SolverStatus.TIME_LIMIT
                 break
-            status, x, elapsed = master.solve(remaining if math.isfinite(remaining) else 0.0)
+            status, x, elapsed = master.solve(deadline)
             solve_time += elapsed
             rounds += 1
-            if status != "optimal":
+            if status is not SolverStatus.OPTIMAL:
                 break
             cuts = _separate(modes, classes, lp, x, t_col)
             if not cuts:  # the pairing classes first (small), then every class once
@@ -648,24 +625,25 @@ class DemandLP:
                     break
             if rounds >= MAX_ROUNDS:  # the master is still a relaxation: its bound holds
                 break
-            if time.perf_counter() >= deadline:  # the last master is solved: its bound holds
-                status, bounded = "time_limit", True
+            if deadline.expired():  # the last master is solved: its bound holds
+                status, bounded = SolverStatus.TIME_LIMIT, True
                 break
             master.add(cuts)
-        if decoded is None and status == "optimal":
+        if decoded is None and status is SolverStatus.OPTIMAL:
             decoded = _decode(lp, modes, classes, ex, x, t_col, threads)
         raw = decoded.raw if decoded is not None else _uniform(lp, x)
         plan, thr = realize(self.problem, ex.groups, ex.lp, raw)
         served = demand > 0
         t_reached = float(np.min(thr[served] / demand[served])) if served.any() else 0.0
-        bound, y, pi = master.certificate(m) if status == "optimal" or bounded else (
+        bound, y, pi = master.certificate(m) if status is SolverStatus.OPTIMAL or bounded else (
             None, np.zeros(m), np.zeros(lp.W.size))
         rows = master.rhs.size + len(master.cuts)
         nnz = master.resources.nnz + sum(c.cols.size for c in master.cuts)
-        result = LPResult(
-            status=status if status in ("optimal", "time_limit") else "error",
-            x=np.zeros(0), row_dual=np.zeros(0), objective=t_reached, solver="highs",
-            solver_version=version("highspy"), solve_time_s=solve_time,
+        kept = status is SolverStatus.OPTIMAL or status.limit_reached
+        result = SolverResult(
+            status=status if kept else SolverStatus.ERROR,
+            x=np.zeros(0), objective=t_reached, has_solution=True, solver="highs",
+            solver_version=highs_version(), solve_time_s=solve_time,
             detail=(f"{rounds} master rounds, {len(master.cuts)} cuts ({decode_cuts} from "
                     "the decode LP)"),
         )
@@ -674,10 +652,10 @@ class DemandLP:
 
 
 def solve_demand_lp(problem: Problem, groups: Groups, lp: PackedLP, demand: FloatArray,
-                    time_limit_s: float, threads: int) -> DemandSolution:
+                    deadline: Deadline, threads: int) -> DemandSolution:
     """One demand vector (`DemandLP.solve`). `groups`/`lp`: rate classes and their
     unit-scale cells (levels = policy throughput)."""
-    return DemandLP(problem, groups, lp, threads).solve(demand, time_limit_s)
+    return DemandLP(problem, groups, lp, threads).solve(demand, deadline)
 
 
 def _uniform(lp: PackedLP, x: FloatArray) -> RawSolution:

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import FloatArray, IntArray, Problem
 from apportion.solver.result import RoundGrant, ScheduledRound
 
@@ -205,10 +206,15 @@ def _previous_nodes(
 
 
 def round_schedule(
-    problem: Problem, X: FloatArray, rounds: int, colocated: Colocated = ()
+    problem: Problem,
+    X: FloatArray,
+    rounds: int,
+    colocated: Colocated = (),
+    deadline: Deadline = NO_DEADLINE,
 ) -> tuple[ScheduledRound, ...]:
     """The next `rounds` rounds for time shares X (m, n) (each job's total time on each type,
-    alone and in pairs) and the pairs `colocated` (`Plan.colocated`; see module docstring)."""
+    alone and in pairs) and the pairs `colocated` (`Plan.colocated`; see module docstring).
+    Stops early, with the rounds made so far (at least one), once `deadline` has passed."""
     m, n = X.shape
     if rounds <= 0 or m == 0:
         return ()
@@ -228,6 +234,8 @@ def round_schedule(
     names = problem.cluster.node_names
     out: list[ScheduledRound] = []
     for r in range(rounds):
+        if r > 0 and deadline.expired():
+            break
         worker_time = job_time.sum(axis=0)
         fraction = np.divide(
             job_time, worker_time[None, :], out=np.zeros((C, n)), where=worker_time > 0

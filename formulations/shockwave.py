@@ -62,14 +62,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from importlib.metadata import version
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from apportion.formulations.lp import new_highs
 from apportion.formulations.shockwave_predict import (
     equal_share,
     interpolated_epoch_s,
@@ -79,6 +76,15 @@ from apportion.formulations.shockwave_predict import (
     reference_from_state,
     remaining_time_s,
 )
+from apportion.solver.backends.highs import (
+    HighsSettings,
+    LinearModel,
+    highs_version,
+    solve_highs,
+)
+from apportion.solver.backends.status import SolverResult, SolverStatus
+from apportion.solver.certificate import termination
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import (
     Compat,
     FloatArray,
@@ -88,7 +94,14 @@ from apportion.solver.model import (
     SolveOptions,
 )
 from apportion.solver.parameters import ShockwaveParameters
-from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Termination
+from apportion.solver.result import (
+    Certificate,
+    JobStatus,
+    ModelSize,
+    Plan,
+    Termination,
+    relative_gap,
+)
 
 BREAKPOINTS = np.array([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
 """Log-interpolation breakpoints b_k of normalized progress."""
@@ -97,7 +110,11 @@ LOG_ZERO = math.log(1e-6)
 LOG_BREAKPOINTS = np.log(np.maximum(BREAKPOINTS, 1e-6))
 DEFAULT_ROUND_S = 120.0
 DEFAULT_GAP = 1e-3
+"""MIP gap of a window solve called directly (through `solve()` the policy's registered
+tolerance, the same 1e-3, applies)."""
 DEFAULT_TIME_LIMIT_S = 15.0
+"""Each MILP of a window stops after this many seconds when the request sets no limit
+(Shockwave's own)."""
 MAX_PRIORITY = 1e9
 """Cap on the fallback priority pi_i (rho ** 100 overflows double precision quickly)."""
 Bool2D = NDArray[np.bool_]
@@ -138,12 +155,16 @@ class WindowSolution:
     objective: float
     """Objective recomputed from x (window_objective)."""
     bound: float | None
-    status: str
-    """"optimal", "feasible", "infeasible", "no_solution", "error"."""
+    status: SolverStatus
     solve_time_s: float
     build_time_s: float
     size: ModelSize
     detail: str = ""
+
+    @property
+    def has_plan(self) -> bool:
+        """x is a feasible plan (an optimum or an incumbent at a limit)."""
+        return bool(np.isfinite(self.objective))
 
 
 def planned_progress(x: Bool2D, inp: WindowInputs) -> FloatArray:
@@ -166,25 +187,7 @@ def window_objective(x: Bool2D, inp: WindowInputs, pi: FloatArray) -> float:
     return float(pi @ ell) / (inp.n * inp.T) - inp.kappa * makespan
 
 
-def _highs_status(highs: Any) -> tuple[str, str]:
-    import highspy
-
-    status = highs.getModelStatus()
-    text = highs.modelStatusToString(status)
-    has_solution = highs.getInfo().primal_solution_status == 2
-    if status == highspy.HighsModelStatus.kOptimal:
-        return "optimal", text
-    if status == highspy.HighsModelStatus.kInfeasible:
-        return "infeasible", text
-    if has_solution:
-        return "feasible", text
-    if status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
-        return "no_solution", text
-    return "error", text
-
-
 def _run(
-    num_col: int,
     cost: FloatArray,
     lower: FloatArray,
     upper: FloatArray,
@@ -194,38 +197,16 @@ def _run(
     integer: NDArray[np.bool_],
     maximize: bool,
     gap: float,
-    time_limit_s: float,
+    deadline: Deadline,
     threads: int,
-) -> tuple[Any, float]:
-    import highspy
-
-    highs = new_highs(threads, time_limit_s)
-    highs.setOptionValue("output_flag", False)
-    highs.setOptionValue("mip_rel_gap", float(gap))
-    highs.setOptionValue("mip_abs_gap", 0.0 if gap == 0 else 1e-6)
-    highs.setOptionValue("random_seed", 0)
-    lp = highspy.HighsLp()
-    lp.num_col_ = num_col
-    lp.num_row_ = A.shape[0]
-    lp.col_cost_ = cost
-    lp.col_lower_ = lower
-    lp.col_upper_ = upper
-    lp.row_lower_ = row_lower
-    lp.row_upper_ = row_upper
-    lp.sense_ = highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = A.indptr
-    lp.a_matrix_.index_ = A.indices
-    lp.a_matrix_.value_ = A.data
-    if integer.any():
-        lp.integrality_ = [
-            highspy.HighsVarType.kInteger if flag else highspy.HighsVarType.kContinuous
-            for flag in integer
-        ]
-    highs.passModel(lp)
-    started = time.perf_counter()
-    highs.run()
-    return highs, time.perf_counter() - started
+) -> SolverResult:
+    """One MILP (an LP when nothing is integer), stopped at `deadline` or after
+    `DEFAULT_TIME_LIMIT_S` when the deadline is further or absent."""
+    model = LinearModel(cost, A, row_lower, row_upper, lower, upper,
+                        integer if integer.any() else None, maximize)
+    settings = HighsSettings(mip_rel_gap=float(gap), mip_abs_gap=0.0 if gap == 0 else 1e-6,
+                             seed=0, threads=threads)
+    return solve_highs(model, settings, deadline.within(DEFAULT_TIME_LIMIT_S))
 
 
 def solve_window(
@@ -233,7 +214,7 @@ def solve_window(
     pi: FloatArray,
     guard: FloatArray | None = None,
     gap: float = DEFAULT_GAP,
-    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    deadline: Deadline = NO_DEADLINE,
     threads: int = 0,
     relax: bool = False,
 ) -> WindowSolution:
@@ -247,7 +228,7 @@ def solve_window(
             np.zeros((T, n), bool),
             float("nan"),
             None,
-            "infeasible",
+            SolverStatus.INFEASIBLE,
             0.0,
             0.0,
             size,
@@ -317,34 +298,20 @@ def solve_window(
     if not relax:
         integer[:nx] = True
     build = time.perf_counter() - started
-    highs, elapsed = _run(
-        num_col,
-        cost,
-        lower,
-        upper,
-        A,
-        row_lower,
-        row_upper,
-        integer,
-        True,
-        gap,
-        time_limit_s,
-        threads,
-    )
-    status, text = _highs_status(highs)
-    size = ModelSize(num_col, rows, int(A.nnz), int(integer.sum()))
-    if status not in ("optimal", "feasible"):
+    result = _run(cost, lower, upper, A, row_lower, row_upper, integer, True, gap, deadline,
+                  threads)
+    status, text, elapsed, size = result.status, result.detail, result.solve_time_s, result.size
+    if not result.has_solution:
         return WindowSolution(
             np.zeros((T, n), bool), float("nan"), None, status, elapsed, build, size, text
         )
-    values = np.asarray(highs.getSolution().col_value)
-    info = highs.getInfo()
+    values = result.x
     if relax:
-        relaxed = float(info.objective_function_value)
+        relaxed = float(result.objective or 0.0)
         x = values[:nx].reshape(n, T).T > 0.5
         return WindowSolution(x, relaxed, relaxed, status, elapsed, build, size, text)
     x = values[:nx].reshape(n, T).T > 0.5
-    bound: float | None = float(info.mip_dual_bound) if math.isfinite(info.mip_dual_bound) else None
+    bound = result.bound
     objective = window_objective(x, inp, pi)
     if bound is not None:
         bound = max(bound, objective)  # the bound is an upper bound on every plan
@@ -357,7 +324,7 @@ def rank_rounds(
     pi: FloatArray,
     G: int,
     T: int,
-    time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    deadline: Deadline = NO_DEADLINE,
     threads: int = 0,
 ) -> tuple[Bool2D | None, float]:
     """The ranking MILP (A4.3): keep N_i = rounds[i], minimize sum_i pi_i/N_i sum_t t x[i,t]
@@ -375,25 +342,11 @@ def rank_rounds(
     cost = (weight[:, None] * (np.arange(T)[None, :] + 1.0)).ravel()
     row_lower = np.concatenate([np.full(T, -math.inf), rounds.astype(np.float64)])
     row_upper = np.concatenate([np.full(T, float(G)), rounds.astype(np.float64)])
-    highs, elapsed = _run(
-        nx,
-        cost,
-        np.zeros(nx),
-        np.ones(nx),
-        A,
-        row_lower,
-        row_upper,
-        np.ones(nx, bool),
-        False,
-        1e-9,
-        time_limit_s,
-        threads,
-    )
-    status, _ = _highs_status(highs)
-    if status not in ("optimal", "feasible"):
-        return None, elapsed
-    values = np.asarray(highs.getSolution().col_value)
-    return values.reshape(n, T).T > 0.5, elapsed
+    result = _run(cost, np.zeros(nx), np.ones(nx), A, row_lower, row_upper, np.ones(nx, bool),
+                  False, 1e-9, deadline, threads)
+    if not result.has_solution:
+        return None, result.solve_time_s
+    return result.x.reshape(n, T).T > 0.5, result.solve_time_s
 
 
 def fill(x: Bool2D, s: IntArray, P: FloatArray, G: int) -> Bool2D:
@@ -569,21 +522,21 @@ def run_window(
     compat: Compat,
     options: SolveOptions,
     active: IntArray,
+    deadline: Deadline = NO_DEADLINE,
 ) -> ShockwaveOutcome:
     """Guarded attempt, fallback with priorities and ranking MILP, then the fill."""
     gap = options.relative_gap or DEFAULT_GAP
-    limit = options.time_limit_s or DEFAULT_TIME_LIMIT_S
     state = prepare(problem, params, compat, active)
     inp = state.inputs
     pi = np.ones(inp.n)
     branch, detail, unranked = "guarded", "", None
-    sol = solve_window(inp, pi, state.guard, gap, limit, options.threads)
-    if sol.status in ("infeasible", "no_solution"):
+    sol = solve_window(inp, pi, state.guard, gap, deadline, options.threads)
+    if sol.status is SolverStatus.INFEASIBLE or (not sol.has_plan and sol.status.limit_reached):
         branch = "fallback"
         detail = f"guarded program: {sol.detail}; "
         pi = priorities(state.rho, inp.P, inp.round_s, params.fairness_exponent, params.rho_max)
         first = sol
-        sol = solve_window(inp, pi, None, gap, limit, options.threads)
+        sol = solve_window(inp, pi, None, gap, deadline, options.threads)
         sol = WindowSolution(
             sol.x,
             sol.objective,
@@ -594,10 +547,10 @@ def run_window(
             sol.size,
             sol.detail,
         )
-        if sol.status in ("optimal", "feasible"):
+        if sol.has_plan:
             unranked = sol.x
             ranked, ranking_time = rank_rounds(
-                sol.x.sum(axis=0), inp.s, pi, inp.G, inp.T, limit, options.threads
+                sol.x.sum(axis=0), inp.s, pi, inp.G, inp.T, deadline, options.threads
             )
             if ranked is not None:
                 sol = WindowSolution(
@@ -613,16 +566,20 @@ def run_window(
             else:
                 detail += "ranking MILP failed, unranked plan kept; "
     filled = sol.x
-    if params.work_conserving_fill and sol.status in ("optimal", "feasible"):
+    if params.work_conserving_fill and sol.has_plan:
         filled = fill(sol.x, inp.s, inp.P, inp.G)
     return ShockwaveOutcome(state, branch, pi, sol, unranked, filled, detail)
 
 
 def solve_policy(
-    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: ShockwaveParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """Entry point registered as `shockwave`."""
-    params = parameters if isinstance(parameters, ShockwaveParameters) else ShockwaveParameters()
+    params = parameters
     jobs = problem.jobs
     m, ntypes = jobs.num_jobs, problem.cluster.num_types
     T = params.planning_rounds
@@ -654,23 +611,20 @@ def solve_policy(
             reference_finish_time_s=reference,
             reference_state=ref_state,
         )
-    out = run_window(problem, params, compat, options, active)
+    out = run_window(problem, params, compat, options, active, deadline)
     sol, inp = out.solution, out.state.inputs
     n = inp.n
-    has_plan = sol.status in ("optimal", "feasible")
-    termination = {
-        "optimal": Termination.OPTIMAL,
-        "feasible": Termination.FEASIBLE,
-        "infeasible": Termination.INFEASIBLE,
-        "no_solution": Termination.NO_SOLUTION,
-    }.get(sol.status, Termination.ERROR)
+    has_plan = sol.has_plan
+    objective = sol.objective if has_plan else None
+    bound = sol.bound if has_plan else None
     cert = Certificate(
-        termination=termination,
+        termination=termination(sol.status, has_plan, relative_gap(objective, bound),
+                                options.relative_gap),
         maximize=True,
-        objective=sol.objective if has_plan else None,
-        bound=sol.bound if has_plan else None,
+        objective=objective,
+        bound=bound,
         solver="highs",
-        solver_version=version("highspy"),
+        solver_version=highs_version(),
         formulation=f"{formulation}, {out.branch} branch, lambda formulation (no SOS2 binaries)",
         build_time_s=sol.build_time_s,
         solve_time_s=sol.solve_time_s,

@@ -55,6 +55,8 @@ from apportion.formulations.sia_ilp import (
     solve_exact,
     violations_of,
 )
+from apportion.solver.certificate import termination
+from apportion.solver.deadline import Deadline
 from apportion.solver.model import (
     Compat,
     FloatArray,
@@ -70,6 +72,7 @@ from apportion.solver.result import (
     JobStatus,
     Plan,
     Termination,
+    relative_gap,
 )
 
 DEFAULT_RESTART_PENALTY_S = 30.0
@@ -252,20 +255,14 @@ def build_instance(
     return instance, normalized
 
 
-_TERMINATION = {
-    "optimal": Termination.OPTIMAL,
-    "feasible": Termination.FEASIBLE,
-    "infeasible": Termination.INFEASIBLE,
-    "no_solution": Termination.NO_SOLUTION,
-    "error": Termination.ERROR,
-}
-
-
 def solve_policy(
-    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: SiaParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """Sia's ILP solved exactly; never raises for infeasible or timed-out solves."""
-    assert isinstance(parameters, SiaParameters)
     started = time.perf_counter()
     table = goodput_table(
         problem, parameters.max_gpus, sia_node_caps(problem, parameters.max_nodes_per_type)
@@ -276,8 +273,8 @@ def solve_policy(
     build = time.perf_counter() - started
     result = solve_exact(
         instance,
-        time_limit_s=options.time_limit_s,
-        relative_gap=options.relative_gap or 1e-4,
+        deadline=deadline,
+        relative_gap=options.relative_gap,
         threads=options.threads,
     )
     formulation = (
@@ -290,7 +287,8 @@ def solve_policy(
         )
     )
     return plan_from_result(
-        problem, table, instance, normalized, current, restart, result, formulation, build
+        problem, table, instance, normalized, current, restart, result, formulation, build,
+        options.relative_gap,
     )
 
 
@@ -304,8 +302,10 @@ def plan_from_result(
     result: IlpResult,
     formulation: str,
     build_time_s: float,
+    tolerance: float,
 ) -> Plan:
-    """Plan, certificate, placement and per-job reasons from an ILP result."""
+    """Plan, certificate, placement and per-job reasons from an ILP result; `tolerance` is the
+    relative gap within which the plan counts as optimal."""
     m, n = problem.jobs.num_jobs, problem.cluster.num_types
     choice = result.choice
     bad = violations_of(instance, choice) if result.objective is not None else []
@@ -371,16 +371,17 @@ def plan_from_result(
                 accumulation_steps=int(table.accumulation[i, c]),
             )
         )
-    termination = _TERMINATION.get(result.status, Termination.ERROR)
+    gap = relative_gap(result.objective, result.bound)
+    ended = termination(result.status, result.has_solution, gap, tolerance)
     detail = result.detail
     if bad:
-        termination, detail = Termination.ERROR, "; ".join(bad)
+        ended, detail = Termination.ERROR, "; ".join(bad)
     if failed:
         detail += f"; placement failed for {len(failed)} job(s)"
     if placement.fell_back:
         detail += "; previous nodes could not all be kept (placed again without preference)"
     cert = Certificate(
-        termination=termination,
+        termination=ended,
         maximize=instance.maximize,
         objective=result.objective,
         bound=result.bound,

@@ -11,16 +11,28 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from importlib.metadata import version
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from apportion.formulations.lp import new_highs
+from apportion.solver.backends.highs import (
+    INFINITY,
+    HighsSession,
+    HighsSettings,
+    LinearModel,
+    highs_version,
+)
+from apportion.solver.backends.highs import (
+    solve_highs as run_highs,
+)
+from apportion.solver.backends.ortools import ortools_version
+from apportion.solver.backends.ortools import solve_cpsat as run_cpsat
+from apportion.solver.backends.status import SolverStatus
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import FloatArray, IntArray
 from apportion.solver.result import ModelSize
+from apportion.solver.result import relative_gap as gap_between
 
 BoolArray = NDArray[np.bool_]
 
@@ -58,8 +70,8 @@ class SiaInstance:
 
 @dataclass(frozen=True)
 class IlpResult:
-    status: str
-    """"optimal", "feasible" (limit with incumbent), "infeasible", "no_solution", "error"."""
+    status: SolverStatus
+    """How the solver ended; a limit with an incumbent has `has_solution`."""
     choice: IntArray
     """(m,) chosen configuration per job, -1 = none."""
     objective: float | None
@@ -73,6 +85,11 @@ class IlpResult:
     detail: str = ""
     fractional: FloatArray | None = None
     """(m, C) the LP relaxation's solution (relaxation only)."""
+
+    @property
+    def has_solution(self) -> bool:
+        """`choice` is a feasible plan (an optimum, or an incumbent at a limit)."""
+        return self.objective is not None
 
 
 def restart_factor(age_s: FloatArray, restarts: IntArray, delta_s: FloatArray) -> FloatArray:
@@ -188,14 +205,11 @@ def _constant(instance: SiaInstance) -> float:
 def solve_highs(
     instance: SiaInstance,
     relax: bool = False,
-    time_limit_s: float = 0.0,
+    deadline: Deadline = NO_DEADLINE,
     relative_gap: float = 1e-4,
     threads: int = 0,
 ) -> IlpResult:
     """Exact MILP with HiGHS (branch and cut); `relax` solves the LP relaxation instead."""
-    import highspy
-
-    started = time.perf_counter()
     m = instance.num_jobs
     n = instance.capacity.size
     jobs, confs, cost = _columns(instance)
@@ -203,12 +217,12 @@ def solve_highs(
     if k == 0 and not (instance.pinned >= 0).any():
         choice = np.full(m, -1, np.int64)
         return IlpResult(
-            "optimal",
+            SolverStatus.OPTIMAL,
             choice,
             objective_of(instance, choice),
             objective_of(instance, choice),
             "highs",
-            version("highspy"),
+            highs_version(),
             0.0,
             ModelSize(),
             "no allowed configuration",
@@ -227,75 +241,38 @@ def solve_highs(
     ]
     if missing:
         return IlpResult(
-            "infeasible",
+            SolverStatus.INFEASIBLE,
             np.full(m, -1, np.int64),
             None,
             None,
             "highs",
-            version("highspy"),
+            highs_version(),
             0.0,
             ModelSize(k, m + n, int(matrix.nnz), 0 if relax else k),
             f"pinned configuration not allowed for jobs {missing}",
         )
-    lp = highspy.HighsLp()
-    lp.num_col_ = k
-    lp.num_row_ = m + n
-    lp.col_cost_ = cost
-    lp.col_lower_ = lower
-    lp.col_upper_ = np.ones(k)
-    lp.row_lower_ = np.full(m + n, -highspy.kHighsInf)
-    lp.row_upper_ = np.concatenate([np.ones(m), instance.capacity.astype(np.float64)])
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = matrix.indptr
-    lp.a_matrix_.index_ = matrix.indices
-    lp.a_matrix_.value_ = matrix.data
-    if not relax:
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * k
     # The dropped constant lambda_n * N as HiGHS's objective offset, so that its relative MIP
     # gap is measured on the real objective (without it, a large lambda_n, e.g. Pollux's
     # 1e-3^p, made "optimal" answers several % off the real optimum).
     offset = (-1.0 if instance.maximize else 1.0) * _constant(instance)
-    lp.offset_ = offset
-    highs = new_highs(threads, time_limit_s)
-    highs.setOptionValue("mip_rel_gap", float(relative_gap))
-    highs.setOptionValue("mip_abs_gap", 1e-9)
-    highs.passModel(lp)
-    solve_started = time.perf_counter()
-    highs.run()
-    elapsed = time.perf_counter() - solve_started
-    model_status = highs.getModelStatus()
-    text = highs.modelStatusToString(model_status)
+    model = LinearModel(
+        cost=cost,
+        matrix=matrix,
+        row_lower=np.full(m + n, -INFINITY),
+        row_upper=np.concatenate([np.ones(m), instance.capacity.astype(np.float64)]),
+        col_lower=lower,
+        col_upper=np.ones(k),
+        integer=None if relax else np.ones(k, dtype=bool),
+        offset=offset,
+    )
+    settings = HighsSettings(mip_rel_gap=float(relative_gap), mip_abs_gap=1e-9, threads=threads)
+    result = run_highs(model, settings, deadline)
+    status, text, elapsed = result.status, result.detail, result.solve_time_s
     size = ModelSize(k, m + n, int(matrix.nnz), 0 if relax else k)
     sign = -1.0 if instance.maximize else 1.0
-    info = highs.getInfo()
-    solution = highs.getSolution()
-    values = np.asarray(solution.col_value, np.float64)
-    has_solution = (
-        values.size == k
-        and model_status
-        in (
-            highspy.HighsModelStatus.kOptimal,
-            highspy.HighsModelStatus.kTimeLimit,
-            highspy.HighsModelStatus.kInterrupt,
-            highspy.HighsModelStatus.kSolutionLimit,
-        )
-        and (
-            relax
-            or info.primal_solution_status >= 1
-            or model_status == highspy.HighsModelStatus.kOptimal
-        )
-    )
+    values = result.x
+    has_solution = result.has_solution
     const = _constant(instance)
-    if model_status == highspy.HighsModelStatus.kInfeasible:
-        status = "infeasible"
-    elif model_status == highspy.HighsModelStatus.kOptimal:
-        status = "optimal"
-    elif has_solution:
-        status = "feasible"
-    elif model_status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kInterrupt):
-        status = "no_solution"
-    else:
-        status = "error"
     if not has_solution:
         return IlpResult(
             status,
@@ -303,7 +280,7 @@ def solve_highs(
             None,
             None,
             "highs",
-            version("highspy"),
+            highs_version(),
             elapsed,
             size,
             text,
@@ -318,26 +295,24 @@ def solve_highs(
             lp_value,
             lp_value,
             "highs",
-            version("highspy"),
+            highs_version(),
             elapsed,
             size,
             text,
             fractional=frac,
         )
     choice = _choice_from(instance, jobs, confs, values)
-    bound_min = float(info.mip_dual_bound) - offset
-    bound = const + sign * bound_min if np.isfinite(bound_min) else None
+    bound = const + sign * (result.bound - offset) if result.bound is not None else None
     obj = objective_of(instance, choice)
     if bound is not None:  # the bound can never be better than the incumbent
         bound = max(bound, obj) if instance.maximize else min(bound, obj)
-    del started
     return IlpResult(
         status,
         choice,
         obj,
         bound,
         "highs",
-        version("highspy"),
+        highs_version(),
         elapsed,
         size,
         text,
@@ -345,7 +320,8 @@ def solve_highs(
 
 
 def solve_cpsat(
-    instance: SiaInstance, scale: float = 100.0, time_limit_s: float = 0.0, threads: int = 0
+    instance: SiaInstance, scale: float = 100.0, deadline: Deadline = NO_DEADLINE,
+    threads: int = 0,
 ) -> IlpResult:
     """Second exact solver: OR-Tools CP-SAT on costs rounded to integers after multiplying by
     `scale` (exact when coefficients have 2 decimals and scale = 100, as in compat-sia)."""
@@ -363,12 +339,12 @@ def solve_cpsat(
             hit = [xs[k] for k in np.nonzero((jobs == i) & (confs == instance.pinned[i]))[0]]
             if not hit:
                 return IlpResult(
-                    "infeasible",
+                    SolverStatus.INFEASIBLE,
                     np.full(m, -1, np.int64),
                     None,
                     None,
                     "cp-sat",
-                    version("ortools"),
+                    ortools_version(),
                     0.0,
                     ModelSize(),
                     "pinned configuration not allowed",
@@ -383,42 +359,33 @@ def solve_cpsat(
             )
     integer_cost = np.rint(cost * scale).astype(np.int64)
     model.minimize(sum(int(integer_cost[k]) * xs[k] for k in range(jobs.size)))
-    solver: Any = cp_model.CpSolver()
-    solver.parameters.num_workers = threads if threads > 0 else 2
-    solver.parameters.random_seed = 1
-    if time_limit_s > 0:
-        solver.parameters.max_time_in_seconds = float(time_limit_s)
-    started = time.perf_counter()
-    code = solver.Solve(model)
-    elapsed = time.perf_counter() - started
     size = ModelSize(jobs.size, m + instance.capacity.size, 2 * jobs.size, jobs.size)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        status = "infeasible" if code == cp_model.INFEASIBLE else "no_solution"
+    result = run_cpsat(model, xs, size, deadline, threads, seed=1)
+    if not result.has_solution:
         return IlpResult(
-            status,
+            result.status,
             np.full(m, -1, np.int64),
             None,
             None,
             "cp-sat",
-            version("ortools"),
-            elapsed,
+            result.solver_version,
+            result.solve_time_s,
             size,
-            solver.StatusName(code),
+            result.detail,
         )
-    values = np.asarray([solver.Value(x) for x in xs], np.float64)
-    choice = _choice_from(instance, jobs, confs, values)
+    choice = _choice_from(instance, jobs, confs, result.x)
     sign = -1.0 if instance.maximize else 1.0
-    bound = _constant(instance) + sign * solver.BestObjectiveBound() / scale
+    bound = _constant(instance) + sign * float(result.bound or 0.0) / scale
     return IlpResult(
-        "optimal" if code == cp_model.OPTIMAL else "feasible",
+        result.status,
         choice,
         objective_of(instance, choice),
         bound,
         "cp-sat",
-        version("ortools"),
-        elapsed,
+        result.solver_version,
+        result.solve_time_s,
         size,
-        solver.StatusName(code),
+        result.detail,
     )
 
 
@@ -451,9 +418,11 @@ def round_relaxation(instance: SiaInstance, fractional: FloatArray) -> IntArray:
     return choice
 
 
-def _lagrangian_try(instance: SiaInstance, relative_gap: float, started: float) -> IlpResult | None:
+def _lagrangian_try(
+    instance: SiaInstance, gap_tolerance: float, started: float, deadline: Deadline
+) -> IlpResult | None:
     """The Lagrangian route of `solve_exact`; None when it does not close the gap."""
-    dual = lagrangian_bound(instance, tolerance=max(relative_gap, 1e-9) / 10)
+    dual = lagrangian_bound(instance, tolerance=max(gap_tolerance, 1e-9) / 10, deadline=deadline)
     if dual is None:
         return None
     value, prices, dense = dual
@@ -471,9 +440,9 @@ def _lagrangian_try(instance: SiaInstance, relative_gap: float, started: float) 
 
     def gap_of(obj: float) -> float:
         bound = max(dual_bound, obj) if instance.maximize else min(dual_bound, obj)
-        return abs(obj - bound) / max(abs(obj), abs(bound), 1e-12)
+        return gap_between(obj, bound)
 
-    choice, obj, how = _priced_plan(instance, prices, dense, relative_gap, gap_of)
+    choice, obj, how = _priced_plan(instance, prices, dense, gap_tolerance, gap_of, deadline)
     if choice is None:
         return None
     bound = max(dual_bound, obj) if instance.maximize else min(dual_bound, obj)
@@ -481,12 +450,12 @@ def _lagrangian_try(instance: SiaInstance, relative_gap: float, started: float) 
     k = int(instance.allowed.sum())
     size = ModelSize(k, instance.num_jobs + instance.capacity.size, 2 * k, k)
     return IlpResult(
-        "optimal",
+        SolverStatus.OPTIMAL,
         choice,
         obj,
         bound,
-        f"lagrangian dual (Kelley, scipy/HiGHS) + {how}",
-        version("highspy"),
+        f"lagrangian dual (Kelley, HiGHS) + {how}",
+        highs_version(),
         time.perf_counter() - started,
         size,
         f"Lagrangian bound with type prices {np.round(prices, 6).tolist()}; plan by {how}; "
@@ -494,6 +463,8 @@ def _lagrangian_try(instance: SiaInstance, relative_gap: float, started: float) 
     )
 
 
+RESTRICTED_MIP_LIMIT_S = 5.0
+"""The restricted MIP of `_priced_plan` stops after this many seconds (the full MIP follows)."""
 TIE_BAND = 1e-3
 """Columns whose reduced cost at the dual prices is within this (relative) of the job's best
 option are "near-tied"; the restricted LP and MIP of `_priced_plan` use only those."""
@@ -503,8 +474,9 @@ def _priced_plan(
     instance: SiaInstance,
     prices: FloatArray,
     dense: FloatArray,
-    relative_gap: float,
+    gap_tolerance: float,
     gap_of: Callable[[float], float],
+    deadline: Deadline,
 ) -> tuple[IntArray | None, float, str]:
     """The first plan within the gap of the Lagrangian bound, cheapest first: the plans read
     off the prices (`lagrangian_plan`, `regret_plan`); the LP over the near-tied columns
@@ -520,7 +492,7 @@ def _priced_plan(
         obj = objective_of(instance, choice)
         if best[0] is None or (obj > best[1] if instance.maximize else obj < best[1]):
             best = (choice, obj, how)
-        return gap_of(best[1]) <= relative_gap
+        return gap_of(best[1]) <= gap_tolerance
 
     if consider(lagrangian_plan(instance, prices, dense), "price plan"):
         return best
@@ -531,21 +503,22 @@ def _priced_plan(
     low = np.minimum(red.min(axis=1), 0.0)
     near = red <= low[:, None] + TIE_BAND * np.maximum(1.0, np.abs(low))[:, None]
     sub = replace(instance, allowed=instance.allowed & (near | (instance.pinned >= 0)[:, None]))
-    lp = solve_highs(sub, relax=True)
-    if lp.status == "optimal" and lp.fractional is not None:
+    lp = solve_highs(sub, relax=True, deadline=deadline)
+    if lp.status is SolverStatus.OPTIMAL and lp.fractional is not None:
         if consider(round_relaxation(sub, lp.fractional), "restricted LP, rounded"):
             return best
         if consider(round_relaxation(instance, lp.fractional), "restricted LP, rounded"):
             return best
-    mip = solve_highs(sub, relative_gap=relative_gap / 10, time_limit_s=5.0)
-    if mip.status in ("optimal", "feasible") and consider(mip.choice, "restricted MIP"):
+    mip = solve_highs(sub, relative_gap=gap_tolerance / 10,
+                      deadline=deadline.within(RESTRICTED_MIP_LIMIT_S))
+    if mip.has_solution and consider(mip.choice, "restricted MIP"):
         return best
     return (None, float("nan"), "")
 
 
 def solve_exact(
     instance: SiaInstance,
-    time_limit_s: float = 0.0,
+    deadline: Deadline = NO_DEADLINE,
     relative_gap: float = 1e-4,
     threads: int = 0,
 ) -> IlpResult:
@@ -554,20 +527,20 @@ def solve_exact(
     bound (few coupling rows make the relaxation tight, A5.5), else HiGHS's branch and cut
     decides (and the better of the two plans is kept)."""
     started = time.perf_counter()
-    fast = _lagrangian_try(instance, relative_gap, started)
+    fast = _lagrangian_try(instance, relative_gap, started, deadline)
     if fast is not None:
         return fast
-    lp = solve_highs(instance, relax=True, time_limit_s=time_limit_s, threads=threads)
-    if lp.status == "optimal" and lp.fractional is not None and lp.objective is not None:
+    lp = solve_highs(instance, relax=True, deadline=deadline, threads=threads)
+    if lp.status is SolverStatus.OPTIMAL and lp.fractional is not None and lp.objective is not None:
         choice = round_relaxation(instance, lp.fractional)
         if not violations_of(instance, choice):
             obj = objective_of(instance, choice)
             bound = min(lp.objective, obj) if not instance.maximize else max(lp.objective, obj)
-            gap = abs(obj - bound) / max(abs(obj), abs(bound), 1e-12)
+            gap = gap_between(obj, bound)
             if gap <= relative_gap:
                 size = replace(lp.model_size, integer_variables=lp.model_size.variables)
                 return IlpResult(
-                    "optimal",
+                    SolverStatus.OPTIMAL,
                     choice,
                     obj,
                     bound,
@@ -577,10 +550,9 @@ def solve_exact(
                     size,
                     f"LP relaxation bound; rounded plan within gap {gap:.2e}",
                 )
-    elif lp.status == "infeasible":
+    elif lp.status is SolverStatus.INFEASIBLE:
         return replace(lp, solve_time_s=time.perf_counter() - started)
-    remaining = max(time_limit_s - (time.perf_counter() - started), 1e-3) if time_limit_s else 0
-    mip = solve_highs(instance, time_limit_s=remaining, relative_gap=relative_gap, threads=threads)
+    mip = solve_highs(instance, deadline=deadline, relative_gap=relative_gap, threads=threads)
     return replace(mip, solve_time_s=time.perf_counter() - started)
 
 
@@ -592,7 +564,8 @@ def _reduced(
 
 
 def lagrangian_bound(
-    instance: SiaInstance, max_iterations: int = 400, tolerance: float = 1e-9
+    instance: SiaInstance, max_iterations: int = 400, tolerance: float = 1e-9,
+    deadline: Deadline = NO_DEADLINE,
 ) -> tuple[float, FloatArray, FloatArray] | None:
     """Maximize the Lagrangian dual of the capacity rows by Kelley's cutting planes over the
     type prices (one variable per type). Returns (L(prices), prices, dense cost) for the free
@@ -600,9 +573,7 @@ def lagrangian_bound(
 
     L(pi) = sum_i min(0, min_c cost[i,c] + pi_t(c) g_c) - sum_t pi_t * C_t is a lower bound on
     the minimization ILP for every pi >= 0 (weak duality); its maximum equals the LP
-    relaxation's value."""
-    from scipy.optimize import linprog
-
+    relaxation's value. Every iteration's bound is valid, so the loop may stop at `deadline`."""
     m, c = instance.coefficient.shape
     n = instance.capacity.size
     jobs, confs, cost = _columns(instance)
@@ -633,23 +604,26 @@ def lagrangian_bound(
     prices = np.zeros(n)
     best_value, grad = evaluate(prices)
     best_prices = prices.copy()
-    cuts_a: list[FloatArray] = []
-    cuts_b: list[float] = []
     value = best_value
+    # the cutting-plane model: maximize z over (z, pi) with the cuts as rows, warm-started
+    master = HighsSession(LinearModel(
+        cost=np.concatenate([[-1.0], np.zeros(n)]),
+        matrix=sp.csc_matrix((0, n + 1)),
+        row_lower=np.zeros(0),
+        row_upper=np.zeros(0),
+        col_lower=np.concatenate([[-INFINITY], np.zeros(n)]),
+        col_upper=np.concatenate([[INFINITY], np.full(n, upper_box)]),
+    ), HighsSettings(method="simplex"))
     for _ in range(max_iterations):
-        # cut: z <= value + grad . (pi - prices)  <=>  z - grad . pi <= value - grad . prices
-        cuts_a.append(np.concatenate([[1.0], -grad]))
-        cuts_b.append(value - float(grad @ prices))
-        res = linprog(
-            np.concatenate([[-1.0], np.zeros(n)]),
-            A_ub=np.asarray(cuts_a),
-            b_ub=np.asarray(cuts_b),
-            bounds=[(None, None)] + [(0.0, upper_box)] * n,
-            method="highs",
-        )
-        if res.status != 0:
+        if deadline.expired():
             break
-        model_max = -float(res.fun)
+        # cut: z <= value + grad . (pi - prices)  <=>  z - grad . pi <= value - grad . prices
+        master.add_rows(np.array([-INFINITY]), np.array([value - float(grad @ prices)]),
+                        sp.csr_matrix(np.concatenate([[1.0], -grad])[None, :]))
+        res = master.run(deadline)
+        if res.status is not SolverStatus.OPTIMAL or res.objective is None:
+            break
+        model_max = -res.objective
         prices = np.asarray(res.x[1:], np.float64)
         value, grad = evaluate(prices)
         if value > best_value:

@@ -59,8 +59,11 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from apportion.formulations.lp import LPResult, solve_lp
 from apportion.formulations.max_min_fairness import level_coefficients
+from apportion.solver.backends.lp import solve_lp
+from apportion.solver.backends.status import SolverResult, SolverStatus
+from apportion.solver.certificate import termination
+from apportion.solver.deadline import Deadline
 from apportion.solver.model import (
     Compat,
     FloatArray,
@@ -70,9 +73,14 @@ from apportion.solver.model import (
     SolverPreference,
 )
 from apportion.solver.parameters import MaxMinFairnessParameters
-from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Termination
+from apportion.solver.result import (
+    Certificate,
+    JobStatus,
+    ModelSize,
+    Plan,
+    relative_gap,
+)
 
-DEFAULT_GAP = 1e-6
 TINY = 1e-9
 """Decoded time shares below this are dropped (A1.4)."""
 
@@ -479,11 +487,11 @@ def split_raw(lp: PackedLP, values: FloatArray) -> RawSolution:
 class LevelSolution:
     """One level LP (max t s.t. t <= level_g for the groups with a level row)."""
 
-    status: str
+    status: SolverStatus
     raw: RawSolution
     t_lp: float
     dual: DualPoint | None
-    result: LPResult
+    result: SolverResult
     size: ModelSize
 
     @property
@@ -491,16 +499,15 @@ class LevelSolution:
         return self.dual.bound if self.dual is not None else None
 
 
-def solve_level_lp(lp: PackedLP, solver: SolverPreference, time_limit_s: float, threads: int,
+def solve_level_lp(lp: PackedLP, solver: SolverPreference, deadline: Deadline, threads: int,
                    highs_method: str = "simplex") -> LevelSolution:
     """Build and solve the level LP of `lp`; certify with its duals."""
     matrix, b, c, nb = _matrix(lp)
-    result = solve_lp(c, matrix, b, solver, time_limit_s, threads, equalities=nb,
+    result = solve_lp(c, matrix, b, solver, deadline, threads, equalities=nb,
                       highs_method=highs_method)
     raw = split_raw(lp, result.x)
-    t_lp = float(result.x[-1]) if result.x.size else 0.0
-    dual = (level_dual(lp, matrix, b, c, result.row_dual, nb)
-            if result.row_dual.size == b.size else None)
+    t_lp = float(result.x[-1]) if result.has_solution else 0.0
+    dual = level_dual(lp, matrix, b, c, result.row_dual, nb) if result.has_solution else None
     size = ModelSize(matrix.shape[1], matrix.shape[0], int(matrix.nnz), 0)
     return LevelSolution(result.status, raw, t_lp, dual, result, size)
 
@@ -669,33 +676,33 @@ def plan_of(plan: JobPlan, problem: Problem, **fields: object) -> Plan:
     )
 
 
-def solve_packed(problem: Problem, params: MaxMinFairnessParameters, compat: Compat,
-                 options: SolveOptions) -> Plan:
+def solve_packed(
+    problem: Problem,
+    params: MaxMinFairnessParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
+) -> Plan:
     """Max-min fairness with space sharing; see the module docstring."""
     started = time.perf_counter()
     m = problem.jobs.num_jobs
     groups = make_groups(problem)
     base, lp = build_lp(problem, groups, params.heterogeneity_agnostic, compat)
     build = time.perf_counter() - started
-    sol = solve_level_lp(lp, SolverPreference.CLARABEL, options.time_limit_s, options.threads)
+    sol = solve_level_lp(lp, SolverPreference.CLARABEL, deadline, options.threads)
     plan, thr = realize(problem, groups, base, sol.raw)
     scale = np.divide(lp.level_single.sum(axis=1), base.level_single.sum(axis=1),
                       out=np.zeros(lp.k.size), where=base.level_single.sum(axis=1) > 0)
     levels = scale[groups.group] * thr
     objective = float(levels.min()) if m else 0.0
-    gap = Certificate(Termination.OPTIMAL, True, objective, sol.bound).gap
-    tolerance = options.relative_gap or DEFAULT_GAP
-    if sol.status == "optimal":
-        ok = gap is not None and gap <= tolerance
-        termination = Termination.OPTIMAL if ok else Termination.OPTIMAL_INACCURATE
-    elif sol.status == "time_limit":
-        termination = Termination.FEASIBLE if objective > 0 else Termination.NO_SOLUTION
-    else:
-        termination = Termination.ERROR
+    gap = relative_gap(objective, sol.bound)
+    # the realized plan is feasible; short of an optimum it counts when every job has a level
+    ended = termination(sol.status, sol.status.solved or objective > 0, gap,
+                        options.relative_gap)
     _, prop, _ = level_coefficients(problem, params.heterogeneity_agnostic, compat)
     _, npc, nq, _ = lp.sizes
     cert = Certificate(
-        termination=termination,
+        termination=ended,
         maximize=True,
         objective=objective,
         bound=sol.bound,

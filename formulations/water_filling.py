@@ -40,6 +40,7 @@ from numpy.typing import NDArray
 from apportion.formulations.lp import solve_lp
 from apportion.formulations.max_min_fairness import certify, level_coefficients
 from apportion.formulations.normalizers import repair_time_share
+from apportion.solver.deadline import Deadline
 from apportion.solver.model import (
     Compat,
     FloatArray,
@@ -182,16 +183,14 @@ def _round_lp(
 
 
 def solve_policy(
-    problem: Problem, parameters: object, compat: Compat, options: SolveOptions
+    problem: Problem,
+    parameters: WaterFillingParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
 ) -> Plan:
     """Entry point registered as `hierarchical_max_min_fairness`."""
-    params = (
-        parameters if isinstance(parameters, WaterFillingParameters) else WaterFillingParameters()
-    )
-    if params.space_sharing and problem.colocations is not None and problem.jobs.num_jobs:
-        from apportion.formulations.packed_water_filling import solve_packed_water_filling
-
-        return solve_packed_water_filling(problem, params, compat, options)
+    params = parameters
     started = time.perf_counter()
     m, n = problem.jobs.num_jobs, problem.cluster.num_types
     formulation = "water filling (A2.4), progressive filling with LP duals" + (

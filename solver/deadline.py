@@ -89,3 +89,7 @@ class Deadline:
     def within(self, seconds: float) -> Deadline:
         """This deadline, or `seconds` from now if that is earlier (`seconds` <= 0: no cap)."""
         return self.earliest(Deadline.after(seconds))
+
+
+NO_DEADLINE = Deadline()
+"""The absent deadline, for default arguments."""

@@ -13,8 +13,9 @@ from typing import Any, cast
 
 from apportion.solver import parameters as _params
 from apportion.solver.capabilities import Capabilities, PlanKind, ProblemClass
+from apportion.solver.deadline import Deadline
 from apportion.solver.errors import ValidationError, Violation
-from apportion.solver.model import Problem, SolveOptions
+from apportion.solver.model import Compat, Problem, SolveOptions
 from apportion.solver.parameters import (
     AlloxParameters,
     CostThroughputParameters,
@@ -27,8 +28,21 @@ from apportion.solver.parameters import (
 )
 from apportion.solver.result import Plan
 
-SolveFunction = Callable[[Problem, Any, Any, SolveOptions], Plan]
-"""(problem, parameters, compat, options) -> plan."""
+SolveFunction = Callable[[Problem, Any, Compat, SolveOptions, Deadline], Plan]
+"""(problem, parameters, compat, options, deadline) -> plan. `parameters` is an instance of the
+policy's `parameters_type` (checked by `solve()`), `options.relative_gap` is resolved, and the
+formulation must answer by `deadline` (solver limits from `deadline.solver_limit_s()`, loops
+checking `deadline.expired()`)."""
+
+ROUND_SCHEDULE_ENTRY = "apportion.formulations.rounds:round_schedule"
+"""The round mechanism (A2.11) applied to time-share plans when `options.schedule_rounds > 0`
+(policies with `Capabilities.round_schedule`)."""
+
+
+def load_entry(entry_point: str) -> Any:
+    """The object named by a "module:attribute" entry point, imported on first use."""
+    module_name, _, attribute = entry_point.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
 
 
 @dataclass(frozen=True)
@@ -51,9 +65,24 @@ class PolicySpec:
     aliases: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     """Alias name -> parameter values the alias forces."""
 
-    def load(self) -> SolveFunction:
-        module_name, _, function_name = self.entry_point.partition(":")
-        function: SolveFunction = getattr(importlib.import_module(module_name), function_name)
+    packed_entry_point: str = ""
+    """"module:function" solving the policy with space sharing (pairs of jobs sharing devices),
+    used when the parameters set `space_sharing` and the snapshot has pair throughputs; "" =
+    the policy has no space-sharing form."""
+
+    def load(self, problem: Problem | None = None, parameters: object = None) -> SolveFunction:
+        """The function that solves `problem` with `parameters`: the space-sharing entry point
+        when they ask for space sharing and the snapshot has co-location data and jobs."""
+        entry = self.entry_point
+        if (
+            self.packed_entry_point
+            and problem is not None
+            and getattr(parameters, "space_sharing", False)
+            and problem.colocations is not None
+            and problem.jobs.num_jobs > 0
+        ):
+            entry = self.packed_entry_point
+        function: SolveFunction = load_entry(entry)
         return function
 
 
@@ -77,6 +106,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.max_min_fairness:solve_policy",
+        packed_entry_point="apportion.formulations.space_sharing:solve_packed",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
@@ -112,6 +142,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.water_filling:solve_policy",
+        packed_entry_point="apportion.formulations.packed_water_filling:solve_packed_water_filling",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
@@ -195,6 +226,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.gavel_lp:solve_max_sum_throughput",
+        packed_entry_point="apportion.formulations.packed_gavel:solve_max_sum_throughput_packed",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
@@ -253,6 +285,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=False,
         entry_point="apportion.formulations.gavel_lp:solve_min_makespan",
+        packed_entry_point="apportion.formulations.packed_gavel:solve_min_makespan_packed",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
@@ -288,6 +321,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=False,
         entry_point="apportion.formulations.gavel_lp:solve_finish_time_fairness",
+        packed_entry_point="apportion.formulations.packed_gavel:solve_finish_time_fairness_packed",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,

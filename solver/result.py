@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,6 +34,30 @@ class JobStatus(StrEnum):
     """Servable but left for a later round by the policy (allox's alpha filter)."""
 
 
+GAP_FLOOR = 1e-12
+"""Denominator floor of `relative_gap` (objective and bound both near 0 count as equal)."""
+
+
+@overload
+def relative_gap(objective: float, bound: float, scale: float = GAP_FLOOR) -> float: ...
+@overload
+def relative_gap(
+    objective: float | None, bound: float | None, scale: float = GAP_FLOOR
+) -> float | None: ...
+def relative_gap(
+    objective: float | None, bound: float | None, scale: float = GAP_FLOOR
+) -> float | None:
+    """The one gap definition (A1.4): |objective - bound| / max(|objective|, |bound|, scale);
+    None when either is missing, inf when either is not finite. `scale` is the objective's
+    natural magnitude for objectives that can be near 0 whatever the instance (a sum of
+    logarithms); 1e-12 otherwise."""
+    if objective is None or bound is None:
+        return None
+    if not (math.isfinite(objective) and math.isfinite(bound)):
+        return math.inf
+    return abs(objective - bound) / max(abs(objective), abs(bound), scale, GAP_FLOOR)
+
+
 @dataclass(frozen=True)
 class ModelSize:
     variables: int = 0
@@ -57,14 +83,13 @@ class Certificate:
     model_size: ModelSize = field(default_factory=ModelSize)
     max_violation: float = 0.0
     detail: str = ""
+    gap_scale: float = GAP_FLOOR
+    """The objective's natural magnitude, the floor of the gap's denominator (`relative_gap`)."""
 
     @property
     def gap(self) -> float | None:
-        """|objective - bound| / max(|objective|, |bound|, 1e-12) (A1.4)."""
-        if self.objective is None or self.bound is None:
-            return None
-        scale = max(abs(self.objective), abs(self.bound), 1e-12)
-        return abs(self.objective - self.bound) / scale
+        """`relative_gap(objective, bound, gap_scale)`."""
+        return relative_gap(self.objective, self.bound, self.gap_scale)
 
 
 @dataclass(frozen=True)

@@ -1,42 +1,64 @@
-"""The single solve entry point used by the command line and the server."""
+"""The single solve entry point used by the command line, the server and the Python API."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
 
+from apportion.solver.certificate import enforce
+from apportion.solver.deadline import Deadline
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
-from apportion.solver.registry import lookup
+from apportion.solver.registry import ROUND_SCHEDULE_ENTRY, load_entry, lookup
 from apportion.solver.result import Plan, Termination
 
 
-def solve(problem: Problem, policy: PolicyRequest, options: SolveOptions | None = None) -> Plan:
+def solve(
+    problem: Problem,
+    policy: PolicyRequest,
+    options: SolveOptions | None = None,
+    deadline: Deadline | None = None,
+) -> Plan:
     """Solve `problem` under `policy`. `problem` must be validated (see apportion.server.convert).
 
+    `deadline`: when the answer is due (created when the request arrived); the request's own
+    `options.time_limit_s`, counted from now, applies too when it is earlier. The formulation
+    receives `options` with `relative_gap` resolved (the request's, or the policy's default).
     Never raises for infeasible, unbounded or timed-out solves: those come back as a plan whose
-    certificate says so.
+    certificate says so; and a plan says `optimal` only when its certificate proves it
+    (`apportion.solver.certificate.enforce`).
     """
     opts = options or SolveOptions()
     spec = lookup(policy.name)
+    if not isinstance(policy.parameters, spec.parameters_type):
+        raise TypeError(
+            f"policy {spec.name!r} takes {spec.parameters_type.__name__}, "
+            f"got {type(policy.parameters).__name__}"
+        )
+    due = (deadline or Deadline.never()).within(opts.time_limit_s)
+    tolerance = opts.relative_gap or spec.capabilities.default_relative_gap
+    opts = replace(opts, relative_gap=tolerance)
+    formulation = spec.load(problem, policy.parameters)
     started = time.perf_counter()
-    plan = spec.load()(problem, policy.parameters, policy.compat, opts)
+    plan = formulation(problem, policy.parameters, policy.compat, opts, due)
     wall = time.perf_counter() - started
     cert = plan.certificate
     if cert.build_time_s + cert.solve_time_s > wall:  # keep the reported split consistent
         cert = replace(cert, build_time_s=max(0.0, wall - cert.solve_time_s))
-    plan = replace(plan, certificate=cert)
-    if opts.schedule_rounds > 0 and _has_time_share(plan):
-        from apportion.formulations.rounds import round_schedule
-
-        if spec.capabilities.round_schedule:
-            rounds = round_schedule(
-                problem, plan.time_share, opts.schedule_rounds, plan.colocated
-            )
-            plan = replace(plan, rounds=rounds)
+    plan = enforce(replace(plan, certificate=cert), tolerance)
+    if opts.schedule_rounds > 0 and spec.capabilities.round_schedule and _has_plan(plan):
+        round_schedule = load_entry(ROUND_SCHEDULE_ENTRY)
+        rounds = round_schedule(
+            problem, plan.time_share, opts.schedule_rounds, plan.colocated, due
+        )
+        plan = replace(plan, rounds=rounds)
+        if len(rounds) < opts.schedule_rounds:
+            note = f"round schedule cut at {len(rounds)} rounds by the time limit"
+            detail = f"{plan.certificate.detail}; {note}" if plan.certificate.detail else note
+            plan = replace(plan, certificate=replace(plan.certificate, detail=detail))
     return plan
 
 
-def _has_time_share(plan: Plan) -> bool:
+def _has_plan(plan: Plan) -> bool:
     """A plan with an allocation to schedule (the termination carries a plan)."""
     return plan.certificate.termination in (
         Termination.OPTIMAL,

@@ -11,11 +11,12 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apportion.formulations.pollux import fair_share_goodput, solve_policy
+from apportion.formulations.pollux import fair_share_goodput
 from apportion.formulations.sia import current_configuration, goodput_table, job_restart_factor
-from apportion.solver.model import Compat, Problem, SolveOptions
+from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import PolluxParameters
 from apportion.solver.result import Termination
+from apportion.solver.solve import solve
 from tests.formulations.test_sia import problems
 
 
@@ -47,7 +48,8 @@ def brute_force_fitness(problem: Problem, p: float) -> float:
 
 @given(problems(max_jobs=4), st.sampled_from([-1.0, -0.5, 0.5, 1.0]))
 def test_fitness_matches_brute_force(problem: Problem, p: float) -> None:
-    plan = solve_policy(problem, PolluxParameters(fairness_power=p), Compat.NONE, SolveOptions())
+    policy = PolicyRequest("pollux", PolluxParameters(fairness_power=p), Compat.NONE)
+    plan = solve(problem, policy, SolveOptions())
     cert = plan.certificate
     assert cert.termination is Termination.OPTIMAL and cert.objective is not None
     exact = brute_force_fitness(problem, p)
@@ -57,7 +59,8 @@ def test_fitness_matches_brute_force(problem: Problem, p: float) -> None:
 
 @given(problems(max_jobs=4))
 def test_p_one_is_the_arithmetic_mean(problem: Problem) -> None:
-    plan = solve_policy(problem, PolluxParameters(fairness_power=1.0), Compat.NONE, SolveOptions())
+    policy = PolicyRequest("pollux", PolluxParameters(fairness_power=1.0), Compat.NONE)
+    plan = solve(problem, policy, SolveOptions())
     speedups = np.asarray([0.0 if c is None else c.normalized_goodput for c in plan.configuration])
     restart = np.asarray(
         [1.0 if c is None or c.unchanged else c.restart_factor for c in plan.configuration]

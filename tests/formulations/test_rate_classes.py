@@ -18,6 +18,7 @@ from apportion.formulations import rate_classes
 from apportion.formulations.packed_gavel import packed_cells
 from apportion.formulations.rate_classes import DemandSolution, solve_demand_lp
 from apportion.formulations.space_sharing import Groups, PackedLP, scaled, solve_level_lp
+from apportion.solver.deadline import NO_DEADLINE
 from apportion.solver.model import Colocations, Compat, Problem, SolverPreference, make_problem
 from tests.formulations.test_packed_gavel import (
     FTF,
@@ -51,7 +52,7 @@ def class_cells(problem: Problem) -> tuple[Groups, PackedLP]:
 
 
 def by_rate_class(problem: Problem, demand: np.ndarray) -> DemandSolution:
-    return solve_demand_lp(problem, *class_cells(problem), demand, 0.0, 1)
+    return solve_demand_lp(problem, *class_cells(problem), demand, NO_DEADLINE, 1)
 
 
 def job_level(problem: Problem, demand: np.ndarray) -> float:
@@ -59,7 +60,8 @@ def job_level(problem: Problem, demand: np.ndarray) -> float:
     active = np.ones(problem.jobs.num_jobs, dtype=bool)
     cells = packed_cells(problem, "", Compat.NONE, active, demand[:, None])
     rep = cells.groups.rep
-    sol = solve_level_lp(scaled(cells.base, 1.0 / demand[rep]), SolverPreference.HIGHS, 0.0, 1)
+    sol = solve_level_lp(scaled(cells.base, 1.0 / demand[rep]), SolverPreference.HIGHS,
+                         NO_DEADLINE, 1)
     assert sol.status == "optimal"
     return sol.t_lp
 
@@ -203,8 +205,9 @@ def test_decode_serves_a_master_point_slightly_over_its_budgets() -> None:
     m = problem.jobs.num_jobs
     groups, lp = class_cells(problem)
     solver = rate_classes.DemandLP(problem, groups, lp, 1)
-    solver.solve(demand, 0.0)
-    x = np.asarray(solver.master.highs.getSolution().col_value).copy()
+    solver.solve(demand, NO_DEADLINE)
+    assert solver.master.last is not None
+    x = solver.master.last.x.copy()
     ns, npc, nq, _ = lp.sizes
     cells_q = slice(ns + npc, ns + npc + nq)
     assert x[cells_q].sum() > 0
@@ -229,9 +232,9 @@ def test_a_kept_master_serves_the_next_demand(instance: tuple[Problem, np.ndarra
     problem, demand = instance
     m = problem.jobs.num_jobs
     solver = rate_classes.DemandLP(problem, *class_cells(problem), 1)
-    solver.solve(demand, 0.0)
+    solver.solve(demand, NO_DEADLINE)
     other = demand * np.random.default_rng(seed).uniform(0.2, 5.0, m)
-    sol = solver.solve(other, 0.0)
+    sol = solver.solve(other, NO_DEADLINE)
     expected = job_level(problem, other)
     assert sol.status == "optimal"
     assert sol.t == pytest.approx(expected, rel=REL, abs=1e-9)
