@@ -640,7 +640,7 @@ def solve_policy(
     )
     if m == 0:
         cert = Certificate(
-            Termination.OPTIMAL, True, None, None, formulation=formulation, detail="no jobs"
+            Termination.OPTIMAL, True, 0.0, 0.0, formulation=formulation, detail="no jobs"
         )
         return Plan.empty(0, n, cert)
     a, prop, thr = level_coefficients(problem, params.heterogeneity_agnostic, compat)

@@ -33,7 +33,7 @@ from apportion.solver.certificate import termination
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, FloatArray, Problem, SolveOptions
 from apportion.solver.parameters import PolluxParameters
-from apportion.solver.result import Plan, Termination, relative_gap
+from apportion.solver.result import Certificate, Plan, Termination, relative_gap
 
 EPSILON = 1e-3
 """Pollux adds 1e-3 to every speedup before the power."""
@@ -47,6 +47,9 @@ def fair_share_goodput(raw: FloatArray, devices: np.ndarray, total_gpus: int) ->
     small = np.where(devices[None, :] <= share, raw, 0.0).max(axis=1) if raw.size else np.zeros(m)
     smallest = np.where(raw > 0, raw, np.inf).min(axis=1) if raw.size else np.full(m, np.inf)
     return np.asarray(np.where(small > 0, small, np.where(np.isfinite(smallest), smallest, 0)))
+
+
+FORMULATION = "pollux p-mean fitness as an exact ILP over configurations"
 
 
 def fitness(sum_of_powers: float, num_jobs: int, p: float) -> float:
@@ -64,6 +67,10 @@ def solve_policy(
     """The exact ILP; objective and bound reported as p-mean fitness (maximized)."""
     started = time.perf_counter()
     p = parameters.fairness_power
+    if problem.jobs.num_jobs == 0:  # the p-mean of no speedups: nothing to allocate
+        cert = Certificate(Termination.OPTIMAL, True, 0.0, 0.0, solver="closed form",
+                           formulation=FORMULATION, detail="no jobs")
+        return Plan.empty(0, problem.cluster.num_types, cert)
     table = goodput_table(problem, parameters.max_gpus)
     current = current_configuration(problem, table.configs, table.layout)
     restart = job_restart_factor(problem, current >= 0)
@@ -108,8 +115,7 @@ def solve_policy(
         current,
         restart,
         replace(result, objective=result.objective, bound=result.bound),
-        f"pollux p-mean fitness as an exact ILP over configurations, p = {p:g} "
-        "(Pollux itself searches with a genetic algorithm)",
+        f"{FORMULATION}, p = {p:g} (Pollux itself searches with a genetic algorithm)",
         build,
         options.relative_gap,
     )

@@ -197,7 +197,9 @@ def solve_policy(
         ", heterogeneity-agnostic" if params.heterogeneity_agnostic else ""
     )
     if m == 0:
-        return Plan.empty(0, n, Certificate(Termination.OPTIMAL, True, formulation=formulation))
+        cert = Certificate(Termination.OPTIMAL, True, 0.0, 0.0, formulation=formulation,
+                           detail="no jobs")
+        return Plan.empty(0, n, cert)
     # a with unit weights: a = s * u_coef, so u_coef = T / prop on allowed cells.
     unit = replace(problem, jobs=replace(problem.jobs, priority_weight=np.ones(m)))
     a, _, _ = level_coefficients(unit, params.heterogeneity_agnostic, compat)
