@@ -28,7 +28,7 @@ import numpy as np
 
 from apportion.datasets.synthetic import distinct_problem
 from apportion.formulations.gavel_lp import isolated_throughput
-from apportion.formulations.lp import new_highs
+from apportion.solver.backends.highs import new_highs
 from apportion.solver.model import PolicyRequest, Problem
 from apportion.solver.parameters import FinishTimeFairnessParameters, MinMakespanParameters
 from apportion.solver.solve import solve

@@ -157,8 +157,11 @@ def reference(problem: Problem, policy: str, plan: Plan) -> tuple[float, float]:
     elif policy == "throughput":
         value = cp.Problem(cp.Maximize(cp.sum(rate)), cons).solve(solver=cp.CLARABEL)
     else:  # ftf, with D_i from the response's state
-        assert plan.isolated_throughput is not None and plan.cumulative_isolated_time_s is not None
-        D = (plan.cumulative_isolated_time_s + R / plan.isolated_throughput) / jobs.priority_weight
+        state = plan.shares
+        assert state.isolated_throughput is not None
+        assert state.cumulative_isolated_time_s is not None
+        C, iso = state.cumulative_isolated_time_s, state.isolated_throughput
+        D = (C + R / iso) / jobs.priority_weight
         t_i = problem.time_s - jobs.arrival_time_s
         level = cp.Variable()
         cons.append(t_i + cp.multiply(R, cp.inv_pos(rate)) <= level * D)

@@ -340,8 +340,9 @@ class ShockwaveRoundPolicy:
         if cert.termination not in (Termination.OPTIMAL, Termination.FEASIBLE):
             branch = f"no plan ({cert.termination})"
         self.branches[branch] = self.branches.get(branch, 0) + 1
-        out = plan.reference_state
-        if out is not None:
+        window = plan.window
+        if window is not None:
+            out = window.reference_state
             for row, i in enumerate(index):
                 if not math.isnan(out.estimate_s[row]):
                     self._state[i] = (
@@ -351,8 +352,8 @@ class ShockwaveRoundPolicy:
                         float(out.earlier_weight_s[row]),
                         int(out.job_count[row]),
                     )
-        assert plan.round_schedule is not None
-        self._plan = plan.round_schedule
+        assert window is not None
+        self._plan = window.schedule
         self._ids = tuple(index)
         self._solved_at = ctx.round_index
 
@@ -445,22 +446,24 @@ class GavelRoundPolicy:
             self.solve_time_s += time.perf_counter() - started
             self.solves += 1
             self.solve_rounds.append(ctx.round_index)
-            if not plan.rounds:
+            shares = plan.shares
+            if not shares.rounds:
                 raise RuntimeError(
                     f"round {ctx.round_index}: {self.policy} returned no round schedule "
                     f"({plan.certificate.termination}: {plan.certificate.detail})"
                 )
             self.allocation = plan.time_share
-            self._colocated = plan.colocated
-            if plan.cumulative_isolated_time_s is not None:
-                assert plan.isolated_throughput is not None and plan.remaining_steps is not None
+            self._colocated = shares.colocated
+            if shares.cumulative_isolated_time_s is not None:
+                assert shares.isolated_throughput is not None
+                assert shares.remaining_steps is not None
                 for row, i in enumerate(index):
-                    self.isolated_time_s[i] = float(plan.cumulative_isolated_time_s[row])
+                    self.isolated_time_s[i] = float(shares.cumulative_isolated_time_s[row])
                     self._ftf[i] = (
-                        float(plan.isolated_throughput[row]),
-                        float(plan.remaining_steps[row]),
+                        float(shares.isolated_throughput[row]),
+                        float(shares.remaining_steps[row]),
                     )
-            grants = plan.rounds[0].grants
+            grants = shares.rounds[0].grants
         else:
             rounds = round_schedule(self._problem(ctx, index), self.allocation, 1, self._colocated)
             grants = rounds[0].grants if rounds else ()

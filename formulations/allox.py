@@ -96,6 +96,7 @@ from apportion.solver.result import (
     ModelSize,
     Plan,
     QueueAssignment,
+    QueueSection,
     relative_gap,
 )
 
@@ -571,8 +572,7 @@ def solve_policy(
         certificate=cert,
         job_status=tuple(status),
         job_reason=tuple(reason),
-        job_queue=tuple(queue),
-        device_queues=tuple(device_queues),
+        queues=QueueSection(tuple(queue), tuple(device_queues)),
     )
 
 

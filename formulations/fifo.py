@@ -31,7 +31,13 @@ from apportion.formulations.space_sharing import PairRates
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, FloatArray, Problem, SolveOptions
 from apportion.solver.parameters import NoParameters
-from apportion.solver.result import Certificate, JobStatus, Plan, Termination
+from apportion.solver.result import (
+    Certificate,
+    JobStatus,
+    Plan,
+    ShareSection,
+    Termination,
+)
 
 PACK_THRESHOLD = 1.5
 """`fifo_packed` pairs a queued job only when the pair's combined normalized throughput on the
@@ -107,7 +113,7 @@ def greedy_plan(X: FloatArray, thr: FloatArray, status: list[JobStatus], reason:
         certificate=cert,
         job_status=tuple(status),
         job_reason=tuple(reason),
-        colocated=colocated,
+        shares=ShareSection(colocated=colocated),
     )
 
 

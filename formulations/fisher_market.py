@@ -85,6 +85,7 @@ from apportion.solver.parameters import BudgetSource, FisherMarketParameters
 from apportion.solver.result import (
     Certificate,
     JobStatus,
+    MarketSection,
     ModelSize,
     Plan,
     Termination,
@@ -433,7 +434,8 @@ def solve_policy(
             Termination.OPTIMAL, True, 0.0, 0.0, formulation=formulation, detail="no servable jobs"
         )
         empty = Plan.empty(m, n, cert)
-        return replace(empty, job_status=status, job_reason=reasons, job_spending=np.zeros(m))
+        return replace(empty, job_status=status, job_reason=reasons,
+                       market=MarketSection(np.zeros(m)))
     build = time.perf_counter() - started
     sol = solve_market(a[idx], s[idx], W, budgets[idx], deadline)
     scale = max(1.0, float(budgets[idx].sum()))  # the objective's natural magnitude
@@ -476,5 +478,5 @@ def solve_policy(
         certificate=cert,
         job_status=status,
         job_reason=reasons,
-        job_spending=spending,
+        market=MarketSection(spending),
     )

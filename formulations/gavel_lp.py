@@ -53,6 +53,7 @@ from apportion.solver.result import (
     JobStatus,
     ModelSize,
     Plan,
+    ShareSection,
     Termination,
     relative_gap,
 )
@@ -228,7 +229,7 @@ def _plan(
     cert: Certificate,
     status: list[JobStatus] | None = None,
     reason: list[str] | None = None,
-    **extra: FloatArray | None,
+    shares: ShareSection | None = None,
 ) -> Plan:
     m = problem.jobs.num_jobs
     thr = np.einsum("ij,ij->i", problem.jobs.throughput, X) if m else np.zeros(0)
@@ -242,7 +243,7 @@ def _plan(
         certificate=cert,
         job_status=tuple(status) if status else (JobStatus.ALLOCATED,) * m,
         job_reason=tuple(reason) if reason else ("",) * m,
-        **extra,  # type: ignore[arg-type]
+        shares=shares or ShareSection(),
     )
 
 
@@ -476,7 +477,7 @@ def solve_cost_throughput(
         duals[:n] / scale,
         cert,
         reason=reason,
-        slo_shortfall=shortfall if parameters.use_slos else None,
+        shares=ShareSection(slo_shortfall=shortfall if parameters.use_slos else None),
     )
 
 
@@ -673,7 +674,8 @@ def solve_min_makespan(
     )
     rate = np.divide(thr, remaining, out=np.zeros(m), where=active)
     return _plan(
-        problem, z.X, rate, finish, z.y, z.pi, cert, status, reason, remaining_steps=remaining
+        problem, z.X, rate, finish, z.y, z.pi, cert, status, reason,
+        ShareSection(remaining_steps=remaining),
     )
 
 
@@ -717,6 +719,12 @@ def ftf_data(problem: Problem, T: FloatArray, compat: Compat) -> FtfData:
     D = np.where(active, (C + np.divide(R, iso, out=np.zeros(m), where=iso > 0)) / w, 0.0)
     t = np.where(active, problem.time_s - jobs.arrival_time_s, 0.0)
     return FtfData(t=t, R=R, C=C, iso=iso, D=D, active=active)
+
+
+def ftf_state(data: FtfData) -> ShareSection:
+    """The finish-time-fairness state a plan returns (C_i after the update, iso_i, R_i)."""
+    return ShareSection(cumulative_isolated_time_s=data.C, isolated_throughput=data.iso,
+                        remaining_steps=data.R)
 
 
 def rho(data: FtfData, thr: FloatArray) -> FloatArray:
@@ -885,11 +893,7 @@ def solve_finish_time_fairness(
     data = ftf_data(problem, T, compat)
     cells = make_cells(problem, T, compat, data.active)
     status, reason = _finished_status(problem, data.active)
-    extra = {
-        "cumulative_isolated_time_s": data.C,
-        "isolated_throughput": data.iso,
-        "remaining_steps": data.R,
-    }
+    state = ftf_state(data)
     formulation = "finish-time fairness: z-LPs with dual lower bounds"
     if not data.active.any():
         cert = no_work_certificate(False, formulation)
@@ -903,7 +907,7 @@ def solve_finish_time_fairness(
             cert,
             status,
             reason,
-            **extra,
+            state,
         )
     cap = thrmax(cells)
     act = data.active
@@ -950,5 +954,5 @@ def solve_finish_time_fairness(
     )
     normalized = np.divide(thr, data.iso, out=np.zeros(m), where=data.iso > 0)
     return _plan(
-        problem, X_best, normalized, per_job, y_best, pi_best, cert, status, reason, **extra
+        problem, X_best, normalized, per_job, y_best, pi_best, cert, status, reason, state
     )

@@ -45,6 +45,7 @@ from apportion.formulations.gavel_lp import (
     BracketStep,
     close_bracket,
     ftf_data,
+    ftf_state,
     make_cells,
     max_sum_weights,
     no_work_certificate,
@@ -82,7 +83,14 @@ from apportion.solver.parameters import (
     MinMakespanParameters,
     ThroughputNormalization,
 )
-from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, relative_gap
+from apportion.solver.result import (
+    Certificate,
+    JobStatus,
+    ModelSize,
+    Plan,
+    ShareSection,
+    relative_gap,
+)
 
 
 @dataclass(frozen=True)
@@ -172,12 +180,12 @@ def _status(active: np.ndarray) -> tuple[tuple[JobStatus, ...], tuple[str, ...]]
 
 def _packed_plan(problem: Problem, plan: JobPlan, normalized: FloatArray,
                  objective_value: FloatArray, prices: FloatArray, cert: Certificate,
-                 active: np.ndarray, **extra: FloatArray) -> Plan:
+                 active: np.ndarray, state: ShareSection | None = None) -> Plan:
     status, reason = _status(active)
-    return plan_of(plan, problem, normalized_throughput=normalized,
+    return plan_of(plan, problem, state, normalized_throughput=normalized,
                    objective_value=objective_value, job_dual=np.zeros(active.size),
                    accelerator_prices=prices, certificate=cert, job_status=status,
-                   job_reason=reason, **extra)
+                   job_reason=reason)
 
 
 def _no_pairs(single: FloatArray) -> JobPlan:
@@ -186,11 +194,11 @@ def _no_pairs(single: FloatArray) -> JobPlan:
 
 
 def _no_work(problem: Problem, maximize: bool, formulation: str, active: np.ndarray,
-             **extra: FloatArray) -> Plan:
+             state: ShareSection) -> Plan:
     m, n = problem.jobs.num_jobs, problem.cluster.num_types
     cert = no_work_certificate(maximize, formulation)
     return _packed_plan(problem, _no_pairs(np.zeros((m, n))), np.zeros(m), np.zeros(m),
-                        np.zeros(n), cert, active, **extra)
+                        np.zeros(n), cert, active, state)
 
 
 def _packed_solver(options: SolveOptions) -> tuple[SolverPreference, str]:
@@ -225,7 +233,7 @@ def solve_min_makespan_packed(
     active = R > 0
     formulation = "min makespan with space sharing (A2.8 over A2.2/A2.3 groups)"
     if not active.any():
-        return _no_work(problem, False, formulation, active, remaining_steps=R)
+        return _no_work(problem, False, formulation, active, ShareSection(remaining_steps=R))
     cells = level_cells(problem, parameters.reference_type, compat, active, R[:, None],
                         options)
     # demands R_i z_cap: the LP is homogeneous, and with z_cap >= z* (each job's best rate
@@ -258,7 +266,7 @@ def solve_min_makespan_packed(
     )
     rate = np.divide(thr, R, out=np.zeros(R.size), where=active)
     return _packed_plan(problem, sol.plan, rate, finish, sol.pi, cert, active,
-                        remaining_steps=R)
+                        ShareSection(remaining_steps=R))
 
 
 def _isolated_plan(problem: Problem, cells: PackedCells, compat: Compat,
@@ -297,14 +305,10 @@ def solve_finish_time_fairness_packed(
     T = policy_throughput(problem, parameters.reference_type)
     data = ftf_data(problem, T, compat)
     active = data.active
-    extra = {
-        "cumulative_isolated_time_s": data.C,
-        "isolated_throughput": data.iso,
-        "remaining_steps": data.R,
-    }
+    state = ftf_state(data)
     formulation = "finish-time fairness with space sharing: packed z-LPs with dual bounds"
     if not active.any():
-        return _no_work(problem, False, formulation, active, **extra)
+        return _no_work(problem, False, formulation, active, state)
     key = np.column_stack([data.t, data.R, data.D])
     cells = level_cells(problem, parameters.reference_type, compat, active, key, options)
     cap = _throughput_cap(problem, cells, compat, active)
@@ -346,7 +350,7 @@ def solve_finish_time_fairness_packed(
     prices = bracket.prices if bracket.prices.size else np.zeros(n)
     normalized = np.divide(thr_best, data.iso, out=np.zeros(m), where=data.iso > 0)
     return _packed_plan(problem, best, normalized, rho(data, thr_best), prices, cert, active,
-                        **extra)
+                        state)
 
 
 def solve_max_sum_throughput_packed(

@@ -100,6 +100,7 @@ from apportion.solver.result import (
     ModelSize,
     Plan,
     Termination,
+    WindowSection,
     relative_gap,
 )
 
@@ -607,9 +608,7 @@ def solve_policy(
             Plan.empty(m, ntypes, cert),
             job_status=status,
             job_reason=reasons,
-            round_schedule=schedule,
-            reference_finish_time_s=reference,
-            reference_state=ref_state,
+            window=WindowSection(schedule, reference, ref_state),
         )
     out = run_window(problem, params, compat, options, active, deadline)
     sol, inp = out.solution, out.state.inputs
@@ -652,9 +651,7 @@ def solve_policy(
         certificate=cert,
         job_status=status,
         job_reason=reasons,
-        round_schedule=schedule,
-        reference_finish_time_s=reference,
-        reference_state=ref_state,
+        window=WindowSection(schedule, reference, ref_state),
     )
 
 

@@ -69,6 +69,7 @@ from apportion.solver.parameters import SiaParameters
 from apportion.solver.result import (
     Certificate,
     ConfigurationChoice,
+    ConfigurationSection,
     JobStatus,
     Plan,
     Termination,
@@ -403,5 +404,5 @@ def plan_from_result(
         certificate=cert,
         job_status=tuple(status),
         job_reason=tuple(reasons),
-        configuration=tuple(chosen),
+        configurations=ConfigurationSection(tuple(chosen)),
     )

@@ -78,6 +78,7 @@ from apportion.solver.result import (
     JobStatus,
     ModelSize,
     Plan,
+    ShareSection,
     relative_gap,
 )
 
@@ -665,13 +666,15 @@ def realize(problem: Problem, groups: Groups, base: PackedLP, raw: RawSolution
     return plan, plan.policy_throughput(base.level_single[groups.group])
 
 
-def plan_of(plan: JobPlan, problem: Problem, **fields: object) -> Plan:
-    """A `Plan` with the job plan's time shares, steps/s and pairs, plus `fields`."""
+def plan_of(plan: JobPlan, problem: Problem, shares: ShareSection | None = None,
+            **fields: object) -> Plan:
+    """A `Plan` with the job plan's time shares, steps/s and pairs, `shares`' per-job state
+    and `fields`."""
     real = replace(plan, pol_a=plan.real_a, pol_b=plan.real_b)
     return Plan(
         time_share=plan.time_share(),
         effective_throughput=real.policy_throughput(problem.jobs.throughput),
-        colocated=plan.colocated(),
+        shares=replace(shares or ShareSection(), colocated=plan.colocated()),
         **fields,  # type: ignore[arg-type]
     )
 

@@ -719,7 +719,8 @@ def plan_to_response(
     out = response.plan
     for j, name in enumerate(names):
         out.accelerator_prices[name] = float(plan.accelerator_prices[j])
-    for job_a, job_b, type_index, share in plan.colocated:
+    shares, queues = plan.shares, plan.queues
+    for job_a, job_b, type_index, share in shares.colocated:
         out.colocated.add(job_a=problem.jobs.ids[job_a], job_b=problem.jobs.ids[job_b],
                           accelerator_type=names[type_index], time_share=share)
     statuses = plan.job_status or (JobStatus.ALLOCATED,) * problem.jobs.num_jobs
@@ -739,7 +740,7 @@ def plan_to_response(
         entry.normalized_throughput = float(plan.normalized_throughput[i])
         entry.objective_value = float(plan.objective_value[i])
         entry.dual = float(plan.job_dual[i])
-        placed = plan.job_queue[i] if plan.job_queue else None
+        placed = queues.job_queue[i] if queues is not None else None
         if placed is not None:
             queue = entry.queue
             queue.accelerator_type = names[placed.type_index]
@@ -750,17 +751,17 @@ def plan_to_response(
             queue.completion_time_s = placed.completion_time_s
             queue.start_now = placed.start_now
             queue.running = placed.running
-        if plan.cumulative_isolated_time_s is not None:
-            entry.cumulative_isolated_time_s = float(plan.cumulative_isolated_time_s[i])
-        if plan.isolated_throughput is not None:
-            entry.isolated_throughput = float(plan.isolated_throughput[i])
-        if plan.remaining_steps is not None:
-            entry.remaining_steps = float(plan.remaining_steps[i])
-        if plan.slo_shortfall is not None and not math.isnan(plan.slo_shortfall[i]):
-            entry.slo_shortfall = float(plan.slo_shortfall[i])
+        if shares.cumulative_isolated_time_s is not None:
+            entry.cumulative_isolated_time_s = float(shares.cumulative_isolated_time_s[i])
+        if shares.isolated_throughput is not None:
+            entry.isolated_throughput = float(shares.isolated_throughput[i])
+        if shares.remaining_steps is not None:
+            entry.remaining_steps = float(shares.remaining_steps[i])
+        if shares.slo_shortfall is not None and not math.isnan(shares.slo_shortfall[i]):
+            entry.slo_shortfall = float(shares.slo_shortfall[i])
     fill_market_response(plan, problem, out)
     fill_sia_response(plan, problem, out)
-    for scheduled in plan.rounds:
+    for scheduled in shares.rounds:
         round_msg = out.rounds.add(index=scheduled.index)
         for grant in scheduled.grants:
             round_msg.grants.add(
@@ -774,7 +775,7 @@ def plan_to_response(
                 lease_extended=grant.lease_extended,
             )
     ids = problem.jobs.ids
-    for device in plan.device_queues:
+    for device in queues.device_queues if queues is not None else ():
         dq = out.device_queues.add()
         dq.accelerator_type = names[device.type_index]
         dq.device = device.device

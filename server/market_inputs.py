@@ -289,28 +289,31 @@ def market_input_violations(problem: Problem, policy: PolicyRequest) -> list[Vio
 
 
 def fill_market_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
-    """Spending, reference finish times and the round schedule of market-family plans."""
+    """Spending (market plans), reference finish times and the round schedule (window
+    plans)."""
     entries = list(out.jobs)
+    market, window = plan.market, plan.window
     for i, entry in enumerate(entries):
-        if plan.job_spending is not None:
-            entry.spending = float(plan.job_spending[i])
-        if plan.reference_finish_time_s is not None:
-            entry.reference_finish_time_s = float(plan.reference_finish_time_s[i])
-        state = plan.reference_state
-        if state is not None and not math.isnan(state.estimate_s[i]):
+        if market is not None:
+            entry.spending = float(market.spending[i])
+        if window is None:
+            continue
+        entry.reference_finish_time_s = float(window.reference_finish_time_s[i])
+        state = window.reference_state
+        if not math.isnan(state.estimate_s[i]):
             entry.reference_estimate_s = float(state.estimate_s[i])
             entry.reference_estimate_time_s = float(state.estimate_time_s[i])
             entry.reference_earlier_average_s = float(state.earlier_average_s[i])
             entry.reference_earlier_weight_s = float(state.earlier_weight_s[i])
             entry.reference_job_count = int(state.job_count[i])
-    if plan.round_schedule is None:
+    if window is None:
         return
     counts = problem.cluster.count
     type_name = problem.cluster.type_names[int(np.argmax(counts))] if counts.size else ""
-    for t in range(plan.round_schedule.shape[0]):
+    for t in range(window.schedule.shape[0]):
         round_msg = out.rounds.add()
         round_msg.index = t
-        for job in np.flatnonzero(plan.round_schedule[t]).tolist():
+        for job in np.flatnonzero(window.schedule[t]).tolist():
             grant = round_msg.grants.add()
             grant.job_id = problem.jobs.ids[job]
             grant.accelerator_type = type_name

@@ -352,10 +352,10 @@ def _check_current(
 
 def fill_sia_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
     """`JobAllocation.configuration` for configuration policies (sia, pollux)."""
-    if not plan.configuration:
+    if plan.configurations is None:
         return
     names = problem.cluster.type_names
-    for entry, choice in zip(out.jobs, plan.configuration, strict=False):
+    for entry, choice in zip(out.jobs, plan.configurations.choices, strict=False):
         if choice is None:
             continue
         conf = entry.configuration

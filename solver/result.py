@@ -182,9 +182,72 @@ class ScheduledRound:
     grants: tuple[RoundGrant, ...] = ()
 
 
+Colocated = tuple[tuple[int, int, int, float], ...]
+"""Pairs sharing devices: (job a index, job b index, type index, time share) each."""
+
+
+@dataclass(frozen=True)
+class ShareSection:
+    """What time-share plans carry beside the time shares (every plan has one, empty unless
+    the policy fills it)."""
+
+    colocated: Colocated = ()
+    """Space sharing: the pairs that share devices; empty = none."""
+    rounds: tuple[ScheduledRound, ...] = ()
+    """The next rounds of the round mechanism (`SolveOptions.schedule_rounds`); empty = none."""
+    cumulative_isolated_time_s: FloatArray | None = None
+    """(m,) finish-time fairness state C_i after this call's update (s); None = n/a."""
+    isolated_throughput: FloatArray | None = None
+    """(m,) iso_i used by this call (steps/s; 0 for finished jobs); None = n/a."""
+    remaining_steps: FloatArray | None = None
+    """(m,) R_i at this call (steps), returned with the finish-time state; None = n/a."""
+    slo_shortfall: FloatArray | None = None
+    """(m,) normalized SLO shortfall e_i in [0, 1] (NaN = the job has no SLO); None = n/a."""
+
+
+@dataclass(frozen=True)
+class QueueSection:
+    """Queue plans (matching policies such as allox)."""
+
+    job_queue: tuple[QueueAssignment | None, ...]
+    """Per job, its place in a device queue; None = not queued (finished, deferred, ...)."""
+    device_queues: tuple[DeviceQueue, ...]
+    """Per device, its queue."""
+
+
+@dataclass(frozen=True)
+class ConfigurationSection:
+    """Configuration plans (sia, pollux)."""
+
+    choices: tuple[ConfigurationChoice | None, ...]
+    """Per job, the chosen configuration; None = none."""
+
+
+@dataclass(frozen=True)
+class MarketSection:
+    """Market plans (fisher_market): the time shares are bought at `Plan.accelerator_prices`."""
+
+    spending: FloatArray
+    """(m,) money spent, sum_j price_j s_i X[i,j] (budget units)."""
+
+
+@dataclass(frozen=True)
+class WindowSection:
+    """Planning-window plans (shockwave)."""
+
+    schedule: NDArray[np.bool_]
+    """(T, m) job i runs on its s_i devices in round t (t = 0 is the next round, after the
+    work-conserving fill)."""
+    reference_finish_time_s: FloatArray
+    """(m,) F*_i after this call (absolute s), to send back in the next snapshot's history."""
+    reference_state: ReferenceFinishState
+    """The F* bookkeeping after this call (A4.6), to send back with F*."""
+
+
 @dataclass(frozen=True)
 class Plan:
-    """A policy's answer for m jobs and n types.
+    """A policy's answer for m jobs and n types: a common core that every policy fills, and one
+    section per plan kind (`apportion.solver.capabilities.PlanKind`).
 
     `time_share[i, j]` is the fraction of wall-clock time job i runs on type j (holding
     scale_factor devices while it runs). Per-job arrays are aligned with the problem's jobs.
@@ -205,36 +268,16 @@ class Plan:
     certificate: Certificate
     job_status: tuple[JobStatus, ...] = ()
     job_reason: tuple[str, ...] = ()
-    job_queue: tuple[QueueAssignment | None, ...] = ()
-    """Per job, its queue placement (queue policies such as allox); empty = not applicable."""
-    device_queues: tuple[DeviceQueue, ...] = ()
-    """Per-device queues (queue policies); empty = not applicable."""
-    colocated: tuple[tuple[int, int, int, float], ...] = ()
-    """Space sharing: (job a index, job b index, type index, time share) of each pair that
-    shares devices; empty = none."""
-    cumulative_isolated_time_s: FloatArray | None = None
-    """(m,) finish-time fairness state C_i after this call's update (s); None = n/a."""
-    isolated_throughput: FloatArray | None = None
-    """(m,) iso_i used by this call (steps/s; 0 for finished jobs); None = n/a."""
-    remaining_steps: FloatArray | None = None
-    """(m,) R_i at this call (steps), returned with the FTF state; None = n/a."""
-    slo_shortfall: FloatArray | None = None
-    """(m,) normalized SLO shortfall e_i in [0, 1] (NaN = the job has no SLO); None = n/a."""
-    rounds: tuple[ScheduledRound, ...] = ()
-    """The next rounds of the round mechanism (`SolveOptions.schedule_rounds`); empty = none."""
-    job_spending: FloatArray | None = None
-    """(m,) market policies (fisher_market): money spent, sum_j price_j s_i X[i,j] (budget
-    units); None = n/a."""
-    round_schedule: NDArray[np.bool_] | None = None
-    """(T, m) planning-window policies (shockwave): job i runs on its s_i devices in round t
-    (t = 0 is the next round, after the work-conserving fill); None = n/a."""
-    reference_finish_time_s: FloatArray | None = None
-    """(m,) shockwave state F*_i after this call (absolute s), to send back in the next
-    snapshot's history; None = n/a."""
-    reference_state: ReferenceFinishState | None = None
-    """Shockwave's F* bookkeeping after this call (A4.6), to send back with F*; None = n/a."""
-    configuration: tuple[ConfigurationChoice | None, ...] = ()
-    """Per job, the chosen configuration (sia, pollux), None = none. Empty = n/a."""
+    shares: ShareSection = field(default_factory=ShareSection)
+    """Pairs, the round schedule and per-job state of time-share policies."""
+    queues: QueueSection | None = None
+    """Queue plans; None = not a queue plan."""
+    configurations: ConfigurationSection | None = None
+    """Configuration plans; None = not a configuration plan."""
+    market: MarketSection | None = None
+    """Market plans; None = not a market plan."""
+    window: WindowSection | None = None
+    """Planning-window plans; None = not a window plan."""
 
     @staticmethod
     def empty(m: int, n: int, certificate: Certificate) -> Plan:

@@ -48,9 +48,9 @@ def solve(
     if opts.schedule_rounds > 0 and spec.capabilities.round_schedule and _has_plan(plan):
         round_schedule = load_entry(ROUND_SCHEDULE_ENTRY)
         rounds = round_schedule(
-            problem, plan.time_share, opts.schedule_rounds, plan.colocated, due
+            problem, plan.time_share, opts.schedule_rounds, plan.shares.colocated, due
         )
-        plan = replace(plan, rounds=rounds)
+        plan = replace(plan, shares=replace(plan.shares, rounds=rounds))
         if len(rounds) < opts.schedule_rounds:
             note = f"round schedule cut at {len(rounds)} rounds by the time limit"
             detail = f"{plan.certificate.detail}; {note}" if plan.certificate.detail else note

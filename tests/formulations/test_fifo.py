@@ -131,7 +131,7 @@ def test_fifo_packed_packs_queued_jobs_onto_single_jobs(prob: Problem) -> None:
     alone = perf.time_share.sum(axis=1) > 0
     np.testing.assert_array_equal(X[alone], perf.time_share[alone])
     partners = set()
-    for i, k, j, share in packed.colocated:
+    for i, k, j, share in packed.shares.colocated:
         assert share == 1.0 and not alone[i] and alone[k] and k not in partners
         partners.add(k)
         assert X[i, j] == 1.0 and perf.time_share[k, j] == 1.0 and s[i] == s[k]
@@ -141,7 +141,7 @@ def test_fifo_packed_packs_queued_jobs_onto_single_jobs(prob: Problem) -> None:
     # devices: the pass of fifo_perf only (pairs add none)
     assert np.all(s @ perf.time_share <= prob.cluster.count)
     unpacked = [i for i in range(prob.jobs.num_jobs)
-                if not alone[i] and all(i != c[0] for c in packed.colocated)]
+                if not alone[i] and all(i != c[0] for c in packed.shares.colocated)]
     assert all(packed.job_status[i] is JobStatus.DEFERRED for i in unpacked)
     assert packed.certificate.termination is Termination.HEURISTIC
 
@@ -156,8 +156,8 @@ def test_fifo_packed_picks_the_best_partner_and_without_pairs_is_fifo_perf() -> 
                         throughput_b=np.array([[0.8], [0.9]]))
     # capacity 2: jobs 0 and 1 run alone; job 2 pairs with job 1 (1.8 > 1.6 > 1.5)
     plan = run(replace(prob, colocations=pairs), "fifo_packed")
-    assert plan.colocated == ((2, 1, 0, 1.0),)
+    assert plan.shares.colocated == ((2, 1, 0, 1.0),)
     np.testing.assert_allclose(plan.effective_throughput, [1.0, 0.9, 0.9])
     none = run(prob, "fifo_packed")
     np.testing.assert_array_equal(none.time_share, run(prob, "fifo_perf").time_share)
-    assert none.colocated == ()
+    assert none.shares.colocated == ()

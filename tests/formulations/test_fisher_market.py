@@ -114,8 +114,8 @@ def check_equilibrium(problem: Problem, plan: Plan, source: BudgetSource) -> Arr
     assert plan.certificate.bound - objective <= 1e-6 * max(1.0, B.sum())
     # budgets / time budget
     spending = s * (X @ q)
-    assert plan.job_spending is not None
-    np.testing.assert_allclose(plan.job_spending, spending, rtol=1e-9, atol=1e-12)
+    assert plan.market is not None
+    np.testing.assert_allclose(plan.market.spending, spending, rtol=1e-9, atol=1e-12)
     scale = max(1.0, float(B.max()))
     sigma = B - spending
     assert np.all(q >= 0)
@@ -275,8 +275,8 @@ def test_three_buyers_two_goods_closed_form() -> None:
     np.testing.assert_allclose(plan.time_share[0], [2 / 3, 0], atol=1e-6)
     np.testing.assert_allclose(plan.accelerator_prices, [1.5, 1.5], rtol=1e-6)
     np.testing.assert_allclose(plan.normalized_throughput, [4 / 3, 2 / 3, 2 / 3], rtol=1e-6)
-    assert plan.job_spending is not None
-    np.testing.assert_allclose(plan.job_spending, [1, 1, 1], rtol=1e-6)
+    assert plan.market is not None
+    np.testing.assert_allclose(plan.market.spending, [1, 1, 1], rtol=1e-6)
 
 
 # --------------------------------------------------------------------------------------------

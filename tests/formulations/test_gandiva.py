@@ -65,7 +65,7 @@ def test_pairs_are_compatible_shares_equal_and_devices_held_once(prob: Problem,
     assert plan.certificate.termination is Termination.HEURISTIC
     X, s, W = plan.time_share, prob.jobs.scale_factor, prob.cluster.count
     partner = {}
-    for a, b, _, share in plan.colocated:
+    for a, b, _, share in plan.shares.colocated:
         assert share > 0 and s[a] == s[b]
         partner[a], partner[b] = b, a
     for a, b in partner.items():  # on every type where both can run
@@ -92,7 +92,7 @@ def test_under_subscribed_is_isolated() -> None:
     plan = run(prob)
     iso = solve(prob, PolicyRequest("isolated", NoParameters()))
     np.testing.assert_array_equal(plan.time_share, iso.time_share)
-    assert plan.colocated == ()
+    assert plan.shares.colocated == ()
 
 
 def test_history_pairs_persist_and_incompatible_ones_are_dropped() -> None:
@@ -105,12 +105,12 @@ def test_history_pairs_persist_and_incompatible_ones_are_dropped() -> None:
     prob = replace(prob, colocations=coloc)
     for seed in range(4):
         plan = run(prob, seed)
-        assert {frozenset((a, b)) for a, b, _, _ in plan.colocated} == {
+        assert {frozenset((a, b)) for a, b, _, _ in plan.shares.colocated} == {
             frozenset((0, 1)), frozenset((2, 3))}
         np.testing.assert_allclose(plan.time_share[:, 0], 0.5)  # two combinations
         np.testing.assert_allclose(plan.effective_throughput, [0.4, 0.4, 0.3, 0.3])
     bad = replace(prob, history=replace(prob.history, colocated_with=np.array([2, -1, 0, -1])))
-    assert {frozenset((a, b)) for a, b, _, _ in run(bad).colocated} == {
+    assert {frozenset((a, b)) for a, b, _, _ in run(bad).shares.colocated} == {
         frozenset((0, 1)), frozenset((2, 3))}
 
 
@@ -121,11 +121,12 @@ def test_history_pair_wins_over_a_random_draw() -> None:
     coloc = Colocations(np.array([0, 0, 1]), np.array([1, 2, 2]), np.full((3, 1), 0.7),
                         np.full((3, 1), 0.7))
     prob = replace(prob, colocations=coloc)
-    draws = {frozenset((a, b)) for seed in range(12) for a, b, _, _ in run(prob, seed).colocated}
+    draws = {frozenset((a, b)) for seed in range(12)
+             for a, b, _, _ in run(prob, seed).shares.colocated}
     assert len(draws) > 1  # the draw does depend on the seed
     kept = replace(prob, history=replace(prob.history, colocated_with=np.array([-1, 2, 1])))
     for seed in range(12):
-        assert [frozenset((a, b)) for a, b, _, _ in run(kept, seed).colocated] == [
+        assert [frozenset((a, b)) for a, b, _, _ in run(kept, seed).shares.colocated] == [
             frozenset((1, 2))]
 
 

@@ -261,14 +261,14 @@ def test_cost_with_slos_matches_lexicographic_reference(
     short, value = cost_lexicographic(inst, c, q)
     assert plan.certificate.objective == pytest.approx(value, rel=1e-5, abs=1e-7)
     if slos:
-        assert plan.slo_shortfall is not None and q is not None
+        assert plan.shares.slo_shortfall is not None and q is not None
         e = np.clip(1 - plan.effective_throughput / q, 0, 1)
-        np.testing.assert_allclose(plan.slo_shortfall, e, atol=1e-9)
+        np.testing.assert_allclose(plan.shares.slo_shortfall, e, atol=1e-9)
         assert float(e.sum()) == pytest.approx(short, abs=1e-6)
         for i in range(prob.jobs.num_jobs):  # unmet SLOs are reported
             assert (plan.job_reason[i] != "") == (e[i] > 1e-6)
     else:
-        assert plan.slo_shortfall is None
+        assert plan.shares.slo_shortfall is None
 
 
 @given(problems(), st.sampled_from([0.25, 3.0, 100.0]))
@@ -293,8 +293,8 @@ def test_hard_feasible_slos_have_zero_shortfall(prob: Problem) -> None:
     slo = (inst.R / thr * 1.01).tolist()
     prob = replace(prob, jobs=replace(prob.jobs, deadline_s=prob.time_s + np.array(slo)))
     plan = run(prob, "cost_normalized_throughput", CostThroughputParameters(use_slos=True))
-    assert plan.slo_shortfall is not None
-    assert float(plan.slo_shortfall.sum()) <= 1e-6
+    assert plan.shares.slo_shortfall is not None
+    assert float(plan.shares.slo_shortfall.sum()) <= 1e-6
     assert all(r == "" for r in plan.job_reason)
 
 
@@ -309,9 +309,9 @@ def test_infeasible_slos_are_reported_and_compat_drops_them() -> None:
     )
     plan = run(prob, "cost_normalized_throughput", CostThroughputParameters(use_slos=True))
     check_certificate(plan)
-    assert plan.slo_shortfall is not None
+    assert plan.shares.slo_shortfall is not None
     # each needs 2/3 of the one device: e_i = 1 - 1.5 thr_i, thr_0 + thr_1 <= 1, sum e = 1/2
-    assert float(plan.slo_shortfall.sum()) == pytest.approx(0.5, abs=1e-7)
+    assert float(plan.shares.slo_shortfall.sum()) == pytest.approx(0.5, abs=1e-7)
     assert any("cannot be met" in r for r in plan.job_reason)
     gavel = run(
         prob,
@@ -349,8 +349,8 @@ def test_missed_slo_allowed_is_reported() -> None:
         "cost_normalized_throughput",
         CostThroughputParameters(use_slos=True, allow_missed_slos=True),
     )
-    assert plan.slo_shortfall is not None
-    assert plan.slo_shortfall[0] == 1.0 and math.isnan(plan.slo_shortfall[1])
+    assert plan.shares.slo_shortfall is not None
+    assert plan.shares.slo_shortfall[0] == 1.0 and math.isnan(plan.shares.slo_shortfall[1])
     assert "missed" in plan.job_reason[0] and plan.job_reason[1] == ""
 
 
@@ -482,8 +482,9 @@ def test_ftf_matches_inv_pos_reference_and_certificate(prob: Problem, gavel: boo
     share = np.where(prob.usable, share / np.maximum(1, share.sum(axis=1, keepdims=True)), 0)
     assert rho_star <= float(np.max((inst.t + inst.R / (T * share).sum(axis=1)) / D)) * (1 + 1e-9)
     # the state comes back
-    assert plan.isolated_throughput is not None and plan.cumulative_isolated_time_s is not None
-    np.testing.assert_allclose(plan.isolated_throughput, iso, rtol=1e-12)
+    assert plan.shares.isolated_throughput is not None
+    assert plan.shares.cumulative_isolated_time_s is not None
+    np.testing.assert_allclose(plan.shares.isolated_throughput, iso, rtol=1e-12)
 
 
 def test_ftf_bracket_closes_when_the_proof_lies_above_the_level() -> None:

@@ -73,9 +73,9 @@ def reference_ftf(problem: Problem, plan: Plan) -> float:
     """min rho s.t. t_i + R_i / thr_i <= rho D_i / w_i (the convex form of A2.5), with D_i
     taken from the plan's returned state (iso_i, C_i): an independent SOCP."""
     rate, cons = per_pair_throughput(problem)
-    R = plan.remaining_steps
-    iso = plan.isolated_throughput
-    C = plan.cumulative_isolated_time_s
+    R = plan.shares.remaining_steps
+    iso = plan.shares.isolated_throughput
+    C = plan.shares.cumulative_isolated_time_s
     assert R is not None and iso is not None and C is not None
     t = problem.time_s - problem.jobs.arrival_time_s
     D = (C + R / iso) / problem.jobs.priority_weight  # weighted rho (A2.5, not compat)
@@ -152,7 +152,7 @@ def test_zero_pair_throughput_equals_the_plain_policies(problem: Problem, seed: 
         plan = solved(problem, name, params)
         plain = solved(problem, name, replace(params, space_sharing=False))
         assert value(plan) == pytest.approx(value(plain), rel=1e-6), name
-        assert plan.colocated == ()
+        assert plan.shares.colocated == ()
 
 
 @given(copies=st.lists(st.integers(1, 3), min_size=1, max_size=3), seed=st.integers(0, 10**6))
@@ -179,7 +179,7 @@ def test_finished_jobs_get_nothing_and_stay_out_of_the_objective() -> None:
         plan = solved(problem, name, params)
         assert plan.job_status[0] is JobStatus.FINISHED and plan.job_status[3] is JobStatus.FINISHED
         assert np.all(plan.time_share[[0, 3]] == 0)
-        assert all(a not in (0, 3) and b not in (0, 3) for a, b, _, _ in plan.colocated)
+        assert all(a not in (0, 3) and b not in (0, 3) for a, b, _, _ in plan.shares.colocated)
     done = with_work(problem, np.zeros(4))
     plan = solved(done, "min_makespan", MAKESPAN)
     assert value(plan) == 0.0
@@ -208,7 +208,7 @@ def test_sharing_shortens_the_makespan_by_the_closed_form() -> None:
     plan = solved(problem, "min_makespan", MAKESPAN)
     assert value(plan) == pytest.approx(100.0, rel=1e-7)  # 160 / 1.6
     assert value(solved(problem, "min_makespan", MinMakespanParameters())) == pytest.approx(160.0)
-    assert len(plan.colocated) == 1 and plan.colocated[0][3] == pytest.approx(1.0)
+    assert len(plan.shares.colocated) == 1 and plan.shares.colocated[0][3] == pytest.approx(1.0)
 
 
 @given(copies=st.lists(st.integers(1, 4), min_size=1, max_size=3), seed=st.integers(0, 10**6))

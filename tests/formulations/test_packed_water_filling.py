@@ -90,7 +90,7 @@ def test_zero_pair_throughput_equals_plain_water_filling(problem: Problem) -> No
     plain = water_fill(problem, WaterFillingParameters())
     np.testing.assert_allclose(np.sort(packed.objective_value), np.sort(plain.objective_value),
                                rtol=1e-5, atol=1e-8)
-    assert packed.colocated == ()
+    assert packed.shares.colocated == ()
 
 
 @given(problem=instances(), data=st.data())

@@ -61,9 +61,10 @@ def test_fitness_matches_brute_force(problem: Problem, p: float) -> None:
 def test_p_one_is_the_arithmetic_mean(problem: Problem) -> None:
     policy = PolicyRequest("pollux", PolluxParameters(fairness_power=1.0), Compat.NONE)
     plan = solve(problem, policy, SolveOptions())
-    speedups = np.asarray([0.0 if c is None else c.normalized_goodput for c in plan.configuration])
+    choices = plan.configurations.choices
+    speedups = np.asarray([0.0 if c is None else c.normalized_goodput for c in choices])
     restart = np.asarray(
-        [1.0 if c is None or c.unchanged else c.restart_factor for c in plan.configuration]
+        [1.0 if c is None or c.unchanged else c.restart_factor for c in choices]
     )
     assert plan.certificate.objective is not None
     assert math.isclose(

@@ -199,8 +199,8 @@ def test_every_lp_policy_schedules(policy: str) -> None:
         PolicyRequest(spec.name, resolve_parameters(spec, policy, None)),
         SolveOptions(schedule_rounds=5),
     )
-    assert len(plan.rounds) == 5
-    check_rounds(prob, plan.time_share, plan.rounds)
+    assert len(plan.shares.rounds) == 5
+    check_rounds(prob, plan.time_share, plan.shares.rounds)
 
 
 # --- space sharing: combinations (singles and pairs), formulations.md A2.11 ---
@@ -548,11 +548,11 @@ def test_space_sharing_plan_gets_pair_grants() -> None:
         PolicyRequest("weighted_max_min_fairness", MaxMinFairnessParameters(space_sharing=True)),
         SolveOptions(schedule_rounds=30),
     )
-    assert plan.colocated and len(plan.rounds) == 30
-    check_pair_rounds(prob, plan.time_share, plan.colocated, plan.rounds)
-    pair_grants = [g for r in plan.rounds for g in r.grants if g.colocated_with >= 0]
+    assert plan.shares.colocated and len(plan.shares.rounds) == 30
+    check_pair_rounds(prob, plan.time_share, plan.shares.colocated, plan.shares.rounds)
+    pair_grants = [g for r in plan.shares.rounds for g in r.grants if g.colocated_with >= 0]
     assert pair_grants
-    _, pairs = pair_shares(plan.time_share, plan.colocated)
+    _, pairs = pair_shares(plan.time_share, plan.shares.colocated)
     for g in pair_grants:
         assert (min(g.job, g.colocated_with), max(g.job, g.colocated_with)) in pairs
         assert len(g.nodes) == 1

@@ -227,18 +227,18 @@ def test_policy_plan_is_feasible_and_filled(case: tuple[Problem, int]) -> None:
     problem, T = case
     plan = solve(problem, PolicyRequest("shockwave", params(T)))
     assert plan.certificate.termination is Termination.OPTIMAL
-    assert plan.round_schedule is not None
+    assert plan.window is not None
     s = problem.jobs.scale_factor
     G = int(problem.cluster.count.sum())
-    used = plan.round_schedule.astype(int) @ s
+    used = plan.window.schedule.astype(int) @ s
     assert np.all(used <= G)
     # work-conserving: no unscheduled job with work left fits in a round's leftover devices
     for t in range(T):
         idle = G - used[t]
-        waiting = ~plan.round_schedule[t]
+        waiting = ~plan.window.schedule[t]
         assert not np.any(waiting & (s <= idle))
-    assert plan.round_schedule[0].any()
-    np.testing.assert_array_equal(plan.time_share[:, 0], plan.round_schedule[0])
+    assert plan.window.schedule[0].any()
+    np.testing.assert_array_equal(plan.time_share[:, 0], plan.window.schedule[0])
     cert = plan.certificate
     assert cert.gap is not None and cert.gap <= 1e-3 + 1e-12
 
@@ -442,7 +442,7 @@ def test_finished_jobs_are_reported() -> None:
     problem = sw.window_problem(2, [1, 1], [[50.0, 50.0], [60.0]], [[8, 8], [8]], [2, 0])
     plan: Plan = solve(problem, PolicyRequest("shockwave", params(3)))
     assert plan.job_status[0].value == "finished"
-    assert plan.round_schedule is not None and not plan.round_schedule[:, 0].any()
+    assert plan.window is not None and not plan.window.schedule[:, 0].any()
 
 
 def test_changing_thread_counts_between_solves() -> None:

@@ -276,7 +276,7 @@ def test_plan_capacity_one_config_and_placement(problem: Problem, p: float) -> N
     per_node = np.zeros(len(problem.cluster.node_names), np.int64)
     index = {name: k for k, name in enumerate(problem.cluster.node_names)}
     for i in range(m):
-        choice = plan.configuration[i]
+        choice = plan.configurations.choices[i]
         assert (plan.time_share[i] > 0).sum() <= 1
         if choice is None:
             assert plan.time_share[i].sum() == 0
@@ -544,7 +544,7 @@ def test_single_job_gets_largest_goodput_that_fits() -> None:
     given = (tuple(GivenGoodput(0, 1, d, g) for d, g in [(1, 1.0), (2, 1.7), (4, 3.0)]),)
     problem = replace(problem, jobs=replace(problem.jobs, given_goodput=given))
     plan = solve(problem, PolicyRequest("sia", SiaParameters(), Compat.NONE), SolveOptions())
-    choice = plan.configuration[0]
+    choice = plan.configurations.choices[0]
     assert choice is not None and choice.devices == 4
 
 
@@ -554,7 +554,7 @@ def test_compat_sia_keeps_invalid_cells_but_never_picks_them() -> None:
     inst = instance_of(problem, SiaParameters(), Compat.SIA)
     assert inst.allowed.all()
     plan = solve(problem, PolicyRequest("sia", SiaParameters(), Compat.SIA), SolveOptions())
-    for choice in plan.configuration:
+    for choice in plan.configurations.choices:
         assert choice is None or choice.goodput > 0
 
 
@@ -801,9 +801,10 @@ def test_placement_failure_is_reported() -> None:
     given = tuple((GivenGoodput(0, 1, 1, 1.0), GivenGoodput(0, 1, 2, 1.9)) for _ in range(2))
     problem = replace(base, cluster=cluster, jobs=replace(base.jobs, given_goodput=given))
     plan = solve(problem, PolicyRequest("sia", SiaParameters(), Compat.NONE), SolveOptions())
-    chosen = [c for c in plan.configuration if c is not None]
+    chosen = [c for c in plan.configurations.choices if c is not None]
     assert sorted(c.devices for c in chosen) == [2, 2]
-    failed = [i for i, c in enumerate(plan.configuration) if c is not None and not c.placed]
+    choices = plan.configurations.choices
+    failed = [i for i, c in enumerate(choices) if c is not None and not c.placed]
     assert len(failed) == 1
     assert plan.job_reason[failed[0]].startswith("placement failed")
     assert "placement failed" in plan.certificate.detail

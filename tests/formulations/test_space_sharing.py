@@ -141,7 +141,7 @@ def check_decoded(problem: Problem, plan: Plan) -> None:
             a, b = int(coloc.job_a[p]), int(coloc.job_b[p])
             table[(a, b)] = (coloc.throughput_a[p], coloc.throughput_b[p])
             table[(b, a)] = (coloc.throughput_b[p], coloc.throughput_a[p])
-    for a, b, j, share in plan.colocated:
+    for a, b, j, share in plan.shares.colocated:
         assert share > 0 and a != b
         pair_time[a, j] += share
         pair_time[b, j] += share
