@@ -193,10 +193,17 @@ def _solve_classes(
     fixed_cap: FloatArray | None = None,
     exchange: FloatArray | None = None,
 ) -> ClassLPResult:
-    """Solve the LP over the rows of `lp`."""
+    """Solve the LP over the rows of `lp`, with the level rows scaled so that t is O(1)
+    (`level_scale`; the solvers' absolute tolerances then mean relative accuracy)."""
     m, n = lp.a.shape
-    c, matrix, ii, jj = _build_full(lp, fixed_cap, exchange)
     capacity = lp.W if rhs_capacity is None else rhs_capacity
+    # t = scale * t': the level rows take a / scale, the t column of the capacity rows
+    # fixed_cap * scale; X and the exchange columns are unchanged, the prices scale with t
+    scale = level_scale(lp, capacity)
+    scaled_lp = LevelProblem(lp.a / scale, lp.s, lp.W, lp.k)
+    c, matrix, ii, jj = _build_full(
+        scaled_lp, None if fixed_cap is None else fixed_cap * scale, exchange
+    )
     b = np.concatenate([np.zeros(m), capacity, np.ones(m)])
     result = solve_lp(c, matrix, b, solver, deadline, threads)
     nv = ii.size
@@ -205,9 +212,24 @@ def _solve_classes(
     X[ii, jj] = x[:nv]
     duals = result.row_dual
     return ClassLPResult(
-        result, float(x[nv]), X, duals[m : m + n], duals[:m], x[nv + 1 :],
+        result, scale * float(x[nv]), X, scale * duals[m : m + n], duals[:m], x[nv + 1 :],
         int(matrix.shape[0]), int(matrix.nnz),
     )
+
+
+def level_scale(lp: LevelProblem, capacity: FloatArray) -> float:
+    """An upper bound on the level t* of `lp` with `capacity` devices per type (A2.1): no row
+    exceeds its best single level, and reaching t needs at least k_i s_i t / max_j a[i,j]
+    devices per row, so t* <= sum capacity / sum_i k_i s_i / max_j a[i,j]. Usually within a
+    factor of the number of types of t*; 1 when it is not a positive finite number."""
+    best = lp.a.max(axis=1) if lp.a.size else np.zeros(0)
+    positive = best > 0
+    if not positive.any():
+        return 1.0
+    single = float(best[positive].min())
+    need = float(np.sum(lp.k[positive] * lp.s[positive] / best[positive]))
+    bound = min(single, float(np.sum(np.maximum(capacity, 0.0))) / need) if need > 0 else single
+    return bound if np.isfinite(bound) and bound > 0 else 1.0
 
 
 def _exchange_columns(

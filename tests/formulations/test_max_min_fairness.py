@@ -332,6 +332,22 @@ def test_solver_preferences_on_a_small_level_instance(solver: SolverPreference) 
     assert_rel(t_star(run(inst, solver=solver)), ref, OPT_REL, f"{solver} vs reference")
 
 
+@pytest.mark.parametrize("agnostic", [False, True])
+@pytest.mark.parametrize("solver", list(SolverPreference))
+def test_small_levels_are_certified_by_every_solver(
+    solver: SolverPreference, agnostic: bool
+) -> None:
+    """Regression (issue 13, seen under the random hypothesis profile): 163 jobs on two types
+    with t* ~ 1e-3. Clarabel's absolute tolerances left the repaired plan 1.65e-6 (relative)
+    below its bound, above the 1e-6 tolerance: `optimal_inaccurate`. The level rows are now
+    scaled so that t is O(1), and every solver proves the optimum."""
+    inst = MediumSpec(seed=828, m=163, n=2).build()
+    plan = run(inst, agnostic=agnostic, solver=solver)
+    assert plan.certificate.termination is Termination.OPTIMAL, plan.certificate
+    ref = reference_optimum(coefficients(inst, agnostic), inst.s, inst.W).t
+    assert_rel(t_star(plan), ref, OPT_REL, f"{solver} vs reference")
+
+
 # --------------------------------------------------------------------------------------------
 # 3. aggregation
 
