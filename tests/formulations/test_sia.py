@@ -870,3 +870,41 @@ def test_node_caps_through_the_wire() -> None:
         "maxNodesPerType": {"a100": 0, "h100": 2}, "noNodeCaps": True}}))
     assert {'policy.sia.max_nodes_per_type["a100"]', 'policy.sia.max_nodes_per_type["h100"]',
             "policy.sia.max_nodes_per_type"} <= set(bad)
+
+
+def _restart_request(restarts: int) -> service_pb.SolveRequest:
+    """One job running on 1 A100 since t = 900 (age 100 s at t = 1000); 2 A100s would give it
+    1.2x the goodput. Restart factor r = max(100 - 30 Q, 0) / 130 (A5.4)."""
+    body = {
+        "snapshot": {
+            "timeS": 1000,
+            "cluster": CLUSTER,
+            "jobs": [{
+                "id": "j",
+                "arrivalTimeS": 900,
+                "configurations": [
+                    {"acceleratorType": "a100", "nodes": 1, "devices": 1, "goodput": 10},
+                    {"acceleratorType": "a100", "nodes": 1, "devices": 2, "goodput": 12},
+                ],
+            }],
+            "history": {"jobs": [{
+                "jobId": "j", "restarts": restarts,
+                "current": {"acceleratorType": "a100", "devices": 1, "nodes": ["n1"]},
+            }]},
+        },
+        "policy": {"name": "sia"},
+    }
+    return json_format.ParseDict(body, service_pb.SolveRequest())
+
+
+def test_the_restart_factor_keeps_a_young_job_where_it_runs() -> None:
+    """A young running job stays on its 1 GPU: the 2-GPU configuration's 1.2x goodput, times
+    r = 100/130 = 0.77, is worth less than the current one (1.2 r = 0.92 < 1); a plan that
+    ignored the restart factor would move it. With a restart already counted the factor is
+    smaller still (70/130), and the job stays as well."""
+    for restarts in (0, 1):
+        response = solve_request(_restart_request(restarts))
+        assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+        chosen = response.plan.jobs[0].configuration
+        assert chosen.devices == 1 and chosen.unchanged
+        assert chosen.restart_factor == pytest.approx((100 - 30 * restarts) / 130)
