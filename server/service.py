@@ -46,9 +46,10 @@ def time_limits(remaining_s: float | None) -> tuple[float, float | None]:
 
 
 def list_policies_response() -> service_pb.ListPoliciesResponse:
-    """Every registered policy, canonical order."""
+    """Every registered policy, canonical order, with its capabilities."""
     response = service_pb.ListPoliciesResponse()
     for spec in policies():
+        caps = spec.capabilities
         response.policies.add(
             name=spec.name,
             aliases=list(spec.aliases),
@@ -56,6 +57,22 @@ def list_policies_response() -> service_pb.ListPoliciesResponse:
             parameters_message=spec.parameters_message,
             required_inputs=list(spec.required_inputs),
             maximize=spec.maximize,
+            parameters_field=spec.parameters_field,
+            capabilities=service_pb.PolicyCapabilities(
+                plan_kind=service_pb.PlanKind.Value(f"PLAN_KIND_{caps.plan_kind.name}"),
+                problem_class=service_pb.ProblemClass.Value(
+                    f"PROBLEM_CLASS_{caps.problem_class.name}"
+                ),
+                reads_tenants=caps.reads_tenants,
+                needs_remaining_work=caps.needs_remaining_work,
+                needs_history=caps.needs_history,
+                uses_colocations=caps.uses_colocations,
+                reads_epoch_profiles=caps.reads_epoch_profiles,
+                reads_configurations=caps.reads_configurations,
+                round_schedule=caps.round_schedule,
+                space_sharing=bool(spec.packed_entry_point),
+                default_relative_gap=caps.default_relative_gap,
+            ),
         )
     return response
 

@@ -225,6 +225,16 @@ def test_list_policies(stub: service_grpc.AllocationServiceStub) -> None:
     assert mmf.parameters_message == "apportion.v1.MaxMinFairnessParameters"
     assert "jobs[].throughput" in mmf.required_inputs
     assert mmf.description
+    assert mmf.parameters_field == "max_min_fairness"
+    assert mmf.capabilities.plan_kind == service_pb.PLAN_KIND_TIME_SHARE
+    assert mmf.capabilities.problem_class == service_pb.PROBLEM_CLASS_LP
+    assert mmf.capabilities.space_sharing and mmf.capabilities.round_schedule
+    assert mmf.capabilities.default_relative_gap == 1e-6
+    # the oneof field name differs from the policy name: clients read it here
+    assert by_name["cost_normalized_throughput"].parameters_field == "cost_throughput"
+    assert by_name["sia"].capabilities.plan_kind == service_pb.PLAN_KIND_CONFIGURATION
+    assert by_name["hierarchical_max_min_fairness"].capabilities.reads_tenants
+    assert by_name["fifo"].capabilities.problem_class == service_pb.PROBLEM_CLASS_HEURISTIC
 
 
 def test_solve_matches_in_process(stub: service_grpc.AllocationServiceStub) -> None:

@@ -93,6 +93,64 @@ TERMINATION_REASON_ERROR: TerminationReason.ValueType  # 8
 """numerical or solver failure; `detail` says"""
 Global___TerminationReason: _TypeAlias = TerminationReason  # noqa: Y015
 
+class _PlanKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PlanKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PlanKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PLAN_KIND_UNSPECIFIED: _PlanKind.ValueType  # 0
+    PLAN_KIND_TIME_SHARE: _PlanKind.ValueType  # 1
+    """JobAllocation.time_share per type (rounds on request)"""
+    PLAN_KIND_QUEUE: _PlanKind.ValueType  # 2
+    """per-device queues (Plan.device_queues, JobAllocation.queue)"""
+    PLAN_KIND_CONFIGURATION: _PlanKind.ValueType  # 3
+    """one configuration per job (JobAllocation.configuration)"""
+    PLAN_KIND_MARKET: _PlanKind.ValueType  # 4
+    """time shares at prices (Plan.accelerator_prices, spending)"""
+    PLAN_KIND_WINDOW: _PlanKind.ValueType  # 5
+    """a 0/1 schedule over a planning window (Plan.rounds)"""
+
+class PlanKind(_PlanKind, metaclass=_PlanKindEnumTypeWrapper):
+    """The shape of a policy's plan."""
+
+PLAN_KIND_UNSPECIFIED: PlanKind.ValueType  # 0
+PLAN_KIND_TIME_SHARE: PlanKind.ValueType  # 1
+"""JobAllocation.time_share per type (rounds on request)"""
+PLAN_KIND_QUEUE: PlanKind.ValueType  # 2
+"""per-device queues (Plan.device_queues, JobAllocation.queue)"""
+PLAN_KIND_CONFIGURATION: PlanKind.ValueType  # 3
+"""one configuration per job (JobAllocation.configuration)"""
+PLAN_KIND_MARKET: PlanKind.ValueType  # 4
+"""time shares at prices (Plan.accelerator_prices, spending)"""
+PLAN_KIND_WINDOW: PlanKind.ValueType  # 5
+"""a 0/1 schedule over a planning window (Plan.rounds)"""
+Global___PlanKind: _TypeAlias = PlanKind  # noqa: Y015
+
+class _ProblemClass:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ProblemClassEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ProblemClass.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PROBLEM_CLASS_UNSPECIFIED: _ProblemClass.ValueType  # 0
+    PROBLEM_CLASS_LP: _ProblemClass.ValueType  # 1
+    PROBLEM_CLASS_MILP: _ProblemClass.ValueType  # 2
+    PROBLEM_CLASS_CONIC: _ProblemClass.ValueType  # 3
+    PROBLEM_CLASS_HEURISTIC: _ProblemClass.ValueType  # 4
+    """no optimization: termination HEURISTIC"""
+
+class ProblemClass(_ProblemClass, metaclass=_ProblemClassEnumTypeWrapper):
+    """The optimization behind a policy, which sets its default gap tolerance."""
+
+PROBLEM_CLASS_UNSPECIFIED: ProblemClass.ValueType  # 0
+PROBLEM_CLASS_LP: ProblemClass.ValueType  # 1
+PROBLEM_CLASS_MILP: ProblemClass.ValueType  # 2
+PROBLEM_CLASS_CONIC: ProblemClass.ValueType  # 3
+PROBLEM_CLASS_HEURISTIC: ProblemClass.ValueType  # 4
+"""no optimization: termination HEURISTIC"""
+Global___ProblemClass: _TypeAlias = ProblemClass  # noqa: Y015
+
 @_typing.final
 class SolveRequest(_message.Message):
     """A snapshot JSON file is the proto3 canonical JSON of this message."""
@@ -876,6 +934,8 @@ class PolicyInfo(_message.Message):
     PARAMETERS_MESSAGE_FIELD_NUMBER: _builtins.int
     REQUIRED_INPUTS_FIELD_NUMBER: _builtins.int
     MAXIMIZE_FIELD_NUMBER: _builtins.int
+    PARAMETERS_FIELD_FIELD_NUMBER: _builtins.int
+    CAPABILITIES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Canonical name."""
     description: _builtins.str
@@ -883,6 +943,11 @@ class PolicyInfo(_message.Message):
     """Full name of the parameter message in Policy.parameters (empty = none)."""
     maximize: _builtins.bool
     """true = maximize."""
+    parameters_field: _builtins.str
+    """Name of the `Policy.parameters` oneof field that carries this policy's parameters in
+    the request's JSON and proto (e.g. "cost_throughput" for "cost_normalized_throughput";
+    empty = the policy takes no parameters).
+    """
     @_builtins.property
     def aliases(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Accepted aliases (e.g. Gavel's registered names)."""
@@ -890,6 +955,10 @@ class PolicyInfo(_message.Message):
     @_builtins.property
     def required_inputs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Snapshot inputs the policy reads (field paths, e.g. "jobs[].throughput")."""
+
+    @_builtins.property
+    def capabilities(self) -> Global___PolicyCapabilities:
+        """What the policy reads from a snapshot and what its plan holds."""
 
     def __init__(
         self,
@@ -900,11 +969,73 @@ class PolicyInfo(_message.Message):
         parameters_message: _builtins.str = ...,
         required_inputs: _abc.Iterable[_builtins.str] | None = ...,
         maximize: _builtins.bool = ...,
+        parameters_field: _builtins.str = ...,
+        capabilities: Global___PolicyCapabilities | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "description", b"description", "maximize", b"maximize", "name", b"name", "parameters_message", b"parameters_message", "required_inputs", b"required_inputs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "capabilities", b"capabilities", "description", b"description", "maximize", b"maximize", "name", b"name", "parameters_field", b"parameters_field", "parameters_message", b"parameters_message", "required_inputs", b"required_inputs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PolicyInfo: _TypeAlias = PolicyInfo  # noqa: Y015
+
+@_typing.final
+class PolicyCapabilities(_message.Message):
+    """A policy's capabilities, as declared in apportion's registry."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLAN_KIND_FIELD_NUMBER: _builtins.int
+    PROBLEM_CLASS_FIELD_NUMBER: _builtins.int
+    READS_TENANTS_FIELD_NUMBER: _builtins.int
+    NEEDS_REMAINING_WORK_FIELD_NUMBER: _builtins.int
+    NEEDS_HISTORY_FIELD_NUMBER: _builtins.int
+    USES_COLOCATIONS_FIELD_NUMBER: _builtins.int
+    READS_EPOCH_PROFILES_FIELD_NUMBER: _builtins.int
+    READS_CONFIGURATIONS_FIELD_NUMBER: _builtins.int
+    ROUND_SCHEDULE_FIELD_NUMBER: _builtins.int
+    SPACE_SHARING_FIELD_NUMBER: _builtins.int
+    DEFAULT_RELATIVE_GAP_FIELD_NUMBER: _builtins.int
+    plan_kind: Global___PlanKind.ValueType
+    problem_class: Global___ProblemClass.ValueType
+    reads_tenants: _builtins.bool
+    """Reads snapshot.tenants and jobs[].tenant."""
+    needs_remaining_work: _builtins.bool
+    """Every job needs progress.total_steps > steps_done."""
+    needs_history: _builtins.bool
+    """Reads snapshot.history (current placements, accumulated state)."""
+    uses_colocations: _builtins.bool
+    """Reads pair throughputs (colocations, type_colocations with jobs[].job_type)."""
+    reads_epoch_profiles: _builtins.bool
+    """Reads jobs[].epoch_profile and epoch progress."""
+    reads_configurations: _builtins.bool
+    """Reads per-configuration goodput (jobs[].configurations, jobs[].pollux, elasticity)."""
+    round_schedule: _builtins.bool
+    """options.schedule_rounds returns the next rounds of the plan."""
+    space_sharing: _builtins.bool
+    """The parameters' space_sharing switch solves with pairs of jobs sharing devices."""
+    default_relative_gap: _builtins.float
+    """Relative gap within which a plan is reported optimal when options.relative_gap is 0."""
+    def __init__(
+        self,
+        *,
+        plan_kind: Global___PlanKind.ValueType = ...,
+        problem_class: Global___ProblemClass.ValueType = ...,
+        reads_tenants: _builtins.bool = ...,
+        needs_remaining_work: _builtins.bool = ...,
+        needs_history: _builtins.bool = ...,
+        uses_colocations: _builtins.bool = ...,
+        reads_epoch_profiles: _builtins.bool = ...,
+        reads_configurations: _builtins.bool = ...,
+        round_schedule: _builtins.bool = ...,
+        space_sharing: _builtins.bool = ...,
+        default_relative_gap: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_relative_gap", b"default_relative_gap", "needs_history", b"needs_history", "needs_remaining_work", b"needs_remaining_work", "plan_kind", b"plan_kind", "problem_class", b"problem_class", "reads_configurations", b"reads_configurations", "reads_epoch_profiles", b"reads_epoch_profiles", "reads_tenants", b"reads_tenants", "round_schedule", b"round_schedule", "space_sharing", b"space_sharing", "uses_colocations", b"uses_colocations"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PolicyCapabilities: _TypeAlias = PolicyCapabilities  # noqa: Y015
