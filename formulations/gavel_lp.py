@@ -69,7 +69,6 @@ LEVELS_ABOVE = 1000
 smaller ones with HiGHS simplex on this module's LP (a vertex, exact to 1e-10)."""
 STEP = 0.05
 """Next FTF level: lo + STEP * (hi - lo)."""
-"""Time shares below this are set to 0 (A1.4)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,6 +91,10 @@ class Cells:
     """(k,) type index of each cell."""
     active: BoolArray = field(default_factory=lambda: np.zeros(0, bool))
     """(m,) jobs the LP may give time to."""
+    count: FloatArray | None = None
+    """(m,) for cells over classes of interchangeable jobs (`JobClasses`): the jobs of each
+    row, whose X is the time share of each of them; capacity rows weigh it by the count.
+    None = one job per row."""
 
     @property
     def m(self) -> int:
@@ -141,14 +144,51 @@ def make_cells(problem: Problem, T: FloatArray, compat: Compat, active: BoolArra
     )
 
 
+@dataclass(frozen=True)
+class JobClasses:
+    """Classes of interchangeable jobs: jobs whose LP rows are identical (same throughput row,
+    scale factor and objective weights). The LPs of this module are invariant under swapping
+    such jobs, so averaging an optimal X over each class is optimal and gives its jobs equal
+    rows: solving one row per class (capacity weighted by the class size) is exact."""
+
+    rep: IntArray
+    """(c,) a representative job of each class."""
+    inverse: IntArray
+    """(m,) class of each job."""
+    count: FloatArray
+    """(c,) jobs per class."""
+
+    @staticmethod
+    def of(*columns: FloatArray) -> JobClasses:
+        """Classes of equal rows of the stacked `columns` (each (m,) or (m, q))."""
+        key = np.column_stack(columns)
+        _, rep, inverse, count = np.unique(
+            key, axis=0, return_index=True, return_inverse=True, return_counts=True
+        )
+        return JobClasses(rep.astype(np.int64), inverse.reshape(-1).astype(np.int64),
+                          count.astype(np.float64))
+
+    def cells(self, cells: Cells) -> Cells:
+        """`cells` (over jobs) restricted to one row per class, weighted by class size."""
+        ok = np.zeros((cells.m, cells.n), bool)
+        ok[cells.rows, cells.cols] = True
+        rows, cols = np.nonzero(ok[self.rep])
+        active = cells.active[self.rep] if cells.active.size else cells.active
+        return Cells(T=cells.T[self.rep], s=cells.s[self.rep], W=cells.W,
+                     rows=rows.astype(np.int64), cols=cols.astype(np.int64), active=active,
+                     count=self.count)
+
+
 def base_triplets(
     cells: Cells,
 ) -> tuple[list[IntArray], list[IntArray], list[FloatArray], FloatArray]:
-    """Rows 0..n-1: capacity sum_i s_i X[i,j] <= W[j]; rows n..n+m-1: sum_j X[i,j] <= 1."""
+    """Rows 0..n-1: capacity sum_i count_i s_i X[i,j] <= W[j]; rows n..n+m-1:
+    sum_j X[i,j] <= 1."""
     k = np.arange(cells.k)
     r = [cells.cols, cells.n + cells.rows]
     c = [k, k]
-    v = [cells.s[cells.rows], np.ones(cells.k)]
+    devices = cells.s if cells.count is None else cells.s * cells.count
+    v = [devices[cells.rows], np.ones(cells.k)]
     b = np.concatenate([cells.W, np.ones(cells.m)])
     return r, c, v, b
 
@@ -286,23 +326,28 @@ def solve_max_sum_throughput(
     deadline: Deadline,
 ) -> Plan:
     """Max-sum-throughput (A2.6): maximize sum_i mult_i * thr_i(X) (steps/s, or dimensionless
-    with `normalize = prop`). Dual: pi_j per device of type j, sigma_i per job budget."""
+    with `normalize = prop`). Dual: pi_j per device of type j, sigma_i per job budget.
+    Solved over classes of interchangeable jobs (`JobClasses`); the bound is the class LP's
+    Lagrangian value, which bounds the job LP (both have the same optimum)."""
     started = time.perf_counter()
     T = policy_throughput(problem, parameters.reference_type)
     normalize = ThroughputNormalization.NONE if compat is Compat.GAVEL else parameters.normalize
     mult = max_sum_weights(problem, T, normalize)
-    cells = make_cells(problem, T, compat, np.ones(problem.jobs.num_jobs, bool))
+    job_cells = make_cells(problem, T, compat, np.ones(problem.jobs.num_jobs, bool))
+    classes = JobClasses.of(T, job_cells.s, mult)
+    cells = classes.cells(job_cells)
     r, c, v, b = base_triplets(cells)
     a_matrix = sp.csc_matrix(
         (np.concatenate(v), (np.concatenate(r), np.concatenate(c))), shape=(b.size, cells.k)
     )
-    obj = mult[cells.rows] * cells.values()
-    formulation = f"max-sum-throughput LP (normalize={normalize.value})"
+    obj = (classes.count * mult[classes.rep])[cells.rows] * cells.values()
+    formulation = (f"max-sum-throughput LP (normalize={normalize.value}); "
+                   f"{classes.count.size} classes of {problem.jobs.num_jobs} jobs")
     build = time.perf_counter() - started
     result = _solve(obj, a_matrix, b, options, deadline)
     if not result.solved:
         return _failed(problem, result, True, formulation, build)
-    X, viol = repair(cells, cells.to_matrix(result.x))
+    X, viol = repair(job_cells, cells.to_matrix(result.x)[classes.inverse])
     per_job = mult * np.einsum("ij,ij->i", T, X)
     objective = float(per_job.sum())
     bound = lagrangian_bound(obj, a_matrix, b, result.row_dual, np.ones(cells.k))
@@ -322,7 +367,8 @@ def solve_max_sum_throughput(
         detail=result.detail,
     )
     duals = np.maximum(result.row_dual, 0.0)
-    return _plan(problem, X, per_job, per_job, duals[cells.n :], duals[: cells.n], cert)
+    job_dual = (duals[cells.n :] / classes.count)[classes.inverse]  # class budget: count jobs
+    return _plan(problem, X, per_job, per_job, job_dual, duals[: cells.n], cert)
 
 
 def solve_cost_throughput(
@@ -338,12 +384,15 @@ def solve_cost_throughput(
     (2) if some usable type costs 0: maximize the throughput on free types;
     (3) maximize sum_ij T[i,j]/cost_j X[i,j] over priced types (steps/s per $/h).
     Each stage's optimum is kept (relative 1e-7) as a row of the next. The certificate is the
-    last stage's. compat-gavel: all SLO rows are dropped when they cannot all be met."""
+    last stage's. compat-gavel: all SLO rows are dropped when they cannot all be met. Solved
+    over classes of interchangeable jobs (same throughput row, scale factor and SLO demand;
+    `JobClasses`): a class's X and e are those of each of its jobs, its objective terms count
+    its jobs."""
     started = time.perf_counter()
     jobs = problem.jobs
     m, n = jobs.num_jobs, problem.cluster.num_types
     T = policy_throughput(problem, parameters.reference_type)
-    cells = make_cells(problem, T, compat, np.ones(m, bool))
+    job_cells = make_cells(problem, T, compat, np.ones(m, bool))
     cost = problem.cluster.cost_per_hour.astype(np.float64)
     remaining = np.maximum(jobs.remaining_steps, 0.0)
     slo = jobs.deadline_s - problem.time_s
@@ -353,45 +402,48 @@ def solve_cost_throughput(
         has_deadline = ~np.isnan(jobs.deadline_s) & (remaining > 0)
         missed = has_deadline & ~(slo > 0)
         has_slo = has_deadline & (slo > 0)
-    slo_jobs = np.flatnonzero(has_slo)
-    q = remaining[slo_jobs] / slo[slo_jobs]
+    demand = np.divide(remaining, slo, out=np.zeros(m), where=has_slo)  # q_i (steps/s)
+    classes = JobClasses.of(T, job_cells.s, has_slo, demand)
+    cells = classes.cells(job_cells)
+    count = classes.count
+    slo_classes = np.flatnonzero(has_slo[classes.rep])
+    q = demand[classes.rep[slo_classes]]
+    ns = slo_classes.size
     r, c, v, b_list = base_triplets(cells)
     rows_n = cells.n + cells.m
     k = cells.k
-    # SLO rows: -sum_j T[i,j]/q_i X[i,j] - e_i <= -1   (one row per SLO job, e at column k+p)
-    pos = np.full(m, -1)
-    pos[slo_jobs] = np.arange(slo_jobs.size)
+    # SLO rows: -sum_j T[i,j]/q_i X[i,j] - e_i <= -1   (one row per SLO class, e at column k+p)
+    pos = np.full(cells.m, -1)
+    pos[slo_classes] = np.arange(ns)
     in_slo = pos[cells.rows] >= 0
-    r += [rows_n + pos[cells.rows[in_slo]], rows_n + np.arange(slo_jobs.size)]
-    c += [np.flatnonzero(in_slo), k + np.arange(slo_jobs.size)]
-    v += [-cells.values()[in_slo] / q[pos[cells.rows[in_slo]]], -np.ones(slo_jobs.size)]
-    rows_slo = rows_n + slo_jobs.size
+    r += [rows_n + pos[cells.rows[in_slo]], rows_n + np.arange(ns)]
+    c += [np.flatnonzero(in_slo), k + np.arange(ns)]
+    v += [-cells.values()[in_slo] / q[pos[cells.rows[in_slo]]], -np.ones(ns)]
+    rows_slo = rows_n + ns
     # e_i <= 1
-    r.append(rows_slo + np.arange(slo_jobs.size))
-    c.append(k + np.arange(slo_jobs.size))
-    v.append(np.ones(slo_jobs.size))
-    b = np.concatenate([b_list, -np.ones(slo_jobs.size), np.ones(slo_jobs.size)])
-    nvar = k + slo_jobs.size
+    r.append(rows_slo + np.arange(ns))
+    c.append(k + np.arange(ns))
+    v.append(np.ones(ns))
+    b = np.concatenate([b_list, -np.ones(ns), np.ones(ns)])
+    nvar = k + ns
     upper = np.ones(nvar)
     free_col = cost <= 0
-    t_cells = cells.values()
+    t_cells = cells.values() * count[cells.rows]  # a class's throughput counts its jobs
     stages: list[tuple[str, FloatArray]] = []
-    if slo_jobs.size:
-        stages.append(("slo", np.concatenate([np.zeros(k), -np.ones(slo_jobs.size)])))
+    if ns:
+        stages.append(("slo", np.concatenate([np.zeros(k), -count[slo_classes]])))
     if np.any(free_col[cells.cols]):
         stages.append(
             (
                 "free",
-                np.concatenate(
-                    [np.where(free_col[cells.cols], t_cells, 0.0), np.zeros(slo_jobs.size)]
-                ),
+                np.concatenate([np.where(free_col[cells.cols], t_cells, 0.0), np.zeros(ns)]),
             )
         )
     scale = float(cost.max()) if cost.max() > 0 else 1.0
     priced = np.where(
         free_col[cells.cols], 0.0, t_cells * scale / np.where(free_col, 1.0, cost)[cells.cols]
     )
-    stages.append(("cost", np.concatenate([priced, np.zeros(slo_jobs.size)])))
+    stages.append(("cost", np.concatenate([priced, np.zeros(ns)])))
     extra_rows: list[FloatArray] = []
     extra_b: list[float] = []
     build = time.perf_counter() - started
@@ -423,17 +475,20 @@ def solve_cost_throughput(
         extra_rows.append(-obj)
         extra_b.append(-(value - slack))
     assert result is not None
-    X, viol = repair(cells, cells.to_matrix(result.x))
+    X, viol = repair(job_cells, cells.to_matrix(result.x)[classes.inverse])
     thr = np.einsum("ij,ij->i", T, X)
     mult = np.where(free_col, 0.0, 1.0 / np.where(free_col, 1.0, cost))
     per_job = (T * X) @ mult
     objective = float(per_job.sum())
-    x_full = np.concatenate([X[cells.rows, cells.cols], np.zeros(slo_jobs.size)])
+    slo_jobs = np.flatnonzero(has_slo)
     shortfall = np.full(m, np.nan)
     if parameters.use_slos:
         shortfall[missed] = 1.0
-        shortfall[slo_jobs] = np.clip(1.0 - thr[slo_jobs] / q, 0.0, 1.0)
-        x_full[k:] = shortfall[slo_jobs]
+        shortfall[slo_jobs] = np.clip(1.0 - thr[slo_jobs] / demand[slo_jobs], 0.0, 1.0)
+    # the repaired plan at class level (copies of a class have equal rows) for the check
+    X_class = X[classes.rep]
+    x_full = np.concatenate([X_class[cells.rows, cells.cols],
+                             shortfall[classes.rep[slo_classes]] if ns else np.zeros(0)])
     # Bound on the last stage (objective scaled by `scale`); earlier stages' rows are part of it.
     bound = lagrangian_bound(obj, a_matrix, b_all, result.row_dual, upper) / scale
     feasible_last = bool(np.all(a_matrix @ x_full <= b_all + 1e-6 * np.maximum(1.0, np.abs(b_all))))
@@ -444,11 +499,11 @@ def solve_cost_throughput(
     reason = [""] * m
     for i in np.flatnonzero(missed):
         reason[i] = f"SLO missed: deadline passed {problem.time_s - jobs.deadline_s[i]:.6g} s ago"
-    for p, i in enumerate(slo_jobs):
+    for i in slo_jobs:
         if shortfall[i] > 1e-6:
             reason[i] = (
-                f"SLO cannot be met: needs {q[p]:.6g} steps/s for {remaining[i]:.6g} steps in "
-                f"{slo[i]:.6g} s, gets {thr[i]:.6g}"
+                f"SLO cannot be met: needs {demand[i]:.6g} steps/s for {remaining[i]:.6g} steps "
+                f"in {slo[i]:.6g} s, gets {thr[i]:.6g}"
             )
     stage_names = "+".join(name for name, _ in stages)
     cert = Certificate(
@@ -460,7 +515,7 @@ def solve_cost_throughput(
         solver_version=result.solver_version,
         formulation=f"cost-normalized throughput LP (lexicographic stages: {stage_names}"
         + (", SLO rows dropped (compat gavel)" if drop_slos else "")
-        + ")",
+        + f"); {count.size} classes of {m} jobs",
         build_time_s=build,
         solve_time_s=solve_time,
         model_size=ModelSize(nvar, b_all.size, a_matrix.nnz),
@@ -468,12 +523,13 @@ def solve_cost_throughput(
         detail=result.detail,
     )
     duals = np.maximum(result.row_dual, 0.0)
+    job_dual = (duals[cells.n : cells.n + cells.m] / count)[classes.inverse] / scale
     return _plan(
         problem,
         X,
         per_job,
         per_job,
-        duals[cells.n : cells.n + m],
+        job_dual,
         duals[:n] / scale,
         cert,
         reason=reason,

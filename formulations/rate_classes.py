@@ -71,15 +71,16 @@ from apportion.solver.backends.highs import (
     highs_version,
     solve_highs,
 )
+from apportion.solver.backends.lp import IPM_COLUMNS
 from apportion.solver.backends.status import SolverResult, SolverStatus
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import FloatArray, IntArray, Problem
 from apportion.solver.result import ModelSize
 
 MAX_ROUNDS = 200
-IPM_COLUMNS = 20_000
 IPM_SOLVES = 2
-"""A master with more columns is solved by HiGHS's interior point this many times first."""
+"""A master with more than `IPM_COLUMNS` columns is solved by HiGHS's interior point this many
+times first."""
 SLACK_TOLERANCE = 1e-7
 """A class's decode is accepted when every job reaches its demand within this fraction."""
 USED = 1e-10

@@ -30,6 +30,11 @@ from apportion.solver.model import FloatArray, SolverPreference
 LP_TOLERANCE = 1e-10
 """Primal and dual feasibility tolerance asked of both backends for these LPs (rows are
 scaled to O(1) by the formulations)."""
+IPM_COLUMNS = 20_000
+"""HiGHS method "auto": dual simplex up to this many columns, interior point with crossover
+(still a vertex with exact duals) above: on the per-job LPs of 10^5 columns simplex takes
+minutes where the interior point takes seconds (max-sum-throughput on 32,768 distinct jobs:
+141 s against 6.3 s, measured 2026-12-01)."""
 
 
 def solve_lp(
@@ -40,10 +45,13 @@ def solve_lp(
     deadline: Deadline = NO_DEADLINE,
     threads: int = 0,
     equalities: int = 0,
-    highs_method: str = "simplex",
+    highs_method: str = "auto",
 ) -> SolverResult:
     """Solve max c@x s.t. A@x <= b (the last `equalities` rows: A@x = b), x >= 0 with Clarabel
-    (interior point) or HiGHS (`highs_method`: "simplex", or "ipm" with crossover: a vertex)."""
+    (interior point) or HiGHS (`highs_method`: "simplex", "ipm" with crossover: a vertex, or
+    "auto": by size, `IPM_COLUMNS`)."""
+    if highs_method == "auto":
+        highs_method = "ipm" if a_matrix.shape[1] > IPM_COLUMNS else "simplex"
     if solver is SolverPreference.HIGHS:
         return _solve_highs(c, a_matrix, b, deadline, threads, equalities, highs_method)
     return _solve_clarabel(c, a_matrix, b, deadline, equalities)

@@ -178,6 +178,56 @@ def test_max_sum_matches_reference_and_certificate(
     assert float(W @ pi + sigma.sum()) == pytest.approx(recomputed, rel=1e-7, abs=1e-9)
 
 
+def duplicated(prob: Problem, copies: list[int]) -> Problem:
+    """`prob` with job i repeated copies[i] times (ids made unique)."""
+    index = np.repeat(np.arange(prob.jobs.num_jobs), copies)
+    jobs, hist = prob.jobs, prob.history
+    return replace(
+        prob,
+        jobs=replace(
+            jobs, ids=tuple(f"{jobs.ids[i]}-{k}" for k, i in enumerate(index)),
+            throughput=jobs.throughput[index], scale_factor=jobs.scale_factor[index],
+            priority_weight=jobs.priority_weight[index], tenant=("",) * index.size,
+            arrival_time_s=jobs.arrival_time_s[index], steps_done=jobs.steps_done[index],
+            total_steps=jobs.total_steps[index], deadline_s=jobs.deadline_s[index],
+        ),
+        history=replace(
+            hist, received_time_s=hist.received_time_s[index],
+            cumulative_isolated_time_s=hist.cumulative_isolated_time_s[index],
+            restarts=hist.restarts[index],
+        ),
+    )
+
+
+@given(problems(max_jobs=4), st.lists(st.integers(1, 4), min_size=4, max_size=4),
+       st.sampled_from(["max_sum_throughput", "cost_normalized_throughput"]))
+def test_interchangeable_jobs_match_the_per_job_reference(
+    prob: Problem, copies: list[int], name: str
+) -> None:
+    """Many copies of a few jobs (the LP is solved per class of interchangeable jobs): the
+    optimum equals the per-job reference, the job duals certify the per-job LP, and copies of
+    one job get the same time shares."""
+    prob = duplicated(prob, copies[: prob.jobs.num_jobs])
+    params = (MaxSumThroughputParameters() if name == "max_sum_throughput"
+              else CostThroughputParameters())
+    plan = run(prob, name, params)
+    check_feasible(prob, plan)
+    check_certificate(plan)
+    T = prob.jobs.throughput
+    cost = prob.cluster.cost_per_hour
+    weight = np.ones_like(cost) if name == "max_sum_throughput" else 1.0 / cost
+    value = float(np.sum(T * plan.time_share * weight[None, :]))
+    reference = max_sum(replace(inst_of(prob), T=T * weight[None, :]))
+    assert value == pytest.approx(reference, rel=REL, abs=1e-7)
+    pi, sigma = plan.accelerator_prices, plan.job_dual
+    slack = prob.jobs.scale_factor[:, None] * pi[None, :] + sigma[:, None] - T * weight
+    assert np.all(slack[prob.usable] >= -1e-7 * max(1.0, float(T.max())))
+    key = np.column_stack([T, prob.jobs.scale_factor])
+    for i in range(prob.jobs.num_jobs):
+        same = np.all(key == key[i], axis=1)
+        assert np.abs(plan.time_share[same] - plan.time_share[i]).max() <= 1e-12
+
+
 @given(problems())
 def test_max_sum_solvers_agree(prob: Problem) -> None:
     a = run(prob, "max_sum_throughput", MaxSumThroughputParameters(), solver=SolverPreference.HIGHS)
