@@ -18,7 +18,8 @@ backfilling).
   two then share the partner's devices for all of their time (`Plan.colocated`, share 1).
 
 Status HEURISTIC; objective = total throughput of the plan (steps/s, pairs at their pair
-rates), no bound.
+rates), no bound. Every pass checks the deadline: a pass cut short leaves the jobs it did not
+reach queued, and `stats.detail` says so.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 from apportion.formulations.space_sharing import PairRates
 from apportion.solver.deadline import Deadline
-from apportion.solver.model import Compat, FloatArray, Problem, SolveOptions
+from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import NoParameters
 from apportion.solver.result import (
     Certificate,
@@ -44,12 +45,17 @@ PACK_THRESHOLD = 1.5
 partner's type exceeds this (Gavel's value)."""
 
 
-def _queue(problem: Problem) -> list[int]:
+CUT_SHORT = "stopped at the time limit"
+"""Reason of the jobs a pass did not reach before the deadline."""
+
+
+def _queue(problem: Problem) -> IntArray:
+    """Job indices by arrival time, then snapshot order."""
     jobs = problem.jobs
-    return sorted(range(jobs.num_jobs), key=lambda i: (float(jobs.arrival_time_s[i]), i))
+    return np.lexsort((np.arange(jobs.num_jobs), jobs.arrival_time_s)).astype(np.int64)
 
 
-def _fifo(problem: Problem, aware: bool, seed: int) -> Plan:
+def _fifo(problem: Problem, aware: bool, seed: int, deadline: Deadline) -> Plan:
     started = time.perf_counter()
     jobs, cluster = problem.jobs, problem.cluster
     m, n = jobs.num_jobs, cluster.num_types
@@ -59,44 +65,56 @@ def _fifo(problem: Problem, aware: bool, seed: int) -> Plan:
     reason = [""] * m
     usable = problem.usable
     placed = np.zeros(m, bool)
+    queue = _queue(problem)
+    cut = False
     if not aware:
         running = problem.history.running(m)
-        for i in _queue(problem):
-            j = int(problem.history.current_type[i]) if running[i] else -1
-            if j >= 0 and usable[i, j] and free[j] >= jobs.scale_factor[i]:
+        for i in queue[running[queue]]:
+            if deadline.expired():
+                cut = True
+                break
+            j = int(problem.history.current_type[i])
+            if usable[i, j] and free[j] >= jobs.scale_factor[i]:
                 X[i, j] = 1.0
                 free[j] -= jobs.scale_factor[i]
                 placed[i] = True
                 status[i] = JobStatus.ALLOCATED
     rng = np.random.default_rng(seed)
-    blocked_by = -1
-    for i in _queue(problem):
-        if placed[i]:
-            continue
-        if blocked_by >= 0:
-            reason[i] = f"queued behind {jobs.ids[blocked_by]!r} (FIFO, no skipping)"
-            continue
+    waiting = queue[~placed[queue]]
+    head = waiting.size  # position in `waiting` of the first job not placed by the pass
+    for position, i in enumerate(waiting):
+        if cut or deadline.expired():
+            cut, head = True, position
+            break
         fits = np.flatnonzero(usable[i] & (free >= jobs.scale_factor[i]))
         if fits.size == 0:
-            blocked_by = i
+            head = position
             reason[i] = "no type has enough free devices (FIFO head)"
-            continue
+            break
         j = int(fits[np.argmax(jobs.throughput[i, fits])]) if aware else int(rng.choice(fits))
         X[i, j] = 1.0
         free[j] -= jobs.scale_factor[i]
         status[i] = JobStatus.ALLOCATED
+    if head < waiting.size:
+        behind = CUT_SHORT if cut else (
+            f"queued behind {jobs.ids[int(waiting[head])]!r} (FIFO, no skipping)")
+        for i in waiting[head + (0 if cut else 1):]:
+            reason[i] = behind
     thr = np.einsum("ij,ij->i", jobs.throughput, X)
     formulation = "fifo_perf (fastest fitting type)" if aware else "fifo (random fitting type)"
-    return greedy_plan(X, thr, status, reason, formulation, started)
+    return greedy_plan(X, thr, status, reason, formulation, started, cut=cut)
 
 
 def greedy_plan(X: FloatArray, thr: FloatArray, status: list[JobStatus], reason: list[str],
                  formulation: str, started: float,
-                 colocated: tuple[tuple[int, int, int, float], ...] = ()) -> Plan:
-    """A heuristic plan: objective = total throughput `thr` (steps/s), no bound."""
+                 colocated: tuple[tuple[int, int, int, float], ...] = (),
+                 cut: bool = False) -> Plan:
+    """A heuristic plan: objective = total throughput `thr` (steps/s), no bound. `cut`: a pass
+    stopped at the deadline (said in the detail)."""
     m, n = X.shape
     cert = Certificate(
         termination=Termination.HEURISTIC,
+        detail=f"{CUT_SHORT}: the jobs not reached stay queued" if cut else "",
         maximize=True,
         objective=float(thr.sum()),
         solver="greedy",
@@ -125,7 +143,7 @@ def solve_fifo(
     deadline: Deadline,
 ) -> Plan:
     """Gavel's `fifo`: running jobs keep their type; the queue head takes a random fitting type."""
-    return _fifo(problem, aware=False, seed=options.seed)
+    return _fifo(problem, aware=False, seed=options.seed, deadline=deadline)
 
 
 def solve_fifo_perf(
@@ -136,7 +154,7 @@ def solve_fifo_perf(
     deadline: Deadline,
 ) -> Plan:
     """Gavel's `fifo_perf`: the queue head takes the fastest type with enough free devices."""
-    return _fifo(problem, aware=True, seed=options.seed)
+    return _fifo(problem, aware=True, seed=options.seed, deadline=deadline)
 
 
 def solve_fifo_packed(
@@ -149,35 +167,43 @@ def solve_fifo_packed(
     """Gavel's `fifo_packed`: `fifo_perf`, then queued jobs packed onto scheduled single jobs
     (module docstring)."""
     started = time.perf_counter()
-    plan = _fifo(problem, aware=True, seed=options.seed)
+    plan = _fifo(problem, aware=True, seed=options.seed, deadline=deadline)
     jobs = problem.jobs
     T = jobs.throughput
     X = plan.time_share.copy()
     thr = plan.effective_throughput.copy()
     status, reason = list(plan.job_status), list(plan.job_reason)
     rates = PairRates(problem)
-    alone = {i: int(np.argmax(X[i])) for i in range(jobs.num_jobs) if X[i].sum() > 0}
+    # the jobs scheduled alone (job index order, the order the partners are tried in) and
+    # their types; a partner leaves the list once paired
+    alone = np.flatnonzero(X.sum(axis=1) > 0)
+    alone_type = np.argmax(X[alone], axis=1) if alone.size else np.zeros(0, np.int64)
+    free = np.ones(alone.size, dtype=bool)
     colocated: list[tuple[int, int, int, float]] = []
+    cut = CUT_SHORT in plan.certificate.detail
     for i in _queue(problem):
         if status[i] is not JobStatus.DEFERRED:
             continue
-        best, best_value = -1, PACK_THRESHOLD
-        for k, j in alone.items():
-            pair = rates(i, k)
-            if pair is None or T[i, j] <= 0 or T[k, j] <= 0 or not problem.usable[i, j]:
-                continue
-            combined = pair[0][j] / T[i, j] + pair[1][j] / T[k, j]
-            if combined > best_value:
-                best, best_value = k, combined
-        if best < 0:
+        if not free.any():
+            break
+        if deadline.expired():
+            cut = True
+            break
+        open_ = np.flatnonzero(free)
+        ks, js = alone[open_], alone_type[open_]
+        has, rate_i, rate_k = rates.on_types(int(i), ks, js)
+        ok = has & (T[i, js] > 0) & (T[ks, js] > 0) & problem.usable[i, js]
+        combined = np.full(ks.size, -np.inf)
+        combined[ok] = rate_i[ok] / T[i, js[ok]] + rate_k[ok] / T[ks[ok], js[ok]]
+        pick = int(np.argmax(combined))  # the first best, as Gavel's loop over partners
+        if not combined[pick] > PACK_THRESHOLD:
             continue
-        j = alone.pop(best)
-        pair = rates(i, best)
-        assert pair is not None
+        k, j = int(ks[pick]), int(js[pick])
+        free[open_[pick]] = False
         X[i, j] = 1.0
-        thr[i], thr[best] = pair[0][j], pair[1][j]
-        colocated.append((i, best, j, 1.0))
+        thr[i], thr[k] = rate_i[pick], rate_k[pick]
+        colocated.append((int(i), k, j, 1.0))
         status[i] = JobStatus.ALLOCATED
-        reason[i] = f"shares {jobs.ids[best]!r}'s devices (combined {best_value:.3g})"
+        reason[i] = f"shares {jobs.ids[k]!r}'s devices (combined {combined[pick]:.3g})"
     formulation = f"fifo_packed (fifo_perf, then {len(colocated)} queued jobs packed)"
-    return greedy_plan(X, thr, status, reason, formulation, started, tuple(colocated))
+    return greedy_plan(X, thr, status, reason, formulation, started, tuple(colocated), cut)

@@ -194,6 +194,8 @@ class PairRates:
                 self.explicit[(int(a), int(b))] = (coloc.throughput_a[p], coloc.throughput_b[p])
                 self.explicit[(int(b), int(a))] = (coloc.throughput_b[p], coloc.throughput_a[p])
         self.types = _type_pair_rows(problem)
+        self._dense: tuple[IntArray, BoolArray, FloatArray, FloatArray] | None = None
+        self._by_job: dict[int, dict[int, tuple[FloatArray, FloatArray]]] | None = None
 
     def __call__(self, a: int, b: int) -> tuple[FloatArray, FloatArray] | None:
         jobs = self.problem.jobs
@@ -204,6 +206,63 @@ class PairRates:
         if jobs.job_type and jobs.job_type[a] and jobs.job_type[b]:
             return self.types.get((jobs.job_type[a], jobs.job_type[b]))
         return None
+
+    def on_types(
+        self, a: int, partners: IntArray, types: IntArray
+    ) -> tuple[BoolArray, FloatArray, FloatArray]:
+        """For job a and each partner b = partners[p] on accelerator type types[p]: whether
+        the pair has rates (as `__call__`), a's rate and b's rate there (steps/s; 0 when
+        none). Vectorized over the partners (the type-pair table is looked up as arrays)."""
+        jobs = self.problem.jobs
+        k = partners.size
+        has = np.zeros(k, dtype=bool)
+        rate_a, rate_b = np.zeros(k), np.zeros(k)
+        if k == 0:
+            return has, rate_a, rate_b
+        same = (jobs.scale_factor[partners] == jobs.scale_factor[a]) & (partners != a)
+        codes, table_has, table_a, table_b = self._table()
+        if codes[a] >= 0:
+            other = codes[partners]
+            listed = same & (other >= 0)
+            listed[listed] = table_has[codes[a], other[listed]]
+            rows = np.flatnonzero(listed)
+            has[rows] = True
+            rate_a[rows] = table_a[codes[a], other[rows], types[rows]]
+            rate_b[rows] = table_b[codes[a], other[rows], types[rows]]
+        for b, pair in self._explicit_of(a).items():  # explicit pairs take precedence
+            for p in np.flatnonzero(same & (partners == b)):
+                has[p] = True
+                rate_a[p], rate_b[p] = pair[0][types[p]], pair[1][types[p]]
+        return has, rate_a, rate_b
+
+    def _table(self) -> tuple[IntArray, BoolArray, FloatArray, FloatArray]:
+        """(job type code per job, -1 = none; has (C, C); rate of the first (C, C, n); of the
+        second), built once."""
+        if self._dense is None:
+            jobs = self.problem.jobs
+            names = sorted({t for pair in self.types for t in pair})
+            code_of = {name: c for c, name in enumerate(names)}
+            m, n = jobs.num_jobs, self.problem.cluster.num_types
+            codes = np.full(m, -1, np.int64)
+            if jobs.job_type:
+                codes = np.array([code_of.get(t, -1) if t else -1 for t in jobs.job_type],
+                                 np.int64)
+            c = len(names)
+            has = np.zeros((c, c), dtype=bool)
+            first, second = np.zeros((c, c, n)), np.zeros((c, c, n))
+            for (ta, tb), (ra, rb) in self.types.items():
+                has[code_of[ta], code_of[tb]] = True
+                first[code_of[ta], code_of[tb]], second[code_of[ta], code_of[tb]] = ra, rb
+            self._dense = (codes, has, first, second)
+        return self._dense
+
+    def _explicit_of(self, a: int) -> dict[int, tuple[FloatArray, FloatArray]]:
+        """Explicit pairs of job a: partner -> (a's rates, the partner's rates)."""
+        if self._by_job is None:
+            self._by_job = {}
+            for (x, y), pair in self.explicit.items():
+                self._by_job.setdefault(x, {})[y] = pair
+        return self._by_job.get(a, {})
 
 
 def _ratio(rate: FloatArray, iso: FloatArray, allowed: BoolArray) -> FloatArray:

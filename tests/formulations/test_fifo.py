@@ -161,3 +161,101 @@ def test_fifo_packed_picks_the_best_partner_and_without_pairs_is_fifo_perf() -> 
     none = run(prob, "fifo_packed")
     np.testing.assert_array_equal(none.time_share, run(prob, "fifo_perf").time_share)
     assert none.shares.colocated == ()
+
+
+@st.composite
+def with_type_pairs(draw: st.DrawFn) -> Problem:
+    """A FIFO instance whose jobs have job types and type-pair throughputs (some missing)."""
+    from apportion.solver.model import Colocations
+
+    prob = draw(problems())
+    m, n = prob.jobs.num_jobs, prob.cluster.num_types
+    kinds = ["x", "y", "z"]
+    job_type = tuple(draw(st.sampled_from([*kinds, ""])) for _ in range(m))
+    pairs = [(a, b) for ia, a in enumerate(kinds) for b in kinds[ia:]]
+    chosen = draw(st.lists(st.sampled_from(pairs), unique=True, min_size=1, max_size=len(pairs)))
+    rate = st.sampled_from([0.0, 0.3, 0.7, 1.1, 2.5])
+    first = np.array([[draw(rate) for _ in range(n)] for _ in chosen])
+    second = np.array([[draw(rate) for _ in range(n)] for _ in chosen])
+    coloc = Colocations(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, n)),
+                        np.zeros((0, n)), tuple(a for a, _ in chosen), tuple(b for _, b in chosen),
+                        first, second)
+    return replace(prob, jobs=replace(prob.jobs, job_type=job_type), colocations=coloc)
+
+
+def reference_packing(prob: Problem, perf: Plan) -> list[tuple[int, int, int]]:
+    """Gavel's packing pass written from its description: queued jobs in arrival order take
+    the first best partner scheduled alone (same scale factor, combined > 1.5)."""
+    coloc = prob.colocations
+    assert coloc is not None
+    T, s, kinds = prob.jobs.throughput, prob.jobs.scale_factor, prob.jobs.job_type
+    table = {}
+    for q, (a, b) in enumerate(zip(coloc.type_a, coloc.type_b, strict=True)):
+        ra, rb = coloc.type_throughput_a[q], coloc.type_throughput_b[q]
+        if a == b:
+            ra = rb = (ra + rb) / 2
+        table[(a, b)], table[(b, a)] = (ra, rb), (rb, ra)
+    X = perf.time_share
+    alone = {i: int(np.argmax(X[i])) for i in range(X.shape[0]) if X[i].sum() > 0}
+    packed = []
+    for i in order(prob):
+        if X[i].sum() > 0:
+            continue
+        best, value = -1, 1.5
+        for k, j in alone.items():
+            pair = table.get((kinds[i], kinds[k])) if kinds[i] and kinds[k] else None
+            if pair is None or s[i] != s[k] or T[i, j] <= 0 or T[k, j] <= 0:
+                continue
+            if s[i] > prob.cluster.count[j]:
+                continue
+            combined = pair[0][j] / T[i, j] + pair[1][j] / T[k, j]
+            if combined > value:
+                best, value = k, combined
+        if best >= 0:
+            packed.append((i, best, alone.pop(best)))
+    return packed
+
+
+@given(with_type_pairs())
+def test_fifo_packed_with_type_pairs_matches_the_reference_pass(prob: Problem) -> None:
+    packed, perf = run(prob, "fifo_packed"), run(prob, "fifo_perf")
+    got = [(i, k, j) for i, k, j, _ in packed.shares.colocated]
+    assert got == reference_packing(prob, perf)
+
+
+def test_a_deadline_cuts_the_fifo_passes_honestly() -> None:
+    """Cut after a given number of deadline looks: the jobs placed so far keep their devices,
+    the rest stay queued with the reason, and the detail says the pass was cut short."""
+    from apportion.solver.model import PolicyRequest, SolveOptions
+    from apportion.solver.parameters import NoParameters
+    from apportion.solver.solve import solve
+    from tests.countdown import CountdownDeadline
+
+    prob = make_problem(["a"], [4], np.ones((6, 1)))
+    full = run(prob, "fifo_perf")
+    assert int(full.time_share.sum()) == 4
+    for checks in range(7):
+        plan = solve(prob, PolicyRequest("fifo_perf", NoParameters()), SolveOptions(),
+                     CountdownDeadline(checks=checks))
+        placed = int(plan.time_share.sum())
+        if checks < 4:
+            assert placed == checks
+            assert "time limit" in plan.certificate.detail
+            assert all(r == "stopped at the time limit" for r in plan.job_reason[checks:])
+        elif checks > 4:  # the 5th look finds the head blocked: the pass ends on its own
+            assert placed == 4 and "time limit" not in plan.certificate.detail
+        assert plan.certificate.termination is Termination.HEURISTIC
+
+
+def test_fifo_packed_ties_go_to_the_first_partner() -> None:
+    """Two partners scheduled alone with the same combined throughput: the earlier job (the
+    first one Gavel's loop tries) is chosen."""
+    from apportion.solver.model import Colocations
+
+    prob = make_problem(["v100"], [2], [[1.0], [1.0], [1.0]])
+    prob = replace(prob, jobs=replace(prob.jobs, arrival_time_s=np.array([0.0, 1.0, 2.0]),
+                                      job_type=("x", "x", "x")))
+    pairs = Colocations(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 1)),
+                        np.zeros((0, 1)), ("x",), ("x",), np.array([[0.8]]), np.array([[0.8]]))
+    plan = run(replace(prob, colocations=pairs), "fifo_packed")
+    assert plan.shares.colocated == ((2, 0, 0, 1.0),)

@@ -7,7 +7,7 @@ on this route equal the per-pair cvxpy programs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,8 +18,9 @@ from apportion.formulations import rate_classes
 from apportion.formulations.packed_gavel import packed_cells
 from apportion.formulations.rate_classes import DemandSolution, solve_demand_lp
 from apportion.formulations.space_sharing import Groups, PackedLP, scaled, solve_level_lp
-from apportion.solver.deadline import MIN_SOLVER_LIMIT_S, NO_DEADLINE, Deadline
+from apportion.solver.deadline import NO_DEADLINE
 from apportion.solver.model import Colocations, Compat, Problem, SolverPreference, make_problem
+from tests.countdown import CountdownDeadline
 from tests.formulations.test_packed_gavel import (
     FTF,
     MAKESPAN,
@@ -240,22 +241,6 @@ def test_a_kept_master_serves_the_next_demand(instance: tuple[Problem, np.ndarra
     assert sol.t == pytest.approx(expected, rel=REL, abs=1e-9)
     assert sol.bound is not None and sol.bound == pytest.approx(expected, rel=REL, abs=1e-9)
     check_plan(problem, sol, other)
-
-
-@dataclass(frozen=True)
-class CountdownDeadline(Deadline):
-    """A deadline that passes after its `checks`-th look (`expired()`), whatever the clock
-    says: every place where a solve can be cut short is reached deterministically."""
-
-    checks: int = 0
-    looks: list[int] = field(default_factory=lambda: [0])
-
-    def expired(self) -> bool:
-        self.looks[0] += 1
-        return self.looks[0] > self.checks
-
-    def solver_limit_s(self) -> float:
-        return MIN_SOLVER_LIMIT_S if self.looks[0] >= self.checks else 0.0
 
 
 @pytest.mark.parametrize("checks", range(10))

@@ -1,0 +1,24 @@
+"""A deadline that passes after a given number of looks, for deterministic deadline tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from apportion.solver.deadline import MIN_SOLVER_LIMIT_S, Deadline
+
+
+@dataclass(frozen=True)
+class CountdownDeadline(Deadline):
+    """A deadline that passes after its `checks`-th look (`expired()`), whatever the clock
+    says: every place where a solve can be cut short is reached deterministically. Solvers get
+    no limit before then and the smallest limit after."""
+
+    checks: int = 0
+    looks: list[int] = field(default_factory=lambda: [0])
+
+    def expired(self) -> bool:
+        self.looks[0] += 1
+        return self.looks[0] > self.checks
+
+    def solver_limit_s(self) -> float:
+        return MIN_SOLVER_LIMIT_S if self.looks[0] >= self.checks else 0.0
