@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -393,50 +393,47 @@ def _select(
     """(matched job indices, status per job, reason per job)."""
     jobs = problem.jobs
     m = jobs.num_jobs
-    running = problem.history.running(m)
+    pending = ~problem.history.running(m)
     remaining = jobs.remaining_steps
     has_devices = problem.cluster.count > 0
     status = [JobStatus.ALLOCATED] * m
     reason = [""] * m
-    eligible: list[int] = []
-    for i in range(m):
-        if running[i]:
-            continue
-        if jobs.scale_factor[i] > 1:
-            status[i] = JobStatus.UNSERVABLE
-            reason[i] = (
-                f"scale_factor {int(jobs.scale_factor[i])} > 1: AlloX matches one device per "
-                "job and has no model of gang-scheduled multi-device jobs"
-            )
-        elif not jobs.total_steps[i] > 0:
-            status[i] = JobStatus.UNSERVABLE
-            reason[i] = (
-                "progress.total_steps is 0 (unknown): AlloX needs the remaining work to compute "
-                "processing times"
-            )
-        elif not remaining[i] > 0:
-            status[i] = JobStatus.FINISHED
-            reason[i] = "no remaining work (steps_done = total_steps)"
-        elif not ((jobs.throughput[i] > 0) & has_devices).any():
-            status[i] = JobStatus.UNSERVABLE
-            reason[i] = "no accelerator type with devices on which the job has throughput > 0"
-        else:
-            eligible.append(i)
-    order = sorted(eligible, key=lambda i: (jobs.arrival_time_s[i], jobs.ids[i]))
-    q = len(order)
+    gang = pending & (jobs.scale_factor > 1)
+    unknown = pending & ~gang & ~(jobs.total_steps > 0)
+    finished = pending & ~gang & ~unknown & ~(remaining > 0)
+    nowhere = pending & ~gang & ~unknown & ~finished & ~(
+        (jobs.throughput > 0) & has_devices[None, :]).any(axis=1)
+    for i in np.flatnonzero(gang):
+        status[i] = JobStatus.UNSERVABLE
+        reason[i] = (
+            f"scale_factor {int(jobs.scale_factor[i])} > 1: AlloX matches one device per "
+            "job and has no model of gang-scheduled multi-device jobs"
+        )
+    for mask, state, why in (
+        (unknown, JobStatus.UNSERVABLE, "progress.total_steps is 0 (unknown): AlloX needs the "
+         "remaining work to compute processing times"),
+        (finished, JobStatus.FINISHED, "no remaining work (steps_done = total_steps)"),
+        (nowhere, JobStatus.UNSERVABLE,
+         "no accelerator type with devices on which the job has throughput > 0"),
+    ):
+        for i in np.flatnonzero(mask):
+            status[i], reason[i] = state, why
+    eligible = np.flatnonzero(pending & ~gang & ~unknown & ~finished & ~nowhere)
+    ids = np.asarray(jobs.ids, dtype=object)[eligible]
+    order = eligible[np.lexsort((ids, jobs.arrival_time_s[eligible]))]  # longest waiting first
+    q = order.size
     keep = (
         math.floor(parameters.alpha * q)
         if compat is Compat.GAVEL
         else math.ceil(parameters.alpha * q - 1e-12)
     )
     keep = min(q, max(keep, free_devices))
-    for i in order[keep:]:
-        status[i] = JobStatus.DEFERRED
-        reason[i] = (
-            f"alpha = {parameters.alpha:g}: this round matches the {keep} longest-waiting of "
-            f"{q} pending jobs"
-        )
-    return np.array(sorted(order[:keep]), dtype=np.int64), status, reason
+    if keep < q:
+        why = (f"alpha = {parameters.alpha:g}: this round matches the {keep} longest-waiting of "
+               f"{q} pending jobs")
+        for i in order[keep:]:
+            status[i], reason[i] = JobStatus.DEFERRED, why
+    return np.sort(order[:keep]).astype(np.int64), status, reason
 
 
 def solve_policy(
@@ -475,27 +472,34 @@ def solve_policy(
     build = time.perf_counter() - started
     result = solve_matching(P, tau, W, jobs.arrival_time_s[matched], deadline, options.threads)
 
-    # decode to devices
+    # decode to devices: each matched job's device, its position in the device's queue (by
+    # planned start, then job index) and whether it starts now
     time_share = np.zeros((m, n))
     objective_value = np.zeros(m)
     job_dual = np.zeros(m)
     queue: list[QueueAssignment | None] = [None] * m
-    per_device: dict[int, list[tuple[float, int]]] = {}
-    for r, i in enumerate(matched):
-        h = int(result.group[r])
-        g = int(members[h][result.machine[r]])
-        t = int(dev.type_index[g])
-        per_device.setdefault(g, []).append((float(result.start[r]), int(i)))
-        objective_value[i] = result.completion[r] - jobs.arrival_time_s[i]
-        job_dual[i] = result.u[r]
+    offsets = np.cumsum([0] + [len(mb) for mb in members])
+    flat = np.concatenate(members) if members else np.zeros(0, np.int64)
+    device = flat[offsets[result.group] + result.machine].astype(np.int64)
+    rank = np.lexsort((matched, result.start, device))  # rows by device, start, job
+    first = np.r_[True, device[rank][1:] != device[rank][:-1]][: rank.size]
+    run_start = np.maximum.accumulate(np.where(first, np.arange(rank.size), 0))
+    position = np.empty(rank.size, np.int64)
+    position[rank] = np.arange(rank.size) - run_start + 1
+    starts_now = (position == 1) & (dev.free_at[device] <= now)
+    objective_value[matched] = result.completion - jobs.arrival_time_s[matched]
+    job_dual[matched] = result.u
+    time_share[matched[starts_now], dev.type_index[device[starts_now]]] = 1.0
+    for r, i in enumerate(matched.tolist()):
+        g = int(device[r])
         queue[i] = QueueAssignment(
-            type_index=t,
+            type_index=int(dev.type_index[g]),
             devices=(int(dev.local[g]),),
             nodes=(dev.node[g],) if dev.node[g] else (),
-            position=0,  # filled below
+            position=int(position[r]),
             start_time_s=float(result.start[r]),
             completion_time_s=float(result.completion[r]),
-            start_now=False,  # set below: first in the queue of a device free now
+            start_now=bool(starts_now[r]),
             running=False,
         )
     for i, mine in dev.held.items():
@@ -512,16 +516,13 @@ def solve_policy(
             start_now=False,
             running=True,
         )
+    ordered, on = matched[rank], device[rank]
+    begins = np.flatnonzero(first)
+    ends = np.append(begins[1:], rank.size).astype(np.int64)
+    by_device = {int(on[b]): ordered[b:e] for b, e in zip(begins, ends[: begins.size],
+                                                           strict=True)}
     device_queues: list[DeviceQueue] = []
     for g in range(g_group.size):
-        order = [i for _, i in sorted(per_device.get(g, []))]
-        for pos, i in enumerate(order, start=1):
-            entry = queue[i]
-            assert entry is not None
-            begins_now = pos == 1 and bool(dev.free_at[g] <= now)
-            if begins_now:
-                time_share[i, entry.type_index] = 1.0
-            queue[i] = replace(entry, position=pos, start_now=begins_now)
         h = int(g_group[g])
         device_queues.append(
             DeviceQueue(
@@ -530,13 +531,12 @@ def solve_policy(
                 node=dev.node[g],
                 free_at_s=float(dev.free_at[g]),
                 running_job=int(dev.holder[g]),
-                jobs=tuple(order),
+                jobs=tuple(int(i) for i in by_device.get(g, ())),
                 position_duals=tuple(float(x) for x in result.v[h]) if h < len(result.v) else (),
             )
         )
-    for i in range(m):
-        if status[i] is JobStatus.FINISHED:
-            objective_value[i] = 0.0
+    finished = np.array([s is JobStatus.FINISHED for s in status], dtype=bool)
+    objective_value[finished] = 0.0
 
     effective = np.einsum("ij,ij->i", jobs.throughput, time_share)
     # the decoded schedule is feasible whatever the LP's status: a plan at a limit
