@@ -1,0 +1,237 @@
+"""The Partial Allocation mechanism (Cole, Gkatzelis, Goel; formulations.md B1) over bundles.
+
+Bidders i = 0..a-1 each report a value V_i(b) > 0 for every bundle b of their table (a vector
+of resource use: devices per type, devices per node) and V_i(none) > 0 for getting nothing.
+A bidder receives at most one bundle of its table (a bidder's value of any set of devices is
+that of the best listed bundle it contains, so nothing is lost by handing out listed bundles
+only).
+
+**Proportional-fair allocation, exact.** maximize sum_i log V_i(G_i) over feasible choices is
+the MILP
+
+    maximize  sum_i log V_i(none) + sum_k gain_k z_k,   gain_k = log V_bidder(k)(b_k) - log V(none)
+    s.t.      sum_{k of bidder i} z_k <= 1              (one bundle per bidder)
+              sum_k use[k, r] z_k <= capacity_r          (every resource r)
+              z binary,
+
+built only on bids with gain_k > 0 (the others are never strictly better than nothing). It is
+solved by HiGHS's branch and bound to an absolute gap on the log-welfare (`abs_gap`), with
+the solver's best bound reported; when every bidder's best bundle fits at once, that choice is
+optimal without a solve.
+
+**Payments.** For each winner i, the welfare of the others at G*, W_-i = sum_{k != i} log
+V_k(G*_k), is compared with the optimum OPT_-i of the same program without bidder i:
+c_i = exp(W_-i - OPT_-i) in (0, 1] (G* restricted to the others is feasible without i, so
+OPT_-i >= W_-i [derived, as in A2.9]). Winner i keeps the fraction c_i of its bundle; the rest
+is the hidden payment. An absolute error e of OPT_-i is a relative error of at most e in c_i.
+
+With utility u_i = c_i V_i(G_i) (the value of keeping a bundle for a fraction c of the lease is
+c times its value), u_i = (product of all values at G*) / (product of the others' values at
+their optimum without i); the numerator is maximized by reporting truthfully and the
+denominator does not depend on i's report: truthful reporting is a dominant strategy when
+the programs are solved exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
+from apportion.solver.backends.status import SolverStatus
+from apportion.solver.deadline import NO_DEADLINE, Deadline
+from apportion.solver.model import FloatArray, IntArray
+from apportion.solver.result import ModelSize
+
+ABS_GAP = 1e-7
+"""Default absolute gap on the log-welfare (also the relative accuracy of every c_i)."""
+
+
+@dataclass(frozen=True)
+class Bids:
+    """Bundle bids of `num_bidders` bidders over R resources."""
+
+    bidder: IntArray
+    """(K,) the bidder of each bid."""
+    use: FloatArray
+    """(K, R) resource use of each bid's bundle (devices)."""
+    value: FloatArray
+    """(K,) V of each bundle (> 0)."""
+    outside: FloatArray
+    """(a,) V without a bundle (> 0)."""
+    capacity: FloatArray
+    """(R,) what is offered of each resource."""
+
+    @property
+    def num_bidders(self) -> int:
+        return int(self.outside.size)
+
+
+@dataclass(frozen=True)
+class Welfare:
+    """A proportional-fair allocation (or the optimum without one bidder)."""
+
+    choice: IntArray
+    """(a,) bid index won by each bidder, -1 = none (and for an excluded bidder)."""
+    objective: float
+    """sum of log V over the bidders (excluded bidder left out) at `choice`."""
+    bound: float
+    """Proven upper bound on the optimum (= objective when solved exactly)."""
+    status: SolverStatus
+    solve_time_s: float
+    size: ModelSize
+    solver: str
+    solver_version: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class PartialAllocation:
+    """The mechanism's outcome."""
+
+    welfare: Welfare
+    """The proportional-fair allocation G*."""
+    kept_fraction: FloatArray
+    """(a,) c_i for winners (in (0, 1]); NaN for the others."""
+    kept_lower: FloatArray
+    """(a,) proven lower bound of c_i (from OPT_-i's bound); NaN for the others."""
+    payment_solves: int
+    """Programs solved for the payments (winners whose removal changes nothing need none)."""
+    payments_exact: bool
+    """Every c_i is within `abs_gap` (relative) of its exact value."""
+    solve_time_s: float
+    detail: str = ""
+
+
+def _best_choice(bids: Bids, keep: np.ndarray) -> IntArray:
+    """Per bidder, its highest-value bid with positive gain among `keep` (-1 = none)."""
+    a = bids.num_bidders
+    choice = np.full(a, -1, np.int64)
+    best = np.zeros(a)
+    gain = np.log(bids.value) - np.log(bids.outside[bids.bidder])
+    for k in np.flatnonzero(keep & (gain > 0)):
+        i = int(bids.bidder[k])
+        if gain[k] > best[i]:
+            best[i], choice[i] = gain[k], k
+    return choice
+
+
+def welfare_of(bids: Bids, choice: IntArray, exclude: int = -1) -> float:
+    """sum_i log V_i(choice_i) over the bidders other than `exclude`."""
+    values = bids.outside.copy()
+    won = choice >= 0
+    values[won] = bids.value[choice[won]]
+    mask = np.ones(values.size, bool)
+    if exclude >= 0:
+        mask[exclude] = False
+    return float(np.sum(np.log(values[mask])))
+
+
+def feasible(bids: Bids, choice: IntArray, tolerance: float = 1e-9) -> bool:
+    """The chosen bundles fit the capacity together."""
+    won = choice[choice >= 0]
+    use = bids.use[won].sum(axis=0) if won.size else np.zeros(bids.capacity.size)
+    return bool(np.all(use <= bids.capacity + tolerance))
+
+
+def proportional_fair(
+    bids: Bids,
+    exclude: int = -1,
+    abs_gap: float = ABS_GAP,
+    deadline: Deadline = NO_DEADLINE,
+    threads: int = 0,
+) -> Welfare:
+    """The proportional-fair allocation of `bids` without bidder `exclude` (module docstring)."""
+    a = bids.num_bidders
+    keep = np.ones(bids.bidder.size, bool)
+    if exclude >= 0:
+        keep &= bids.bidder != exclude
+    greedy = _best_choice(bids, keep)
+    if feasible(bids, greedy):  # every bidder's favourite fits: optimal without a solve
+        value = welfare_of(bids, greedy, exclude)
+        return Welfare(greedy, value, value, SolverStatus.OPTIMAL, 0.0, ModelSize(),
+                       "closed form", detail="every best bundle fits")
+    gain = np.log(bids.value) - np.log(bids.outside[bids.bidder])
+    cols = np.flatnonzero(keep & (gain > 0))
+    k = cols.size
+    owners = bids.bidder[cols]
+    bidders, owner_row = np.unique(owners, return_inverse=True)
+    used = np.flatnonzero(bids.use[cols].sum(axis=0) > 0)
+    sub = bids.use[np.ix_(cols, used)]
+    r_idx, c_idx = np.nonzero(sub.T)
+    rows = np.concatenate([owner_row, bidders.size + r_idx])
+    colsx = np.concatenate([np.arange(k), c_idx])
+    vals = np.concatenate([np.ones(k), sub.T[r_idx, c_idx]])
+    n_rows = bidders.size + used.size
+    matrix = sp.csc_matrix((vals, (rows, colsx)), shape=(n_rows, k))
+    model = LinearModel(
+        cost=gain[cols],
+        matrix=matrix,
+        row_lower=np.full(n_rows, -INFINITY),
+        row_upper=np.concatenate([np.ones(bidders.size), bids.capacity[used]]),
+        col_lower=np.zeros(k),
+        col_upper=np.ones(k),
+        integer=np.ones(k, bool),
+        maximize=True,
+    )
+    settings = HighsSettings(mip_rel_gap=1e-12, mip_abs_gap=abs_gap, threads=threads,
+                             primal_tolerance=1e-9)
+    result = solve_highs(model, settings, deadline)
+    base = float(np.sum(np.log(bids.outside[np.arange(a) != exclude])))
+    choice = np.full(a, -1, np.int64)
+    if result.has_solution:
+        picked = cols[result.x > 0.5]
+        choice[bids.bidder[picked]] = picked
+    if not (result.has_solution and feasible(bids, choice)):
+        choice = np.full(a, -1, np.int64)  # nothing is always feasible
+    objective = welfare_of(bids, choice, exclude)
+    bound = base + result.bound if result.bound is not None else math.inf
+    if result.status is SolverStatus.OPTIMAL and result.bound is None:
+        bound = objective
+    return Welfare(choice, objective, max(bound, objective), result.status,
+                   result.solve_time_s, result.size, result.solver, result.solver_version,
+                   result.detail)
+
+
+def partial_allocation(
+    bids: Bids,
+    abs_gap: float = ABS_GAP,
+    deadline: Deadline = NO_DEADLINE,
+    threads: int = 0,
+) -> PartialAllocation:
+    """Solve the proportional-fair allocation, then every winner's payment (module
+    docstring). A winner whose removal leaves the others' optimum unchanged without a solve
+    (their favourite bundles all fit) is priced in closed form. If the deadline passes, the
+    remaining winners keep c_i = 1 (no payment) and `payments_exact` is False."""
+    started = time.perf_counter()
+    pf = proportional_fair(bids, abs_gap=abs_gap, deadline=deadline, threads=threads)
+    a = bids.num_bidders
+    kept = np.full(a, math.nan)
+    lower = np.full(a, math.nan)
+    exact = pf.status is SolverStatus.OPTIMAL
+    solves = 0
+    skipped = 0
+    for i in np.flatnonzero(pf.choice >= 0):
+        others = welfare_of(bids, pf.choice, exclude=int(i))
+        if deadline.expired():
+            kept[i], lower[i] = 1.0, 0.0
+            skipped += 1
+            exact = False
+            continue
+        without = proportional_fair(bids, exclude=int(i), abs_gap=abs_gap, deadline=deadline,
+                                    threads=threads)
+        solves += without.solver != "closed form"
+        best = max(without.objective, others)
+        kept[i] = min(1.0, math.exp(others - best))
+        lower[i] = min(kept[i], math.exp(others - max(without.bound, best)))
+        if without.status is not SolverStatus.OPTIMAL or without.bound - best > abs_gap * 1.01:
+            exact = False
+    detail = f"{int((pf.choice >= 0).sum())} winners, {solves} payment programs"
+    if skipped:
+        detail += f"; {skipped} payments not computed (time limit): c = 1"
+    return PartialAllocation(pf, kept, lower, solves, exact,
+                             time.perf_counter() - started, detail)
