@@ -15,9 +15,9 @@ the MILP
               z binary,
 
 built only on bids with gain_k > 0 (the others are never strictly better than nothing). It is
-solved by HiGHS's branch and bound to an absolute gap on the log-welfare (`abs_gap`), with
-the solver's best bound reported; when every bidder's best bundle fits at once, that choice is
-optimal without a solve.
+solved by HiGHS's branch and bound to an absolute gap on the log-welfare (`abs_gap`), started
+from a feasible choice, with the solver's best bound reported; when every bidder's best
+bundle fits at once, that choice is optimal without a solve.
 
 **Payments.** For each winner i, the welfare of the others at G*, W_-i = sum_{k != i} log
 V_k(G*_k), is compared with the optimum OPT_-i of the same program without bidder i:
@@ -138,14 +138,30 @@ def feasible(bids: Bids, choice: IntArray, tolerance: float = 1e-9) -> bool:
     return bool(np.all(use <= bids.capacity + tolerance))
 
 
+def _greedy_fill(bids: Bids, cols: IntArray, gain: FloatArray) -> IntArray:
+    """A feasible choice: bidders in decreasing best gain each take their highest-gain bundle
+    (among `cols`) that still fits."""
+    choice = np.full(bids.num_bidders, -1, np.int64)
+    left = bids.capacity.astype(np.float64).copy()
+    for k in cols[np.lexsort((cols, -gain[cols]))]:
+        i = int(bids.bidder[k])
+        if choice[i] < 0 and np.all(bids.use[k] <= left + 1e-9):
+            choice[i] = k
+            left -= bids.use[k]
+    return choice
+
+
 def proportional_fair(
     bids: Bids,
     exclude: int = -1,
     abs_gap: float = ABS_GAP,
     deadline: Deadline = NO_DEADLINE,
     threads: int = 0,
+    start: IntArray | None = None,
 ) -> Welfare:
-    """The proportional-fair allocation of `bids` without bidder `exclude` (module docstring)."""
+    """The proportional-fair allocation of `bids` without bidder `exclude` (module docstring):
+    the MILP started from the better of `start` (a feasible choice, e.g. the allocation with
+    one bidder removed) and a greedy fill."""
     a = bids.num_bidders
     keep = np.ones(bids.bidder.size, bool)
     if exclude >= 0:
@@ -157,9 +173,51 @@ def proportional_fair(
                        "closed form", detail="every best bundle fits")
     gain = np.log(bids.value) - np.log(bids.outside[bids.bidder])
     cols = np.flatnonzero(keep & (gain > 0))
+    incumbent = _greedy_fill(bids, cols, gain)
+    if start is not None:
+        given = np.where(np.arange(a) == exclude, -1, start)
+        if feasible(bids, given) and welfare_of(bids, given, exclude) > \
+                welfare_of(bids, incumbent, exclude):
+            incumbent = given
+    base = float(np.sum(np.log(bids.outside[np.arange(a) != exclude])))
+    matrix, rhs = _rows(bids, cols)
     k = cols.size
-    owners = bids.bidder[cols]
-    bidders, owner_row = np.unique(owners, return_inverse=True)
+    model = LinearModel(
+        cost=gain[cols],
+        matrix=matrix,
+        row_lower=np.full(rhs.size, -INFINITY),
+        row_upper=rhs,
+        col_lower=np.zeros(k),
+        col_upper=np.ones(k),
+        integer=np.ones(k, bool),
+        maximize=True,
+    )
+    settings = HighsSettings(mip_rel_gap=1e-12, mip_abs_gap=abs_gap, threads=threads,
+                             primal_tolerance=1e-9)
+    begin = np.isin(cols, incumbent[incumbent >= 0]).astype(np.float64)
+    result = solve_highs(model, settings, deadline, start=begin)
+    choice = incumbent
+    if result.has_solution:
+        picked = cols[result.x > 0.5]
+        found = np.full(a, -1, np.int64)
+        found[bids.bidder[picked]] = picked
+        if feasible(bids, found) and welfare_of(bids, found, exclude) > \
+                welfare_of(bids, incumbent, exclude):
+            choice = found
+    objective = welfare_of(bids, choice, exclude)
+    bound = base + result.bound if result.bound is not None else math.inf
+    if result.status is SolverStatus.OPTIMAL and result.bound is None:
+        bound = objective
+    return Welfare(choice, objective, max(bound, objective), result.status,
+                   result.solve_time_s, result.size, result.solver, result.solver_version,
+                   result.detail)
+
+
+def _rows(bids: Bids, cols: IntArray) -> tuple[sp.csc_matrix, FloatArray]:
+    """Rows of the program on the bundles `cols`: one bundle per bidder, then every resource
+    some bundle uses (`<=`)."""
+    k = cols.size
+    bidders, owner_row = np.unique(bids.bidder[cols], return_inverse=True)
     used = np.flatnonzero(bids.use[cols].sum(axis=0) > 0)
     sub = bids.use[np.ix_(cols, used)]
     r_idx, c_idx = np.nonzero(sub.T)
@@ -168,33 +226,7 @@ def proportional_fair(
     vals = np.concatenate([np.ones(k), sub.T[r_idx, c_idx]])
     n_rows = bidders.size + used.size
     matrix = sp.csc_matrix((vals, (rows, colsx)), shape=(n_rows, k))
-    model = LinearModel(
-        cost=gain[cols],
-        matrix=matrix,
-        row_lower=np.full(n_rows, -INFINITY),
-        row_upper=np.concatenate([np.ones(bidders.size), bids.capacity[used]]),
-        col_lower=np.zeros(k),
-        col_upper=np.ones(k),
-        integer=np.ones(k, bool),
-        maximize=True,
-    )
-    settings = HighsSettings(mip_rel_gap=1e-12, mip_abs_gap=abs_gap, threads=threads,
-                             primal_tolerance=1e-9)
-    result = solve_highs(model, settings, deadline)
-    base = float(np.sum(np.log(bids.outside[np.arange(a) != exclude])))
-    choice = np.full(a, -1, np.int64)
-    if result.has_solution:
-        picked = cols[result.x > 0.5]
-        choice[bids.bidder[picked]] = picked
-    if not (result.has_solution and feasible(bids, choice)):
-        choice = np.full(a, -1, np.int64)  # nothing is always feasible
-    objective = welfare_of(bids, choice, exclude)
-    bound = base + result.bound if result.bound is not None else math.inf
-    if result.status is SolverStatus.OPTIMAL and result.bound is None:
-        bound = objective
-    return Welfare(choice, objective, max(bound, objective), result.status,
-                   result.solve_time_s, result.size, result.solver, result.solver_version,
-                   result.detail)
+    return matrix, np.concatenate([np.ones(bidders.size), bids.capacity[used]])
 
 
 def partial_allocation(
@@ -223,7 +255,7 @@ def partial_allocation(
             exact = False
             continue
         without = proportional_fair(bids, exclude=int(i), abs_gap=abs_gap, deadline=deadline,
-                                    threads=threads)
+                                    threads=threads, start=pf.choice)
         solves += without.solver != "closed form"
         best = max(without.objective, others)
         kept[i] = min(1.0, math.exp(others - best))

@@ -218,8 +218,8 @@ def solve_policy(
     build = time.perf_counter() - started
     bids = auction_bids(bundles, offered, rho_without, problem, pools)
     scale = max(1.0, float(offered.size))
-    abs_gap = options.relative_gap * scale
-    outcome = partial_allocation(bids, abs_gap, deadline, options.threads)
+    # the tolerance is absolute on the log-welfare: the relative accuracy of every c_i
+    outcome = partial_allocation(bids, options.relative_gap, deadline, options.threads)
     pf = outcome.welfare
     won = np.full(m, -1, np.int64)
     kept = np.full(m, math.nan)

@@ -598,6 +598,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             PlanKind.TIME_SHARE,
             ProblemClass.MILP,
             needs_history=True,
+            relative_gap=1e-6,
         ),
     ),
     PolicySpec(
