@@ -192,8 +192,8 @@ def proportional_fair(
         integer=np.ones(k, bool),
         maximize=True,
     )
-    settings = HighsSettings(mip_rel_gap=1e-12, mip_abs_gap=abs_gap, threads=threads,
-                             primal_tolerance=1e-9)
+    # many small programs one after another: one thread each beats HiGHS's parallel search
+    settings = HighsSettings(mip_rel_gap=1e-12, mip_abs_gap=abs_gap, threads=threads or 1)
     begin = np.isin(cols, incumbent[incumbent >= 0]).astype(np.float64)
     result = solve_highs(model, settings, deadline, start=begin)
     choice = incumbent
