@@ -47,7 +47,7 @@ from apportion.formulations.fair_share import water_fill
 from apportion.formulations.gandiva_fair import fair_shares, user_rates, users_of
 from apportion.formulations.gavel_lp import ftf_data
 from apportion.formulations.node_pool import node_pools
-from apportion.solver.fairness_model import FairnessInputs, TenantUsage
+from apportion.solver.fairness_model import FairnessInputs
 from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions, Tenant
 from apportion.solver.parameters import (
     AstraeaParameters,

@@ -267,3 +267,67 @@ def partial_allocation(
         detail += f"; {skipped} payments not computed (time limit): c = 1"
     return PartialAllocation(pf, kept, lower, solves, exact,
                              time.perf_counter() - started, detail)
+
+
+@dataclass(frozen=True)
+class DivisibleAllocation:
+    """The mechanism on divisible device-time with linear valuations (Cole et al.'s setting)."""
+
+    time_share: FloatArray
+    """(a, n) the proportional-fair time shares X* (before payments)."""
+    utility: FloatArray
+    """(a,) V_i(X*_i) = sum_j value[i, j] X*[i, j]."""
+    kept_fraction: FloatArray
+    """(a,) c_i in (0, 1]: bidder i keeps c_i X*_i."""
+    objective: float
+    """sum_i log V_i(X*_i)."""
+    bound: float
+    """Proven upper bound on the proportional-fair optimum (Lagrangian dual)."""
+    status: SolverStatus
+    payments_exact: bool
+    """Every payment program ended with its gap within `abs_gap`."""
+    solve_time_s: float
+    size: ModelSize
+    solver_version: str
+
+
+def divisible_partial_allocation(
+    value: FloatArray,
+    scale: FloatArray,
+    capacity: FloatArray,
+    abs_gap: float = 1e-6,
+    deadline: Deadline = NO_DEADLINE,
+) -> DivisibleAllocation:
+    """Partial Allocation when bidder i values time shares X_i (of devices of each type, s_i
+    devices while it runs, sum_j X_ij <= 1) linearly, V_i(X_i) = sum_j value[i, j] X_ij: the
+    proportional-fair allocation is the Eisenberg-Gale program with equal budgets
+    (`fisher_market.solve_market`, exact conic with a dual bound) and each c_i needs the same
+    program without bidder i. Every row of `value` needs a positive entry on a type with
+    capacity. Valuations are homogeneous of degree 1, which is Cole et al.'s setting for the
+    1/e guarantee."""
+    from apportion.formulations.fisher_market import solve_market
+
+    started = time.perf_counter()
+    a = value.shape[0]
+    ones = np.ones(a)
+    full = solve_market(value, scale, capacity, ones, deadline)
+    utility = full.utility
+    logs = np.log(np.maximum(utility, 1e-300))
+    kept = np.ones(a)
+    exact = full.status.solved and full.bound - full.objective <= abs_gap
+    for i in range(a):
+        if a == 1:
+            break
+        if deadline.expired():
+            exact = False
+            break
+        rest = np.arange(a) != i
+        without = solve_market(value[rest], scale[rest], capacity, ones[:-1], deadline)
+        others = float(logs[rest].sum())
+        best = max(without.objective, others)
+        kept[i] = min(1.0, math.exp(others - best))
+        if not without.status.solved or without.bound - best > abs_gap:
+            exact = False
+    return DivisibleAllocation(full.X, utility, kept, full.objective, full.bound, full.status,
+                               exact, time.perf_counter() - started, full.size,
+                               full.solver_version)

@@ -29,9 +29,16 @@ Each job is an app with one gang of s_i devices. Per epoch:
    back to a winner (that would refund its payment), so devices stay idle only when every job
    that can use them already runs all the time: work-conserving.
 
+**Divisible shares** (`divisible_shares`): the offered device-time is auctioned as divisible
+time shares instead of bundles, each bidder valuing X_i linearly, V_i = thr_i(X_i) / iso_i;
+the proportional-fair allocation is the Eisenberg-Gale program (conic, with a Lagrangian bound)
+and each winner keeps c_i X*_i. This is Cole et al.'s setting (valuations homogeneous of degree
+1), where the mechanism is truthful and c_i >= 1/e. No bid tables and no leases (the shares
+are time shares for the round mechanism).
+
 Certificate: objective = the proportional-fair log-welfare sum_bidders log V_i(G*_i), bound =
-the MILP's best bound, gap on the scale of the number of bidders; `optimal` also requires every
-payment program to be solved to the same absolute gap.
+the program's proven bound, gap on the scale of the number of bidders; `optimal` also requires
+every payment program to be solved to the same absolute gap.
 """
 
 from __future__ import annotations
@@ -46,9 +53,10 @@ from apportion.formulations.gavel_lp import FtfData, ftf_data
 from apportion.formulations.node_pool import NodePool, node_pools
 from apportion.formulations.partial_allocation import (
     Bids,
-    PartialAllocation,
+    divisible_partial_allocation,
     partial_allocation,
 )
+from apportion.solver.backends.status import SolverStatus
 from apportion.solver.certificate import termination
 from apportion.solver.deadline import Deadline
 from apportion.solver.fairness_model import FairnessInputs
@@ -176,6 +184,141 @@ def leftover_allocation(
     return given
 
 
+@dataclass(frozen=True)
+class Epoch:
+    """The jobs' situation before the auction."""
+
+    data: FtfData
+    active: BoolArray
+    """(m,) jobs with work left or a bid table."""
+    holding: BoolArray
+    """(m,) jobs keeping an unexpired lease."""
+    rho_without: FloatArray
+    """(m,) rho without a new grant (NaN for inactive jobs)."""
+    candidates: IntArray
+    """Active jobs without a lease."""
+    offered: IntArray
+    """The candidates the free devices are offered to."""
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """What the auction decided, per job, and how well it was solved."""
+
+    kept: FloatArray
+    """(m,) c_i of each winner, NaN for the others."""
+    rho_won: FloatArray
+    """(m,) rho with the won bundle (NaN: none, or a divisible share)."""
+    bundle: IntArray
+    """(m,) index of the won bundle in the job's table, -1 = none."""
+    log_value: FloatArray
+    """(m,) log V_i at the proportional-fair allocation (0 for jobs not offered)."""
+    objective: float
+    bound: float
+    status: SolverStatus
+    exact: bool
+    """Every payment program was solved to the gap."""
+    solver: str
+    solver_version: str
+    size: ModelSize
+    solve_time_s: float
+    bids: int
+    detail: str
+
+
+def _epoch(problem: Problem, fair: FairnessInputs, params: ThemisAuctionParameters) -> Epoch:
+    data = ftf_data(problem, problem.jobs.throughput, Compat.NONE)
+    has_bids = np.array([table is not None for table in fair.bids], bool)
+    active = data.active | has_bids
+    holding = holding_leases(problem, fair) & active
+    rho_without = np.full(problem.jobs.num_jobs, math.nan)
+    for i in np.flatnonzero(active):
+        table = fair.bids[i]
+        rho_without[i] = table.rho_without if table is not None else \
+            lease_rho(data, int(i), 0.0, params.lease_s)
+    candidates = np.flatnonzero(active & ~holding)
+    offered = offered_jobs(rho_without, candidates, params.fairness_knob)
+    return Epoch(data, active, holding, rho_without, candidates, offered)
+
+
+def _bundle_auction(
+    problem: Problem, fair: FairnessInputs, epoch: Epoch, pools: list[NodePool],
+    params: ThemisAuctionParameters, X: FloatArray, leases: list[Lease | None],
+    options: SolveOptions, deadline: Deadline,
+) -> Mechanism:
+    """Partial Allocation over bundles; winners' shares and leases written into X, leases."""
+    jobs = problem.jobs
+    m = jobs.num_jobs
+    offered = epoch.offered
+    bundles = _bundles(problem, fair, epoch.data, offered, pools, params.lease_s)
+    bids = auction_bids(bundles, offered, epoch.rho_without, problem, pools)
+    # the tolerance is absolute on the log-welfare: the relative accuracy of every c_i
+    outcome = partial_allocation(bids, options.relative_gap, deadline, options.threads)
+    pf = outcome.welfare
+    kept, rho_won = np.full(m, math.nan), np.full(m, math.nan)
+    bundle_index = np.full(m, -1, np.int64)
+    log_value = np.zeros(m)
+    won: dict[int, Bundle] = {}
+    for p, i in enumerate(offered):
+        log_value[i] = -math.log(epoch.rho_without[i])
+        if pf.choice[p] >= 0:
+            bundle = bundles[int(pf.choice[p])]
+            won[int(i)] = bundle
+            kept[i], rho_won[i] = outcome.kept_fraction[p], bundle.rho
+            bundle_index[i], log_value[i] = bundle.bundle, -math.log(bundle.rho)
+    names = problem.cluster.node_names
+    hist = problem.history
+    running = hist.running(m)
+    # place node-named bundles first, then the others in decreasing gang size
+    for i in sorted(won, key=lambda i: (not won[i].node_devices, -jobs.scale_factor[i], i)):
+        bundle = won[i]
+        j, s_i = bundle.type_index, int(jobs.scale_factor[i])
+        if bundle.node_devices:
+            taken = pools[j].take_exactly(bundle.node_devices)
+        else:
+            same = bool(running[i]) and int(hist.current_type[i]) == j
+            taken = pools[j].take(s_i, hist.current_nodes[i] if same else ()) or ()
+        X[i, j] = kept[i]
+        leases[i] = Lease(j, s_i, tuple(names[k] for k in taken),
+                          problem.time_s + params.lease_s, float(kept[i]), kept=False)
+    return Mechanism(kept, rho_won, bundle_index, log_value, pf.objective, pf.bound, pf.status,
+                     outcome.payments_exact, pf.solver, pf.solver_version, pf.size,
+                     outcome.solve_time_s, len(bundles),
+                     f"{pf.detail}; {outcome.detail}" if pf.detail else outcome.detail)
+
+
+def _divisible_auction(
+    problem: Problem, epoch: Epoch, free: FloatArray, X: FloatArray, options: SolveOptions,
+    deadline: Deadline,
+) -> Mechanism:
+    """Partial Allocation on divisible device-time with V_i(X_i) = thr_i(X_i) / iso_i (see
+    `ThemisAuctionParameters.divisible_shares`); winners' kept shares written into X."""
+    jobs = problem.jobs
+    m = jobs.num_jobs
+    iso = epoch.data.iso
+    fits = problem.usable & (jobs.scale_factor[:, None] <= free[None, :])
+    bidders = np.array([i for i in epoch.offered if fits[i].any()], np.int64)
+    kept, rho_won = np.full(m, math.nan), np.full(m, math.nan)
+    log_value = np.zeros(m)
+    if bidders.size == 0:
+        return Mechanism(kept, rho_won, np.full(m, -1, np.int64), log_value, 0.0, 0.0,
+                         SolverStatus.OPTIMAL, True, "closed form", "", ModelSize(), 0.0, 0,
+                         "no bidder fits the free devices")
+    value = np.where(fits[bidders], jobs.throughput[bidders] / iso[bidders, None], 0.0)
+    # the interior-point solves are accurate relative to the number of buyers (as the market's
+    # own certificate), so the payments are checked on that scale too
+    outcome = divisible_partial_allocation(value, jobs.scale_factor[bidders].astype(np.float64),
+                                           free, options.relative_gap * bidders.size, deadline)
+    kept[bidders] = outcome.kept_fraction
+    log_value[bidders] = np.log(np.maximum(outcome.utility, 1e-300))
+    X[bidders] += outcome.kept_fraction[:, None] * outcome.time_share
+    return Mechanism(kept, rho_won, np.full(m, -1, np.int64), log_value, outcome.objective,
+                     outcome.bound, outcome.status, outcome.payments_exact, "clarabel",
+                     outcome.solver_version, outcome.size, outcome.solve_time_s,
+                     int(bidders.size), f"{bidders.size} bidders, {bidders.size} payment "
+                                        "programs (Eisenberg-Gale)")
+
+
 def solve_policy(
     problem: Problem,
     parameters: ThemisAuctionParameters,
@@ -189,163 +332,117 @@ def solve_policy(
     jobs, cluster = problem.jobs, problem.cluster
     m, n = jobs.num_jobs, cluster.num_types
     fair = problem.fairness or FairnessInputs.empty(m)
-    lease_s = parameters.lease_s
-    data = ftf_data(problem, jobs.throughput, Compat.NONE)
-    has_bids = np.array([table is not None for table in fair.bids], bool)
-    active = data.active | has_bids
-    holding = holding_leases(problem, fair) & active
+    epoch = _epoch(problem, fair, parameters)
     X = np.zeros((m, n))
     leases: list[Lease | None] = [None] * m
     names = cluster.node_names
-    for i in np.flatnonzero(holding):
-        j = int(problem.history.current_type[i])
+    hist = problem.history
+    for i in np.flatnonzero(epoch.holding):
+        j = int(hist.current_type[i])
         X[i, j] = fair.lease_time_share[i]
-        nodes = problem.history.current_nodes[i] if len(problem.history.current_nodes) == m \
-            else ()
-        devices = int(problem.history.current_devices[i]) or int(jobs.scale_factor[i])
+        nodes = hist.current_nodes[i] if len(hist.current_nodes) == m else ()
+        devices = int(hist.current_devices[i]) or int(jobs.scale_factor[i])
         leases[i] = Lease(j, devices, tuple(names[k] for k in nodes),
                           float(fair.lease_expires_s[i]), float(X[i, j]), kept=True)
-    pools = node_pools(problem, holding)
+    pools = node_pools(problem, epoch.holding)
     free = np.array([pool.pool for pool in pools], np.float64)
-    rho_without = np.full(m, math.nan)
-    for i in np.flatnonzero(active):
-        table = fair.bids[i]
-        rho_without[i] = table.rho_without if table is not None else \
-            lease_rho(data, int(i), 0.0, lease_s)
-    candidates = np.flatnonzero(active & ~holding)
-    offered = offered_jobs(rho_without, candidates, parameters.fairness_knob)
-    bundles = _bundles(problem, fair, data, offered, pools, lease_s)
     build = time.perf_counter() - started
-    bids = auction_bids(bundles, offered, rho_without, problem, pools)
-    scale = max(1.0, float(offered.size))
-    # the tolerance is absolute on the log-welfare: the relative accuracy of every c_i
-    outcome = partial_allocation(bids, options.relative_gap, deadline, options.threads)
-    pf = outcome.welfare
-    won = np.full(m, -1, np.int64)
-    kept = np.full(m, math.nan)
-    for p, i in enumerate(offered):
-        if pf.choice[p] >= 0:
-            won[i] = int(pf.choice[p])
-            kept[i] = float(outcome.kept_fraction[p])
-    left = free.copy()
-    # place node-named bundles first, then the others in decreasing gang size
-    winners = sorted(np.flatnonzero(won >= 0),
-                     key=lambda i: (not bundles[won[i]].node_devices, -jobs.scale_factor[i], i))
-    for i in winners:
-        bundle = bundles[won[i]]
-        j, s_i = bundle.type_index, int(jobs.scale_factor[i])
-        pool = pools[j]
-        if bundle.node_devices:
-            taken = pool.take_exactly(bundle.node_devices)
-        else:
-            same = int(problem.history.current_type[i]) == j if problem.history.running(m)[i] \
-                else False
-            previous = problem.history.current_nodes[i] if same else ()
-            taken = pool.take(s_i, previous) or ()
-        X[i, j] = kept[i]
-        left[j] -= s_i * kept[i]
-        leases[i] = Lease(j, s_i, tuple(names[k] for k in taken), problem.time_s + lease_s,
-                          float(kept[i]), kept=False)
-    for i in np.flatnonzero(holding):
-        j = int(problem.history.current_type[i])
+    if parameters.divisible_shares:
+        mechanism = _divisible_auction(problem, epoch, free, X, options, deadline)
+    else:
+        mechanism = _bundle_auction(problem, fair, epoch, pools, parameters, X, leases, options,
+                                    deadline)
+    won = ~np.isnan(mechanism.kept)
+    left = free - jobs.scale_factor @ np.where(won[:, None], X, 0.0)
+    for i in np.flatnonzero(epoch.holding):
         lease = leases[i]
-        left[j] += (lease.devices if lease is not None else 0) * (1.0 - X[i, j])
-    rank = np.where(np.isnan(rho_without), -np.inf, rho_without)
-    not_offered = [int(i) for i in candidates if i not in set(offered.tolist())]
-    losers = [int(i) for i in offered if won[i] < 0]
+        if lease is not None:
+            left[lease.type_index] += lease.devices * (1.0 - lease.time_share)
+    rank = np.where(np.isnan(epoch.rho_without), -np.inf, epoch.rho_without)
+    offered = set(epoch.offered.tolist())
+    not_offered = [int(i) for i in epoch.candidates if i not in offered]
+    losers = [int(i) for i in epoch.offered if not won[i]]
     order = sorted(not_offered, key=lambda i: (-rank[i], i)) + \
-        sorted(losers, key=lambda i: (-rank[i], i)) + [int(i) for i in np.flatnonzero(holding)]
-    handed = leftover_allocation(X, order, left, problem)
-    return _plan(problem, parameters, data, X, leases, offered, won, kept, rho_without,
-                 bundles, outcome, handed, active, build, options.relative_gap, scale,
-                 candidates.size)
+        sorted(losers, key=lambda i: (-rank[i], i)) + \
+        [int(i) for i in np.flatnonzero(epoch.holding)]
+    handed = leftover_allocation(X, order, np.maximum(left, 0.0), problem)
+    return _plan(problem, parameters, epoch, X, leases, mechanism, handed, build,
+                 options.relative_gap)
 
 
 def _plan(
     problem: Problem,
     parameters: ThemisAuctionParameters,
-    data: FtfData,
+    epoch: Epoch,
     X: FloatArray,
     leases: list[Lease | None],
-    offered: IntArray,
-    won: IntArray,
-    kept: FloatArray,
-    rho_without: FloatArray,
-    bundles: list[Bundle],
-    outcome: PartialAllocation,
+    mechanism: Mechanism,
     handed: FloatArray,
-    active: BoolArray,
     build: float,
     tolerance: float,
-    scale: float,
-    candidates: int,
 ) -> Plan:
     jobs = problem.jobs
     m, n = X.shape
-    pf = outcome.welfare
-    offered_set = set(offered.tolist())
-    outcomes: list[AuctionOutcome] = []
-    objective_value = np.zeros(m)
+    offered = set(epoch.offered.tolist())
+    outcomes = tuple(
+        AuctionOutcome(i in offered, float(epoch.rho_without[i]), float(mechanism.rho_won[i]),
+                       float(mechanism.kept[i]), int(mechanism.bundle[i]))
+        for i in range(m)
+    )
     reasons = [""] * m
     for i in range(m):
-        if won[i] >= 0:
-            bundle = bundles[won[i]]
-            outcomes.append(AuctionOutcome(True, float(rho_without[i]), bundle.rho,
-                                           float(kept[i]), bundle.bundle))
-            objective_value[i] = -math.log(bundle.rho)
-            reasons[i] = (f"won {jobs.scale_factor[i]} x "
-                          f"{problem.cluster.type_names[bundle.type_index]}, keeps "
-                          f"{kept[i]:.4g} of the lease")
-        else:
-            outcomes.append(AuctionOutcome(i in offered_set, float(rho_without[i]), math.nan,
-                                           math.nan))
-            if i in offered_set:
-                objective_value[i] = -math.log(rho_without[i])
-    status = [JobStatus.ALLOCATED if active[i] else JobStatus.FINISHED for i in range(m)]
-    for done in np.flatnonzero(~active):
-        reasons[done] = "no remaining work"
+        if not epoch.active[i]:
+            reasons[i] = "no remaining work"
+        elif not math.isnan(mechanism.kept[i]):
+            reasons[i] = f"won in the auction, keeps {mechanism.kept[i]:.4g} of its share"
+        elif epoch.holding[i]:
+            reasons[i] = "keeps its lease"
+    status = tuple(JobStatus.ALLOCATED if epoch.active[i] else JobStatus.FINISHED
+                   for i in range(m))
     thr = np.einsum("ij,ij->i", jobs.throughput, X)
-    normalized = np.divide(thr, data.iso, out=np.zeros(m), where=data.iso > 0)
-    formulation = (f"Themis partial allocation: {offered.size} of {candidates} jobs bid "
-                   f"(f = {parameters.fairness_knob:g}), {len(bundles)} bundles, "
-                   f"proportional-fair MILP + payments")
-    if offered.size == 0:
+    iso = epoch.data.iso
+    normalized = np.divide(thr, iso, out=np.zeros(m), where=iso > 0)
+    kind = "divisible shares" if parameters.divisible_shares else \
+        f"{mechanism.bids} bundles, proportional-fair MILP"
+    formulation = (f"Themis partial allocation: {len(offered)} of {epoch.candidates.size} jobs "
+                   f"bid (f = {parameters.fairness_knob:g}), {kind} + payments")
+    scale = max(1.0, float(len(offered)))
+    if not offered:
         cert = Certificate(Termination.OPTIMAL, True, 0.0, 0.0, solver="closed form",
                            formulation=formulation, build_time_s=build,
                            detail="no job to offer devices to")
     else:
-        gap_cert = Certificate(Termination.OPTIMAL, True, pf.objective, pf.bound,
-                               gap_scale=scale)
-        ended = termination(pf.status, True, gap_cert.gap, tolerance)
-        detail = f"{pf.detail}; {outcome.detail}" if pf.detail else outcome.detail
-        if ended is Termination.OPTIMAL and not outcome.payments_exact:
+        gap = Certificate(Termination.OPTIMAL, True, mechanism.objective, mechanism.bound,
+                          gap_scale=scale).gap
+        ended = termination(mechanism.status, True, gap, tolerance)
+        detail = mechanism.detail
+        if ended is Termination.OPTIMAL and not mechanism.exact:
             ended = Termination.OPTIMAL_INACCURATE
             detail += "; some payment programs not solved to the gap"
         cert = Certificate(
             termination=ended,
             maximize=True,
-            objective=pf.objective,
-            bound=pf.bound,
+            objective=mechanism.objective,
+            bound=mechanism.bound,
             gap_scale=scale,
-            solver=pf.solver,
-            solver_version=pf.solver_version,
+            solver=mechanism.solver,
+            solver_version=mechanism.solver_version,
             formulation=formulation,
             build_time_s=build,
-            solve_time_s=outcome.solve_time_s,
-            model_size=pf.size if pf.size != ModelSize() else ModelSize(len(bundles), 0, 0,
-                                                                        len(bundles)),
+            solve_time_s=mechanism.solve_time_s,
+            model_size=mechanism.size,
             detail=detail,
         )
-    section = AuctionSection(tuple(leases), tuple(outcomes), pf.objective, handed)
+    section = AuctionSection(tuple(leases), outcomes, mechanism.objective, handed)
     return Plan(
         time_share=X,
         effective_throughput=thr,
         normalized_throughput=normalized,
-        objective_value=objective_value,
+        objective_value=mechanism.log_value,
         job_dual=np.zeros(m),
         accelerator_prices=np.zeros(n),
         certificate=cert,
-        job_status=tuple(status),
+        job_status=status,
         job_reason=tuple(reasons),
         auction=section,
     )

@@ -71,7 +71,8 @@ def _themis(msg: Any, violations: list[Violation]) -> object:
         violations.append(Violation(f"{p}.fairness_knob", f"must be in [0, 1), got {knob}"))
         knob = default.fairness_knob
     return ThemisAuctionParameters(fairness_knob=float(knob),
-                                   lease_s=_lease(msg, p, default.lease_s, violations))
+                                   lease_s=_lease(msg, p, default.lease_s, violations),
+                                   divisible_shares=msg.divisible_shares)
 
 
 def _gandiva_fair(msg: Any, violations: list[Violation]) -> object:
@@ -263,18 +264,25 @@ def fairness_inputs(
 
 def fairness_input_violations(problem: Problem, policy: PolicyRequest) -> list[Violation]:
     """Themis's auction derives a job's bids from its remaining work: a job without
-    `themis_bids` needs progress.total_steps > 0."""
-    if policy.name != "themis_auction":
+    `themis_bids` needs progress.total_steps > 0; with divisible shares no job may bring a bid
+    table."""
+    params = policy.parameters
+    if not isinstance(params, ThemisAuctionParameters):
         return []
     fair = problem.fairness
     jobs = problem.jobs
-    return [
-        Violation(f"snapshot.jobs[{i}].progress.total_steps",
-                  "must be > 0: themis_auction derives the bids of a job without themis_bids "
-                  "from its remaining work")
-        for i in range(jobs.num_jobs)
-        if jobs.total_steps[i] <= 0 and (fair is None or fair.bids[i] is None)
-    ]
+    out = []
+    for i in range(jobs.num_jobs):
+        has_table = fair is not None and fair.bids[i] is not None
+        if params.divisible_shares and has_table:
+            out.append(Violation(f"snapshot.jobs[{i}].themis_bids",
+                                 "not used with divisible_shares (bidders value time shares by "
+                                 "their throughput)"))
+        if jobs.total_steps[i] <= 0 and (params.divisible_shares or not has_table):
+            out.append(Violation(f"snapshot.jobs[{i}].progress.total_steps",
+                                 "must be > 0: themis_auction derives the bids of a job without "
+                                 "themis_bids from its remaining work"))
+    return out
 
 
 def _fill_lease(entry: service_pb.JobAllocation, lease: Lease, names: tuple[str, ...]) -> None:

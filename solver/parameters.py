@@ -179,6 +179,11 @@ class ThemisAuctionParameters:
     bids (most efficient); close to 1 = only the worst job (closest to max-min on rho)."""
     lease_s: float = 600.0
     """Length of the leases granted (s, > 0); derived bids value a bundle over this horizon."""
+    divisible_shares: bool = False
+    """Auction divisible device-time instead of bundles: bidder i values time shares X_i
+    linearly, V_i = thr_i(X_i) / iso_i (its throughput in units of its 1/N isolated share);
+    the proportional-fair allocation is then an Eisenberg-Gale program (conic, exact) and the
+    mechanism has Cole et al.'s guarantees (truthful, c_i >= 1/e). No bid tables, no leases."""
 
 
 class TradingMode(StrEnum):

@@ -842,21 +842,29 @@ class ThemisAuctionParameters(_message.Message):
 
     FAIRNESS_KNOB_FIELD_NUMBER: _builtins.int
     LEASE_S_FIELD_NUMBER: _builtins.int
+    DIVISIBLE_SHARES_FIELD_NUMBER: _builtins.int
     fairness_knob: _builtins.float
     """Fairness knob f in [0, 1): 0 = every job bids (most efficient), close to 1 = only the job
     with the worst rho. Unset = 0.8.
     """
     lease_s: _builtins.float
     """Length of the leases granted (s, > 0, at most 1e9). Unset = 600."""
+    divisible_shares: _builtins.bool
+    """Auction divisible device-time instead of bundles: each bidder values time shares linearly
+    (its throughput over its 1/N isolated throughput); the proportional-fair allocation is an
+    Eisenberg-Gale program and each winner keeps c_i of its shares (truthful, c_i >= 1/e in
+    this setting). jobs[].themis_bids must be absent; no leases are granted. Default false.
+    """
     def __init__(
         self,
         *,
         fairness_knob: _builtins.float | None = ...,
         lease_s: _builtins.float | None = ...,
+        divisible_shares: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_fairness_knob", b"_fairness_knob", "_lease_s", b"_lease_s", "fairness_knob", b"fairness_knob", "lease_s", b"lease_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fairness_knob", b"_fairness_knob", "_lease_s", b"_lease_s", "fairness_knob", b"fairness_knob", "lease_s", b"lease_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fairness_knob", b"_fairness_knob", "_lease_s", b"_lease_s", "divisible_shares", b"divisible_shares", "fairness_knob", b"fairness_knob", "lease_s", b"lease_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fairness_knob: _TypeAlias = _typing.Literal["fairness_knob"]  # noqa: Y015
     _WhichOneofArgType__fairness_knob: _TypeAlias = _typing.Literal["_fairness_knob", b"_fairness_knob"]  # noqa: Y015
