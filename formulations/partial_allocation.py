@@ -108,15 +108,15 @@ class PartialAllocation:
 
 
 def _best_choice(bids: Bids, keep: np.ndarray) -> IntArray:
-    """Per bidder, its highest-value bid with positive gain among `keep` (-1 = none)."""
-    a = bids.num_bidders
-    choice = np.full(a, -1, np.int64)
-    best = np.zeros(a)
+    """Per bidder, its highest-gain bid with positive gain among `keep` (ties: the first;
+    -1 = none)."""
+    choice = np.full(bids.num_bidders, -1, np.int64)
     gain = np.log(bids.value) - np.log(bids.outside[bids.bidder])
-    for k in np.flatnonzero(keep & (gain > 0)):
-        i = int(bids.bidder[k])
-        if gain[k] > best[i]:
-            best[i], choice[i] = gain[k], k
+    candidates = np.flatnonzero(keep & (gain > 0))
+    if candidates.size:
+        order = candidates[np.lexsort((candidates, -gain[candidates]))]
+        _, first = np.unique(bids.bidder[order], return_index=True)
+        choice[bids.bidder[order[first]]] = order[first]
     return choice
 
 
