@@ -141,7 +141,7 @@ def test_every_quantum_is_gang_scheduled_and_work_conserving(
     plan = gandiva_fair(problem, quanta=10)
     s = problem.jobs.scale_factor
     cluster = problem.cluster
-    for scheduled in plan.rounds:
+    for scheduled in plan.shares.rounds:
         grants = list(scheduled.grants)
         jobs = [g.job for g in grants]
         assert len(jobs) == len(set(jobs))
