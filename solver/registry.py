@@ -598,6 +598,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             PlanKind.TIME_SHARE,
             ProblemClass.MILP,
             needs_history=True,
+            round_schedule=True,
             relative_gap=1e-6,
         ),
     ),
@@ -674,6 +675,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             ProblemClass.HEURISTIC,
             reads_tenants=True,
             needs_history=True,
+            round_schedule=True,
         ),
     ),
 )
