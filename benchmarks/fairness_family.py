@@ -45,6 +45,7 @@ from apportion.formulations.astraea import tenants_of
 from apportion.formulations.fair_share import water_fill
 from apportion.formulations.gandiva_fair import fair_shares, user_rates, users_of
 from apportion.formulations.gavel_lp import ftf_data
+from apportion.formulations.leases import holding_leases
 from apportion.formulations.node_pool import node_pools
 from apportion.formulations.trading import exact_trading
 from apportion.solver.fairness_model import FairnessInputs
@@ -169,7 +170,7 @@ def _themis_row(family: str, problem: Problem, knob: float) -> Row:
     m = problem.jobs.num_jobs
     fair = problem.fairness or FairnessInputs.empty(m)
     data = ftf_data(problem, problem.jobs.throughput, Compat.NONE)
-    holding = themis.holding_leases(problem, fair)
+    holding = holding_leases(problem, fair)
     pools = node_pools(problem, holding)
     rho = np.array([themis.lease_rho(data, i, 0.0, params.lease_s) for i in range(m)])
     offered = themis.offered_jobs(rho, np.flatnonzero(~holding), knob)

@@ -38,8 +38,8 @@ import time
 import numpy as np
 
 from apportion.formulations.fair_share import water_fill
+from apportion.formulations.leases import holding_leases, keep_leases
 from apportion.formulations.node_pool import node_pools
-from apportion.formulations.themis_auction import holding_leases
 from apportion.solver.deadline import Deadline
 from apportion.solver.fairness_model import FairnessInputs, TenantUsage
 from apportion.solver.fairness_result import Lease, UsageSection
@@ -121,16 +121,10 @@ def solve_policy(
     basis = entitled + share * L
     holding = holding_leases(problem, fair)
     X = np.zeros((m, n))
-    leases: list[Lease | None] = [None] * m
-    allocated = np.zeros(k)
+    leases = keep_leases(problem, fair, holding, X)
+    allocated = np.bincount(tenant[holding], weights=s[holding].astype(np.float64),
+                            minlength=k).astype(np.float64)
     node_names = cluster.node_names
-    for h in np.flatnonzero(holding):
-        j = int(hist.current_type[h])
-        X[h, j] = fair.lease_time_share[h]
-        nodes = hist.current_nodes[h] if len(hist.current_nodes) == m else ()
-        allocated[tenant[h]] += s[h]
-        leases[h] = Lease(j, int(s[h]), tuple(node_names[q] for q in nodes),
-                          float(fair.lease_expires_s[h]), float(X[h, j]), kept=True)
     held = allocated.copy()
     pools = node_pools(problem, holding)
     largest = [pool.largest_node for pool in pools]

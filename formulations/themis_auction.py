@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apportion.formulations.gavel_lp import FtfData, ftf_data
+from apportion.formulations.leases import holding_leases, keep_leases
 from apportion.formulations.node_pool import NodePool, node_pools
 from apportion.formulations.partial_allocation import (
     Bids,
@@ -87,12 +88,6 @@ def lease_rho(data: FtfData, i: int, thr: float, lease_s: float) -> float:
     else:
         finish = data.t[i] + lease_s + (R - thr * lease_s) / iso
     return float(finish / data.D[i])
-
-
-def holding_leases(problem: Problem, fair: FairnessInputs) -> BoolArray:
-    """(m,) jobs with an unexpired lease on a current placement."""
-    m = problem.jobs.num_jobs
-    return np.asarray((fair.lease_expires_s > problem.time_s) & problem.history.running(m))
 
 
 def offered_jobs(rho_without: FloatArray, candidates: IntArray, knob: float) -> IntArray:
@@ -334,16 +329,7 @@ def solve_policy(
     fair = problem.fairness or FairnessInputs.empty(m)
     epoch = _epoch(problem, fair, parameters)
     X = np.zeros((m, n))
-    leases: list[Lease | None] = [None] * m
-    names = cluster.node_names
-    hist = problem.history
-    for i in np.flatnonzero(epoch.holding):
-        j = int(hist.current_type[i])
-        X[i, j] = fair.lease_time_share[i]
-        nodes = hist.current_nodes[i] if len(hist.current_nodes) == m else ()
-        devices = int(hist.current_devices[i]) or int(jobs.scale_factor[i])
-        leases[i] = Lease(j, devices, tuple(names[k] for k in nodes),
-                          float(fair.lease_expires_s[i]), float(X[i, j]), kept=True)
+    leases = keep_leases(problem, fair, epoch.holding, X)
     pools = node_pools(problem, epoch.holding)
     free = np.array([pool.pool for pool in pools], np.float64)
     build = time.perf_counter() - started
