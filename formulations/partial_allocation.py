@@ -15,9 +15,9 @@ the MILP
               z binary,
 
 built only on bids with gain_k > 0 (the others are never strictly better than nothing). It is
-solved by HiGHS's branch and bound to an absolute gap on the log-welfare (`abs_gap`), started
-from a feasible choice, with the solver's best bound reported; when every bidder's best
-bundle fits at once, that choice is optimal without a solve.
+solved by HiGHS's branch and bound to an absolute gap on the log-welfare (`abs_gap`), with the
+solver's best bound reported, on the bundles the dominance reduction keeps (`dominated`); when
+every bidder's best bundle fits at once, that choice is optimal without a solve.
 
 **Payments.** For each winner i, the welfare of the others at G*, W_-i = sum_{k != i} log
 V_k(G*_k), is compared with the optimum OPT_-i of the same program without bidder i:
@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import NDArray
 
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
 from apportion.solver.backends.status import SolverStatus
@@ -65,6 +66,9 @@ class Bids:
     """(a,) V without a bundle (> 0)."""
     capacity: FloatArray
     """(R,) what is offered of each resource."""
+    max_winners: int = 0
+    """A bound on how many bidders can win at once (Themis: the free devices); 0 = the
+    number of bidders. Enables the dominance reduction (`dominated`)."""
 
     @property
     def num_bidders(self) -> int:
@@ -151,6 +155,36 @@ def _greedy_fill(bids: Bids, cols: IntArray, gain: FloatArray) -> IntArray:
     return choice
 
 
+def dominated(bids: Bids, cols: IntArray, gain: FloatArray) -> NDArray[np.bool_]:
+    """(cols.size,) bundles that some optimal choice avoids, exactly [derived]: a bundle k
+    that uses one resource only (r, `size` units) is dropped when at least `max_winners` other
+    bundles on r alone, of size <= size_k, rank before it (higher gain; ties by index), each
+    of another bidder. In a choice with k, at most max_winners - 1 other bidders win, so one of
+    the max_winners best of those is free and takes k's place (it fits, and gains as much);
+    the best max_winners of any such class are never dropped themselves, so the swaps end."""
+    limit = bids.max_winners
+    out = np.zeros(cols.size, bool)
+    if limit <= 0 or cols.size <= limit:
+        return out
+    use = bids.use[cols]
+    single = (use > 0).sum(axis=1) == 1
+    resource = np.argmax(use > 0, axis=1)
+    size = use[np.arange(cols.size), resource]
+    for r in np.unique(resource[single]):
+        on = np.flatnonzero(single & (resource == r))
+        if on.size <= limit:
+            continue
+        owners = bids.bidder[cols[on]]
+        if np.unique(owners).size < owners.size:
+            continue  # a bidder with two bundles on r: not reduced
+        for v in np.unique(size[on]):
+            pool = on[size[on] <= v]
+            order = pool[np.lexsort((cols[pool], -gain[cols[pool]]))]
+            behind = order[limit:]  # at least `limit` bundles of the class rank before these
+            out[behind[size[behind] == v]] = True
+    return out
+
+
 def proportional_fair(
     bids: Bids,
     exclude: int = -1,
@@ -160,8 +194,10 @@ def proportional_fair(
     start: IntArray | None = None,
 ) -> Welfare:
     """The proportional-fair allocation of `bids` without bidder `exclude` (module docstring):
-    the MILP started from the better of `start` (a feasible choice, e.g. the allocation with
-    one bidder removed) and a greedy fill."""
+    the MILP on the bundles `dominated` keeps; `start` (a feasible choice, e.g. the allocation
+    with one bidder removed), or else a greedy fill, is kept when the solver finds nothing
+    better. (HiGHS 1.16 can return a MIP start as its solution while reporting a better
+    objective, so no start is handed to it.)"""
     a = bids.num_bidders
     keep = np.ones(bids.bidder.size, bool)
     if exclude >= 0:
@@ -173,12 +209,12 @@ def proportional_fair(
                        "closed form", detail="every best bundle fits")
     gain = np.log(bids.value) - np.log(bids.outside[bids.bidder])
     cols = np.flatnonzero(keep & (gain > 0))
-    incumbent = _greedy_fill(bids, cols, gain)
-    if start is not None:
-        given = np.where(np.arange(a) == exclude, -1, start)
-        if feasible(bids, given) and welfare_of(bids, given, exclude) > \
-                welfare_of(bids, incumbent, exclude):
-            incumbent = given
+    cols = cols[~dominated(bids, cols, gain)]
+    given = None if start is None else np.where(np.arange(a) == exclude, -1, start)
+    # the given start (a feasible choice on the kept bundles), else a greedy fill
+    usable = given is not None and feasible(bids, given) and bool(
+        np.isin(given[given >= 0], cols).all())
+    incumbent = given if usable and given is not None else _greedy_fill(bids, cols, gain)
     base = float(np.sum(np.log(bids.outside[np.arange(a) != exclude])))
     matrix, rhs = _rows(bids, cols)
     k = cols.size
@@ -194,8 +230,7 @@ def proportional_fair(
     )
     # many small programs one after another: one thread each beats HiGHS's parallel search
     settings = HighsSettings(mip_rel_gap=1e-12, mip_abs_gap=abs_gap, threads=threads or 1)
-    begin = np.isin(cols, incumbent[incumbent >= 0]).astype(np.float64)
-    result = solve_highs(model, settings, deadline, start=begin)
+    result = solve_highs(model, settings, deadline)
     choice = incumbent
     if result.has_solution:
         picked = cols[result.x > 0.5]

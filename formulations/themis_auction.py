@@ -153,6 +153,7 @@ def auction_bids(
         value=np.array([1.0 / b.rho for b in bundles]),
         outside=1.0 / rho_without[offered],
         capacity=capacity,
+        max_winners=int(capacity[:n].sum()),  # every winner holds >= 1 free device
     )
 
 

@@ -271,24 +271,13 @@ def _run(highs: Any, settings: HighsSettings) -> float:
 
 
 def solve_highs(
-    model: LinearModel,
-    settings: HighsSettings = HighsSettings(),
-    deadline: Deadline = NO_DEADLINE,
-    start: FloatArray | None = None,
+    model: LinearModel, settings: HighsSettings = HighsSettings(), deadline: Deadline = NO_DEADLINE
 ) -> SolverResult:
-    """Solve `model` once. `start`: a feasible point handed to a MIP as its first incumbent
-    (None = none)."""
+    """Solve `model` once."""
     highs = new_highs(settings.threads)
     apply_settings(highs, settings)
     set_deadline(highs, deadline)
     _pass_model(highs, model)
-    if start is not None:
-        import highspy
-
-        solution = highspy.HighsSolution()
-        solution.col_value = [float(v) for v in start]
-        solution.value_valid = True
-        highs.setSolution(solution)
     elapsed = _run(highs, settings)
     mip = model.integer is not None and bool(model.integer.any())
     return read_result(highs, model.size, elapsed, mip)

@@ -52,9 +52,10 @@ class Devices:
 
 
 @st.composite
-def auctions(draw: st.DrawFn) -> tuple[Devices, Bids]:
+def auctions(draw: st.DrawFn, bidders: int = 4, devices_per_type: int = 3
+             ) -> tuple[Devices, Bids]:
     types = draw(st.integers(1, 2))
-    per_type = draw(st.lists(st.integers(1, 3), min_size=types, max_size=types))
+    per_type = draw(st.lists(st.integers(1, devices_per_type), min_size=types, max_size=types))
     device_type: list[int] = []
     device_node: list[int] = []
     node = 0
@@ -66,7 +67,7 @@ def auctions(draw: st.DrawFn) -> tuple[Devices, Bids]:
             device_node.append(node if d < first else node + 1)
         node += 2 if first < count else 1
     devices = Devices(np.array(device_type), np.array(device_node), types, node)
-    a = draw(st.integers(1, 4))
+    a = draw(st.integers(1, bidders))
     bidder, use, value = [], [], []
     outside = np.array(draw(st.lists(st.floats(0.2, 2.0), min_size=a, max_size=a)))
     for i in range(a):
@@ -124,6 +125,18 @@ def test_proportional_fair_equals_the_brute_force(case: tuple[Devices, Bids]) ->
     assert math.isclose(pf.objective, welfare_of(bids, pf.choice), abs_tol=1e-12)
     assert math.isclose(pf.objective, brute_force(devices, bids), abs_tol=1e-7)
     assert pf.bound >= pf.objective - 1e-9
+
+
+@given(auctions(bidders=7, devices_per_type=2))
+def test_the_dominance_reduction_keeps_the_optimum(case: tuple[Devices, Bids]) -> None:
+    devices, bids = case
+    # every winner holds >= 1 device: at most g winners
+    reduced = replace(bids, max_winners=int(devices.device_type.size))
+    for exclude in range(-1, bids.num_bidders):
+        expected = brute_force(devices, bids, exclude)
+        pf = proportional_fair(reduced, exclude=exclude, abs_gap=1e-9)
+        assert feasible(bids, pf.choice)
+        assert math.isclose(pf.objective, expected, abs_tol=1e-7)
 
 
 @given(auctions())
