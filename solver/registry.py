@@ -636,6 +636,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             ProblemClass.HEURISTIC,
             reads_tenants=True,
             needs_history=True,
+            round_schedule=True,
         ),
         aliases={"gandiva_fair_equal_split": {"static_equal_split": True}},
     ),

@@ -295,7 +295,9 @@ def parse(data: dict[str, Any]) -> service_pb.SolveRequest:
 
 
 def test_a_request_end_to_end() -> None:
-    response = solve_request(parse(request(gandiva_fair={"quanta": 5})))
+    data = request(gandiva_fair={"quanta": 5})
+    data["options"] = {"schedule_rounds": 3}  # the stride quanta are kept, not replaced
+    response = solve_request(parse(data))
     assert response.stats.termination == service_pb.TERMINATION_REASON_HEURISTIC
     assert response.stats.HasField("best_bound")
     assert len(response.plan.rounds) == 5
@@ -303,7 +305,9 @@ def test_a_request_end_to_end() -> None:
     assert all(entry.HasField("stride_pass") for entry in response.plan.jobs)
     alias = request()
     alias["policy"] = {"name": "gandiva_fair_equal_split"}
+    alias["options"] = {"schedule_rounds": 3}  # Gavel's round mechanism on the split
     response = solve_request(parse(alias))
+    assert len(response.plan.rounds) == 3
     # 2/3 of each type per job, capped to a row of 1
     assert all(math.isclose(v, 0.5) for e in response.plan.jobs for v in e.time_share.values())
 
