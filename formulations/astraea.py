@@ -1,4 +1,4 @@
-"""Astraea's long-term GPU-time fairness with leases (formulations.md B3), one lease per call.
+"""Astraea's long-term GPU-time fairness with leases (B3), one lease per call.
 
 Our choices where the source leaves details open (B3 gives only the metric and the two
 phases; tested in tests/formulations/test_astraea.py):

@@ -1,4 +1,4 @@
-"""Gandiva_fair (formulations.md B2): tickets per user, redistribution of unused share, split
+"""Gandiva_fair (B2): tickets per user, redistribution of unused share, split
 gang-aware stride scheduling per quantum, heterogeneity trading. Also Shockwave's static
 equal-split baseline (`static_equal_split`, alias `gandiva_fair_equal_split`).
 

@@ -1,4 +1,4 @@
-"""Leases (Themis's auction, Astraea; formulations.md B1, B3): a job whose lease in the
+"""Leases (Themis's auction, Astraea; B1, B3): a job whose lease in the
 snapshot (`history.jobs[].lease_expires_s`) ends after `time_s` keeps its current placement
 (`history.jobs[].current`) for the fraction `lease_time_share` of the time."""
 

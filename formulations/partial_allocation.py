@@ -1,4 +1,4 @@
-"""The Partial Allocation mechanism (Cole, Gkatzelis, Goel; formulations.md B1) over bundles.
+"""The Partial Allocation mechanism (Cole, Gkatzelis, Goel; B1) over bundles.
 
 Bidders i = 0..a-1 each report a value V_i(b) > 0 for every bundle b of their table (a vector
 of resource use: devices per type, devices per node) and V_i(none) > 0 for getting nothing.

@@ -1,4 +1,4 @@
-"""Gang-aware stride scheduling per quantum (Gandiva_fair, formulations.md B2).
+"""Gang-aware stride scheduling per quantum (Gandiva_fair, B2).
 
 Every job is a stride client of one type (its home) with tickets tau_i > 0 (devices of its
 user's share); its pass advances by s_i / tau_i each quantum it runs (device-quanta per

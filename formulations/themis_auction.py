@@ -1,4 +1,4 @@
-"""Themis's partial-allocation auction (formulations.md B1), one allocation epoch per call.
+"""Themis's partial-allocation auction (B1), one allocation epoch per call.
 
 Each job is an app with one gang of s_i devices. Per epoch:
 

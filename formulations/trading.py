@@ -1,4 +1,4 @@
-"""Gandiva_fair's heterogeneity trading (formulations.md B2), greedy and exact.
+"""Gandiva_fair's heterogeneity trading (B2), greedy and exact.
 
 Users u hold shares A[u, j] of each type j (devices, time-averaged). A user's rate on type j,
 `rate[u, j]`, is its throughput per device there in its own units (Gandiva_fair profiles it per

@@ -1,4 +1,4 @@
-"""The snapshot inputs of the long-run fairness policies (formulations.md B1-B3): Themis bid
+"""The snapshot inputs of the long-run fairness policies (B1-B3): Themis bid
 tables, leases, stride passes and accumulated GPU-time. Created by the wire conversion (which
 validates them) or by tests; `Problem.fairness` holds them, None = none given.
 """

@@ -1,4 +1,4 @@
-"""What the long-run fairness policies (formulations.md B1-B3) return beside their time shares:
+"""What the long-run fairness policies (B1-B3) return beside their time shares:
 one section per policy family on `Plan` (`auction`, `stride`, `usage`), None when another
 policy produced the plan. Per-job tuples and arrays are aligned with the problem's jobs."""
 

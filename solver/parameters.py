@@ -171,7 +171,7 @@ class PolluxParameters:
 
 @dataclass(frozen=True)
 class ThemisAuctionParameters:
-    """Themis's partial-allocation auction (formulations.md B1)."""
+    """Themis's partial-allocation auction (B1)."""
 
     fairness_knob: float = 0.8
     """f in [0, 1): the free devices are offered to the ceil((1 - f) * N) jobs with the worst
@@ -187,7 +187,7 @@ class ThemisAuctionParameters:
 
 
 class TradingMode(StrEnum):
-    """How Gandiva_fair's heterogeneity trading is done (formulations.md B2)."""
+    """How Gandiva_fair's heterogeneity trading is done (B2)."""
 
     GREEDY = "greedy"
     """Gandiva_fair's trades: highest- with lowest-speedup user, repeated (a heuristic)."""
@@ -200,7 +200,7 @@ class TradingMode(StrEnum):
 @dataclass(frozen=True)
 class GandivaFairParameters:
     """Gandiva_fair: tickets, split gang-aware stride scheduling, heterogeneity trading
-    (formulations.md B2); or Shockwave's static equal split (`static_equal_split`)."""
+    (B2); or Shockwave's static equal split (`static_equal_split`)."""
 
     quanta: int = 20
     """Quanta planned by the stride scheduler (1..MAX_QUANTA); the time shares are the
@@ -220,7 +220,7 @@ MAX_QUANTA = 1000
 
 @dataclass(frozen=True)
 class AstraeaParameters:
-    """Astraea's long-term GPU-time fairness with leases (formulations.md B3)."""
+    """Astraea's long-term GPU-time fairness with leases (B3)."""
 
     lease_s: float = 600.0
     """Length of the leases granted (s, > 0): the accumulated and entitled GPU-time returned
