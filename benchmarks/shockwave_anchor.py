@@ -8,7 +8,7 @@ Policies (default: all), named after the published rows: `shockwave` (ShockwaveR
 through Gavel's round mechanism (GavelRoundPolicy, allocation recomputed on every arrival or
 completion, work in standalone seconds): `max_min_fairness` (weighted_max_min_fairness),
 `finish_time_fairness` = Themis (themis_finish_time_fairness, C_i state carried between
-calls), `gandiva_fair` = the static equal split of the published row (isolated),
+calls), `gandiva_fair` = the static equal split of the published row (gandiva_fair_equal_split),
 `min_total_duration` = OSSP (min_makespan), `max_sum_throughput` = MST (max_sum_throughput,
 published key max_sum_throughput_perf_sim). The published AlloX row is not reproduced: AlloX is
 a non-preemptive matching of 1-device jobs, not a time share, and needs another driver.
@@ -41,7 +41,7 @@ from apportion.datasets.replay import (
 )
 from apportion.datasets.shockwave import read_shockwave_profiles
 from apportion.solver.model import Compat, SolveOptions
-from apportion.solver.parameters import ShockwaveParameters
+from apportion.solver.parameters import GandivaFairParameters, ShockwaveParameters
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "shockwave"
 PROFILES = REFERENCE / "profiles_120jobs.json.gz"
@@ -57,12 +57,16 @@ PUBLISHED_KEYS = {
 }
 GAVEL_POLICIES = {
     "finish_time_fairness": "themis_finish_time_fairness",
-    "gandiva_fair": "isolated",
+    "gandiva_fair": "gandiva_fair",
     "max_min_fairness": "weighted_max_min_fairness",
     "min_total_duration": "min_makespan",
     "max_sum_throughput": "max_sum_throughput",
 }
 """Benchmark name -> apportion policy run by GavelRoundPolicy."""
+GAVEL_PARAMETERS: dict[str, object] = {
+    "gandiva_fair": GandivaFairParameters(static_equal_split=True),  # gandiva_fair_equal_split
+}
+"""Parameters other than the policy's defaults."""
 PUBLISHED_FALLBACK = {"shockwave": (24197.0, 9958.0, 1.78, 0.75, 0.075, 2.57, 0.82)}
 """(makespan s, avg JCT s, worst rho, mean rho, frac rho > 1, worst Themis rho, util)."""
 
@@ -137,7 +141,8 @@ def main() -> None:
                 compat=Compat(args.compat),
             )
         else:
-            policy = GavelRoundPolicy(policy=GAVEL_POLICIES[name], name=name)
+            policy = GavelRoundPolicy(policy=GAVEL_POLICIES[name], name=name,
+                                      parameters=GAVEL_PARAMETERS.get(name))
         started = time.perf_counter()
         result = replay(jobs, args.gpus, policy, args.round)
         wall = time.perf_counter() - started

@@ -14,6 +14,12 @@ from dataclasses import replace
 import numpy as np
 
 from apportion.server.colocation_inputs import colocations, history_partners, with_job_types
+from apportion.server.fairness_inputs import (
+    fairness_input_violations,
+    fairness_inputs,
+    fairness_parameters,
+    fill_fairness_response,
+)
 from apportion.server.gavel_inputs import gavel_input_violations, gavel_parameters
 from apportion.server.market_inputs import (
     epoch_inputs,
@@ -520,6 +526,7 @@ def snapshot_to_problem(msg: snapshot_pb.Snapshot, violations: list[Violation]) 
         round_duration_s=msg.round_duration_s,
         tenants=_tenants(msg, violations),
         colocations=colocations(msg, cluster, jobs, violations),
+        fairness=fairness_inputs(msg, cluster, jobs, history, violations),
     )
 
 
@@ -588,6 +595,8 @@ def _policy(msg: policy_pb.Policy, violations: list[Violation]) -> PolicyRequest
         parameters = market_parameters[given](getattr(msg, given), violations)
     elif given is not None and given in sia_parameters:
         parameters = sia_parameters[given](getattr(msg, given), violations)
+    elif given is not None and given in fairness_parameters:
+        parameters = fairness_parameters[given](getattr(msg, given), violations)
     elif given is not None and given in gavel_parameters:
         parameters = gavel_parameters[given](getattr(msg, given), violations)
     elif given == "water_filling":
@@ -638,15 +647,11 @@ def _options(msg: policy_pb.SolveOptions, violations: list[Violation]) -> SolveO
     )
 
 
-TENANT_POLICIES = frozenset({"hierarchical_max_min_fairness"})
-"""Policies that read `Snapshot.tenants`."""
-
-
 def tenant_violations(problem: Problem, policy: PolicyRequest) -> list[Violation]:
-    """For a policy that reads tenants, when the snapshot lists tenants: every job's tenant
-    must be one of them (an unlisted name is most likely a typo; with no list at all, tenant
-    names are labels of weight 1)."""
-    if policy.name not in TENANT_POLICIES or not problem.tenants:
+    """For a policy that reads tenants (`Capabilities.reads_tenants`), when the snapshot lists
+    tenants: every job's tenant must be one of them (an unlisted name is most likely a typo;
+    with no list at all, tenant names are labels of weight 1)."""
+    if not lookup(policy.name).capabilities.reads_tenants or not problem.tenants:
         return []
     listed = {tenant.name for tenant in problem.tenants}
     names = ", ".join(sorted(listed))
@@ -671,6 +676,7 @@ def request_to_model(
         violations.extend(v for v in gavel if v.field not in known)
         violations.extend(market_input_violations(problem, policy))
         violations.extend(tenant_violations(problem, policy))
+        violations.extend(fairness_input_violations(problem, policy))
         problem = sia_problem(request, problem, policy, violations)
     if violations or policy is None:
         raise ValidationError(violations)
@@ -761,6 +767,7 @@ def plan_to_response(
             entry.slo_shortfall = float(shares.slo_shortfall[i])
     fill_market_response(plan, problem, out)
     fill_sia_response(plan, problem, out)
+    fill_fairness_response(plan, problem, out)
     for scheduled in shares.rounds:
         round_msg = out.rounds.add(index=scheduled.index)
         for grant in scheduled.grants:

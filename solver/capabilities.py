@@ -68,7 +68,8 @@ class Capabilities:
     reads_configurations: bool = False
     """Reads per-configuration goodput (`jobs[].configurations`, `jobs[].pollux`, elasticity)."""
     round_schedule: bool = False
-    """Its time-share plan can be turned into rounds (`options.schedule_rounds`)."""
+    """Its time-share plan can be turned into rounds (`options.schedule_rounds`): Gavel's round
+    mechanism, unless the policy returns rounds of its own (Gandiva_fair's stride quanta)."""
     relative_gap: float | None = None
     """The policy's own default gap tolerance; None = `DEFAULT_RELATIVE_GAP[problem_class]`."""
 

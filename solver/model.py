@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    from apportion.solver.fairness_model import FairnessInputs
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -276,6 +280,9 @@ class Problem:
     """Tenants listed in the snapshot (others have weight 1 and fairness sharing)."""
     colocations: Colocations | None = None
     """Co-location (space-sharing) throughputs; None = none given."""
+    fairness: FairnessInputs | None = None
+    """Bids, leases, stride passes and GPU-time of the fairness policies (B1-B3,
+    `apportion.solver.fairness_model`); None = none given."""
 
     @property
     def usable(self) -> NDArray[np.bool_]:

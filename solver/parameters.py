@@ -167,3 +167,61 @@ class PolluxParameters:
     """p of the p-mean of speedups (p != 0)."""
     max_gpus: int = 64
     """Largest configuration (GPUs)."""
+
+
+@dataclass(frozen=True)
+class ThemisAuctionParameters:
+    """Themis's partial-allocation auction (B1)."""
+
+    fairness_knob: float = 0.8
+    """f in [0, 1): the free devices are offered to the ceil((1 - f) * N) jobs with the worst
+    finish-time ratio rho among the N jobs without a lease (at least one). 0 = every job
+    bids (most efficient); close to 1 = only the worst job (closest to max-min on rho)."""
+    lease_s: float = 600.0
+    """Length of the leases granted (s, > 0); derived bids value a bundle over this horizon."""
+    divisible_shares: bool = False
+    """Auction divisible device-time instead of bundles: bidder i values time shares X_i
+    linearly, V_i = thr_i(X_i) / iso_i (its throughput in units of its 1/N isolated share);
+    the proportional-fair allocation is then an Eisenberg-Gale program (conic, exact) and the
+    mechanism has Cole et al.'s guarantees (truthful, c_i >= 1/e). No bid tables, no leases."""
+
+
+class TradingMode(StrEnum):
+    """How Gandiva_fair's heterogeneity trading is done (B2)."""
+
+    GREEDY = "greedy"
+    """Gandiva_fair's trades: highest- with lowest-speedup user, repeated (a heuristic)."""
+    EXACT = "exact"
+    """The LP: maximize total throughput with every user at least its pre-trade throughput."""
+    NONE = "none"
+    """No trading: every user keeps its ticket share of every type."""
+
+
+@dataclass(frozen=True)
+class GandivaFairParameters:
+    """Gandiva_fair: tickets, split gang-aware stride scheduling, heterogeneity trading
+    (B2); or Shockwave's static equal split (`static_equal_split`)."""
+
+    quanta: int = 20
+    """Quanta planned by the stride scheduler (1..MAX_QUANTA); the time shares are the
+    fractions of these quanta each job runs, the passes returned are those after them."""
+    trading: TradingMode = TradingMode.GREEDY
+    trade_price: float = 0.5
+    """theta in (0, 1): a trade between speedups s_low < s_high is priced
+    P = s_low + theta * (s_high - s_low) slow-device units per fast-device unit."""
+    static_equal_split: bool = False
+    """Shockwave's "gandiva_fair" baseline instead: X[i, j] = W[j] / m on every type, rows
+    capped at 1 (no tickets, stride or trading; alias `gandiva_fair_equal_split`)."""
+
+
+MAX_QUANTA = 1000
+"""Largest `GandivaFairParameters.quanta`."""
+
+
+@dataclass(frozen=True)
+class AstraeaParameters:
+    """Astraea's long-term GPU-time fairness with leases (B3)."""
+
+    lease_s: float = 600.0
+    """Length of the leases granted (s, > 0): the accumulated and entitled GPU-time returned
+    are projected to the end of this lease."""

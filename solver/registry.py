@@ -566,6 +566,119 @@ _POLICIES: tuple[PolicySpec, ...] = (
             reads_configurations=True,
         ),
     ),
+    PolicySpec(
+        name="themis_auction",
+        description=(
+            "Themis's partial-allocation auction (B1), one epoch: jobs without a lease are "
+            "ranked by finish-time ratio rho and the worst (1 - f) fraction bid for the free "
+            "devices with rho per bundle (from jobs[].themis_bids, or derived from throughput "
+            "and remaining work over the lease); the proportional-fair bundles (maximize "
+            "sum log 1/rho) are solved exactly by MILP, each winner keeps the fraction c_i of "
+            "its bundle under a lease (hidden payment, one exact program per winner), and the "
+            "withheld and unsold device-time goes to the other jobs (leftover allocation)."
+        ),
+        parameters_type=_params.ThemisAuctionParameters,
+        parameters_message="apportion.v1.ThemisAuctionParameters",
+        parameters_field="themis_auction",
+        required_inputs=(
+            "time_s",
+            "cluster.accelerator_types[].count",
+            "cluster.nodes",
+            "jobs[].themis_bids | (jobs[].throughput, jobs[].progress, jobs[].arrival_time_s)",
+            "jobs[].scale_factor",
+            "jobs[].priority_weight",
+            "history.jobs[].cumulative_isolated_time_s",
+            "history.jobs[].current",
+            "history.jobs[].lease_expires_s",
+            "history.jobs[].lease_time_share",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.themis_auction:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.MILP,
+            needs_history=True,
+            round_schedule=True,
+            relative_gap=1e-6,
+        ),
+    ),
+    PolicySpec(
+        name="gandiva_fair",
+        description=(
+            "Gandiva_fair (B2): users (tenants) hold tickets (tenant weights); the cluster is "
+            "water-filled among users by tickets up to their demand and spread over the types; "
+            "users with high speedup on fast types buy fast share from users with low speedup "
+            "(greedy trades, individually rational; the exact trading LP is its bound); jobs "
+            "are scheduled by gang-aware stride scheduling per quantum with placement on "
+            "nodes. Returns the quanta as rounds, the shares before and after trading and the "
+            "stride passes to send back. Alias gandiva_fair_equal_split: Shockwave's static "
+            "equal split of every type."
+        ),
+        parameters_type=_params.GandivaFairParameters,
+        parameters_message="apportion.v1.GandivaFairParameters",
+        parameters_field="gandiva_fair",
+        required_inputs=(
+            "round_duration_s",
+            "cluster.accelerator_types[].count",
+            "cluster.nodes",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "jobs[].priority_weight",
+            "jobs[].tenant",
+            "tenants[]",
+            "history.jobs[].stride_pass",
+            "history.jobs[].current",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.gandiva_fair:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.HEURISTIC,
+            reads_tenants=True,
+            needs_history=True,
+            round_schedule=True,
+        ),
+        aliases={"gandiva_fair_equal_split": {"static_equal_split": True}},
+    ),
+    PolicySpec(
+        name="astraea",
+        description=(
+            "Astraea (B3): long-term GPU-time fairness with leases. Each tenant is entitled to "
+            "its weight share of the devices while it has demand (water-filling); the tenant "
+            "with the smallest ratio of consumed to entitled device-time (accumulated in "
+            "snapshot.tenant_usage, projected to the lease end) gets its next job, inside a "
+            "tenant the job with the least consumed device-time per weight, until nothing "
+            "fits. Jobs with an unexpired lease keep their placement. Returns the leases and "
+            "the updated bookkeeping; the bound is the fractional max-min ratio."
+        ),
+        parameters_type=_params.AstraeaParameters,
+        parameters_message="apportion.v1.AstraeaParameters",
+        parameters_field="astraea",
+        required_inputs=(
+            "time_s",
+            "cluster.accelerator_types[].count",
+            "cluster.nodes",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "jobs[].priority_weight",
+            "jobs[].tenant",
+            "jobs[].arrival_time_s",
+            "tenants[]",
+            "tenant_usage[]",
+            "history.jobs[].gpu_time_s",
+            "history.jobs[].current",
+            "history.jobs[].lease_expires_s",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.astraea:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.HEURISTIC,
+            reads_tenants=True,
+            needs_history=True,
+            round_schedule=True,
+        ),
+    ),
 )
 
 _BY_NAME: dict[str, PolicySpec] = {}

@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import overload
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
 from apportion.solver.model import FloatArray, ReferenceFinishState
+
+if TYPE_CHECKING:
+    from apportion.solver.fairness_result import AuctionSection, StrideSection, UsageSection
 
 
 class Termination(StrEnum):
@@ -278,6 +281,12 @@ class Plan:
     """Market plans; None = not a market plan."""
     window: WindowSection | None = None
     """Planning-window plans; None = not a window plan."""
+    auction: AuctionSection | None = None
+    """Themis auction plans (B1): leases and auction outcomes; None = n/a."""
+    stride: StrideSection | None = None
+    """Gandiva_fair plans (B2): user shares, trades, stride passes; None = n/a."""
+    usage: UsageSection | None = None
+    """Astraea plans (B3): leases and GPU-time bookkeeping; None = n/a."""
 
     @staticmethod
     def empty(m: int, n: int, certificate: Certificate) -> Plan:

@@ -45,7 +45,9 @@ def solve(
     if cert.build_time_s + cert.solve_time_s > wall:  # keep the reported split consistent
         cert = replace(cert, build_time_s=max(0.0, wall - cert.solve_time_s))
     plan = enforce(replace(plan, certificate=cert), tolerance)
-    if opts.schedule_rounds > 0 and spec.capabilities.round_schedule and _has_plan(plan):
+    own_rounds = bool(plan.shares.rounds)  # a policy that plans its own rounds keeps them
+    if (opts.schedule_rounds > 0 and spec.capabilities.round_schedule and _has_plan(plan)
+            and not own_rounds):
         round_schedule = load_entry(ROUND_SCHEDULE_ENTRY)
         rounds = round_schedule(
             problem, plan.time_share, opts.schedule_rounds, plan.shares.colocated, due

@@ -8,7 +8,7 @@ import inspect
 import numpy as np
 import pytest
 
-from apportion.solver.capabilities import DEFAULT_RELATIVE_GAP, PlanKind, ProblemClass
+from apportion.solver.capabilities import DEFAULT_RELATIVE_GAP, PlanKind
 from apportion.solver.errors import ValidationError
 from apportion.solver.model import Colocations, PolicyRequest, make_problem
 from apportion.solver.parameters import MaxMinFairnessParameters, NoParameters
@@ -59,8 +59,6 @@ def test_capabilities_are_consistent(spec: PolicySpec) -> None:
     if caps.relative_gap is None:
         assert caps.default_relative_gap == DEFAULT_RELATIVE_GAP[caps.problem_class]
     assert 0 < caps.default_relative_gap < 1
-    if caps.problem_class is ProblemClass.HEURISTIC:
-        assert spec.parameters_type is NoParameters
     # the parameter message and oneof field come together
     assert bool(spec.parameters_message) == bool(spec.parameters_field)
 

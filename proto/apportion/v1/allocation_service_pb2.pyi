@@ -240,6 +240,9 @@ class Plan(_message.Message):
     ROUNDS_FIELD_NUMBER: _builtins.int
     DEVICE_QUEUES_FIELD_NUMBER: _builtins.int
     COLOCATED_FIELD_NUMBER: _builtins.int
+    TENANT_USAGE_FIELD_NUMBER: _builtins.int
+    USER_SHARES_FIELD_NUMBER: _builtins.int
+    TRADES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobAllocation]:
         """One entry per job of the snapshot, in the snapshot's order."""
@@ -266,6 +269,20 @@ class Plan(_message.Message):
         A job's JobAllocation.time_share includes its shared time.
         """
 
+    @_builtins.property
+    def tenant_usage(self) -> _containers.RepeatedCompositeFieldContainer[_snapshot_pb2.TenantUsage]:
+        """astraea: every tenant's device-time bookkeeping at the end of the lease; send it back in
+        Snapshot.tenant_usage.
+        """
+
+    @_builtins.property
+    def user_shares(self) -> _containers.RepeatedCompositeFieldContainer[Global___UserShare]:
+        """gandiva_fair: every user's share of each type before and after trading."""
+
+    @_builtins.property
+    def trades(self) -> _containers.RepeatedCompositeFieldContainer[Global___Trade]:
+        """gandiva_fair: the trades made, in order."""
+
     def __init__(
         self,
         *,
@@ -274,14 +291,231 @@ class Plan(_message.Message):
         rounds: _abc.Iterable[Global___Round] | None = ...,
         device_queues: _abc.Iterable[Global___DeviceQueue] | None = ...,
         colocated: _abc.Iterable[Global___ColocatedShare] | None = ...,
+        tenant_usage: _abc.Iterable[_snapshot_pb2.TenantUsage] | None = ...,
+        user_shares: _abc.Iterable[Global___UserShare] | None = ...,
+        trades: _abc.Iterable[Global___Trade] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "colocated", b"colocated", "device_queues", b"device_queues", "jobs", b"jobs", "rounds", b"rounds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "colocated", b"colocated", "device_queues", b"device_queues", "jobs", b"jobs", "rounds", b"rounds", "tenant_usage", b"tenant_usage", "trades", b"trades", "user_shares", b"user_shares"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Plan: _TypeAlias = Plan  # noqa: Y015
+
+@_typing.final
+class Lease(_message.Message):
+    """Devices a job holds under a lease (themis_auction, astraea)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCELERATOR_TYPE_FIELD_NUMBER: _builtins.int
+    DEVICES_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    EXPIRES_S_FIELD_NUMBER: _builtins.int
+    TIME_SHARE_FIELD_NUMBER: _builtins.int
+    KEPT_FIELD_NUMBER: _builtins.int
+    accelerator_type: _builtins.str
+    devices: _builtins.int
+    expires_s: _builtins.float
+    """End of the lease (absolute s)."""
+    time_share: _builtins.float
+    """Fraction of the time the job runs on them (themis_auction: its kept fraction c_i)."""
+    kept: _builtins.bool
+    """true = an unexpired lease from the snapshot's history, kept; false = granted now."""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Nodes holding them (when cluster.nodes is given)."""
+
+    def __init__(
+        self,
+        *,
+        accelerator_type: _builtins.str = ...,
+        devices: _builtins.int = ...,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        expires_s: _builtins.float = ...,
+        time_share: _builtins.float = ...,
+        kept: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "devices", b"devices", "expires_s", b"expires_s", "kept", b"kept", "nodes", b"nodes", "time_share", b"time_share"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Lease: _TypeAlias = Lease  # noqa: Y015
+
+@_typing.final
+class AuctionOutcome(_message.Message):
+    """A job's part in a Themis auction epoch (themis_auction)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFERED_FIELD_NUMBER: _builtins.int
+    RHO_WITHOUT_FIELD_NUMBER: _builtins.int
+    RHO_WON_FIELD_NUMBER: _builtins.int
+    KEPT_FRACTION_FIELD_NUMBER: _builtins.int
+    BUNDLE_FIELD_NUMBER: _builtins.int
+    offered: _builtins.bool
+    """The free devices were offered to it (among the worst (1 - f) fraction by rho)."""
+    rho_without: _builtins.float
+    """Its rho without a new grant (reported or derived)."""
+    rho_won: _builtins.float
+    """Its rho with the bundle it won; unset = it won none."""
+    kept_fraction: _builtins.float
+    """c_i in (0, 1]: the fraction of the won bundle's lease it keeps; unset = it won none."""
+    bundle: _builtins.int
+    """Index of the won bundle in its themis_bids (derived bids: the type's index in the
+    cluster); unset = none.
+    """
+    def __init__(
+        self,
+        *,
+        offered: _builtins.bool = ...,
+        rho_without: _builtins.float = ...,
+        rho_won: _builtins.float | None = ...,
+        kept_fraction: _builtins.float | None = ...,
+        bundle: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bundle", b"_bundle", "_kept_fraction", b"_kept_fraction", "_rho_won", b"_rho_won", "bundle", b"bundle", "kept_fraction", b"kept_fraction", "rho_won", b"rho_won"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bundle", b"_bundle", "_kept_fraction", b"_kept_fraction", "_rho_won", b"_rho_won", "bundle", b"bundle", "kept_fraction", b"kept_fraction", "offered", b"offered", "rho_without", b"rho_without", "rho_won", b"rho_won"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__bundle: _TypeAlias = _typing.Literal["bundle"]  # noqa: Y015
+    _WhichOneofArgType__bundle: _TypeAlias = _typing.Literal["_bundle", b"_bundle"]  # noqa: Y015
+    _WhichOneofReturnType__kept_fraction: _TypeAlias = _typing.Literal["kept_fraction"]  # noqa: Y015
+    _WhichOneofArgType__kept_fraction: _TypeAlias = _typing.Literal["_kept_fraction", b"_kept_fraction"]  # noqa: Y015
+    _WhichOneofReturnType__rho_won: _TypeAlias = _typing.Literal["rho_won"]  # noqa: Y015
+    _WhichOneofArgType__rho_won: _TypeAlias = _typing.Literal["_rho_won", b"_rho_won"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__bundle) -> _WhichOneofReturnType__bundle | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__kept_fraction) -> _WhichOneofReturnType__kept_fraction | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rho_won) -> _WhichOneofReturnType__rho_won | None: ...
+
+Global___AuctionOutcome: _TypeAlias = AuctionOutcome  # noqa: Y015
+
+@_typing.final
+class UserShare(_message.Message):
+    """A Gandiva_fair user's share (devices, time-averaged) of each type."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class FairShareEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class TradedShareEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    USER_FIELD_NUMBER: _builtins.int
+    TICKETS_FIELD_NUMBER: _builtins.int
+    FAIR_SHARE_FIELD_NUMBER: _builtins.int
+    TRADED_SHARE_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_BEFORE_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_AFTER_FIELD_NUMBER: _builtins.int
+    user: _builtins.str
+    tickets: _builtins.float
+    throughput_before: _builtins.float
+    """The user's throughput (sum over types of its rate there times its share; rates are its
+    jobs' mean throughput per device relative to each job's best type) before and after.
+    """
+    throughput_after: _builtins.float
+    @_builtins.property
+    def fair_share(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """After redistribution of unused share, before trading."""
+
+    @_builtins.property
+    def traded_share(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        user: _builtins.str = ...,
+        tickets: _builtins.float = ...,
+        fair_share: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        traded_share: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        throughput_before: _builtins.float = ...,
+        throughput_after: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fair_share", b"fair_share", "throughput_after", b"throughput_after", "throughput_before", b"throughput_before", "tickets", b"tickets", "traded_share", b"traded_share", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserShare: _TypeAlias = UserShare  # noqa: Y015
+
+@_typing.final
+class Trade(_message.Message):
+    """A Gandiva_fair trade: `buyer` gets `fast_devices` of `fast_type` from `seller` for
+    price * fast_devices devices of `slow_type`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BUYER_FIELD_NUMBER: _builtins.int
+    SELLER_FIELD_NUMBER: _builtins.int
+    FAST_TYPE_FIELD_NUMBER: _builtins.int
+    SLOW_TYPE_FIELD_NUMBER: _builtins.int
+    FAST_DEVICES_FIELD_NUMBER: _builtins.int
+    PRICE_FIELD_NUMBER: _builtins.int
+    buyer: _builtins.str
+    seller: _builtins.str
+    fast_type: _builtins.str
+    slow_type: _builtins.str
+    fast_devices: _builtins.float
+    price: _builtins.float
+    def __init__(
+        self,
+        *,
+        buyer: _builtins.str = ...,
+        seller: _builtins.str = ...,
+        fast_type: _builtins.str = ...,
+        slow_type: _builtins.str = ...,
+        fast_devices: _builtins.float = ...,
+        price: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buyer", b"buyer", "fast_devices", b"fast_devices", "fast_type", b"fast_type", "price", b"price", "seller", b"seller", "slow_type", b"slow_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Trade: _TypeAlias = Trade  # noqa: Y015
 
 @_typing.final
 class ColocatedShare(_message.Message):
@@ -417,6 +651,10 @@ class JobAllocation(_message.Message):
     REFERENCE_EARLIER_WEIGHT_S_FIELD_NUMBER: _builtins.int
     REFERENCE_JOB_COUNT_FIELD_NUMBER: _builtins.int
     CONFIGURATION_FIELD_NUMBER: _builtins.int
+    LEASE_FIELD_NUMBER: _builtins.int
+    AUCTION_FIELD_NUMBER: _builtins.int
+    STRIDE_PASS_FIELD_NUMBER: _builtins.int
+    GPU_TIME_S_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     status: Global___JobStatus.ValueType
     reason: _builtins.str
@@ -467,6 +705,14 @@ class JobAllocation(_message.Message):
     reference_earlier_average_s: _builtins.float
     reference_earlier_weight_s: _builtins.float
     reference_job_count: _builtins.int
+    stride_pass: _builtins.float
+    """gandiva_fair: the job's stride pass after the planned quanta; send it back in
+    history.jobs[].stride_pass.
+    """
+    gpu_time_s: _builtins.float
+    """astraea: the job's consumed device-time at the end of the lease (device-s); send it back in
+    history.jobs[].gpu_time_s.
+    """
     @_builtins.property
     def time_share(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Fraction of wall-clock time the job should run on each type (X[i,j] in [0,1], summing to
@@ -486,6 +732,16 @@ class JobAllocation(_message.Message):
         """Configuration policies (sia, pollux): the chosen configuration. Unset = the job gets none
         (status and reason say why).
         """
+
+    @_builtins.property
+    def lease(self) -> Global___Lease:
+        """themis_auction, astraea: the lease the job holds after this call (kept or granted); unset =
+        none.
+        """
+
+    @_builtins.property
+    def auction(self) -> Global___AuctionOutcome:
+        """themis_auction: the job's auction outcome."""
 
     def __init__(
         self,
@@ -511,13 +767,19 @@ class JobAllocation(_message.Message):
         reference_earlier_weight_s: _builtins.float | None = ...,
         reference_job_count: _builtins.int | None = ...,
         configuration: Global___ConfigurationChoice | None = ...,
+        lease: Global___Lease | None = ...,
+        auction: Global___AuctionOutcome | None = ...,
+        stride_pass: _builtins.float | None = ...,
+        gpu_time_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "isolated_throughput", b"isolated_throughput", "queue", b"queue", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "auction", b"auction", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "gpu_time_s", b"gpu_time_s", "isolated_throughput", b"isolated_throughput", "lease", b"lease", "queue", b"queue", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "stride_pass", b"stride_pass"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "dual", b"dual", "effective_throughput", b"effective_throughput", "isolated_throughput", b"isolated_throughput", "job_id", b"job_id", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "queue", b"queue", "reason", b"reason", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "status", b"status", "time_share", b"time_share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "auction", b"auction", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "dual", b"dual", "effective_throughput", b"effective_throughput", "gpu_time_s", b"gpu_time_s", "isolated_throughput", b"isolated_throughput", "job_id", b"job_id", "lease", b"lease", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "queue", b"queue", "reason", b"reason", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "status", b"status", "stride_pass", b"stride_pass", "time_share", b"time_share"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cumulative_isolated_time_s: _TypeAlias = _typing.Literal["cumulative_isolated_time_s"]  # noqa: Y015
     _WhichOneofArgType__cumulative_isolated_time_s: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s"]  # noqa: Y015
+    _WhichOneofReturnType__gpu_time_s: _TypeAlias = _typing.Literal["gpu_time_s"]  # noqa: Y015
+    _WhichOneofArgType__gpu_time_s: _TypeAlias = _typing.Literal["_gpu_time_s", b"_gpu_time_s"]  # noqa: Y015
     _WhichOneofReturnType__isolated_throughput: _TypeAlias = _typing.Literal["isolated_throughput"]  # noqa: Y015
     _WhichOneofArgType__isolated_throughput: _TypeAlias = _typing.Literal["_isolated_throughput", b"_isolated_throughput"]  # noqa: Y015
     _WhichOneofReturnType__reference_earlier_average_s: _TypeAlias = _typing.Literal["reference_earlier_average_s"]  # noqa: Y015
@@ -538,8 +800,12 @@ class JobAllocation(_message.Message):
     _WhichOneofArgType__slo_shortfall: _TypeAlias = _typing.Literal["_slo_shortfall", b"_slo_shortfall"]  # noqa: Y015
     _WhichOneofReturnType__spending: _TypeAlias = _typing.Literal["spending"]  # noqa: Y015
     _WhichOneofArgType__spending: _TypeAlias = _typing.Literal["_spending", b"_spending"]  # noqa: Y015
+    _WhichOneofReturnType__stride_pass: _TypeAlias = _typing.Literal["stride_pass"]  # noqa: Y015
+    _WhichOneofArgType__stride_pass: _TypeAlias = _typing.Literal["_stride_pass", b"_stride_pass"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__cumulative_isolated_time_s) -> _WhichOneofReturnType__cumulative_isolated_time_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gpu_time_s) -> _WhichOneofReturnType__gpu_time_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__isolated_throughput) -> _WhichOneofReturnType__isolated_throughput | None: ...
     @_typing.overload
@@ -560,6 +826,8 @@ class JobAllocation(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__slo_shortfall) -> _WhichOneofReturnType__slo_shortfall | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__spending) -> _WhichOneofReturnType__spending | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__stride_pass) -> _WhichOneofReturnType__stride_pass | None: ...
 
 Global___JobAllocation: _TypeAlias = JobAllocation  # noqa: Y015
 

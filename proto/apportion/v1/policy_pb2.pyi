@@ -160,6 +160,42 @@ SOLVER_PREFERENCE_HIGHS: SolverPreference.ValueType  # 2
 """HiGHS simplex on the full model (vertex solution)"""
 Global___SolverPreference: _TypeAlias = SolverPreference  # noqa: Y015
 
+class _TradingMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TradingModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TradingMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TRADING_MODE_UNSPECIFIED: _TradingMode.ValueType  # 0
+    """= GREEDY"""
+    TRADING_MODE_GREEDY: _TradingMode.ValueType  # 1
+    """Gandiva_fair's trades: the highest-speedup user buys fast share from the lowest-speedup
+    user at a price between their speedups, repeated until no profitable pair remains.
+    """
+    TRADING_MODE_EXACT: _TradingMode.ValueType  # 2
+    """The exact LP: maximize total user throughput with every user at least at its pre-trade
+    throughput (in its own units).
+    """
+    TRADING_MODE_NONE: _TradingMode.ValueType  # 3
+    """No trading: every user keeps its ticket share of every type."""
+
+class TradingMode(_TradingMode, metaclass=_TradingModeEnumTypeWrapper):
+    """How Gandiva_fair trades fast-device share between users (B2)."""
+
+TRADING_MODE_UNSPECIFIED: TradingMode.ValueType  # 0
+"""= GREEDY"""
+TRADING_MODE_GREEDY: TradingMode.ValueType  # 1
+"""Gandiva_fair's trades: the highest-speedup user buys fast share from the lowest-speedup
+user at a price between their speedups, repeated until no profitable pair remains.
+"""
+TRADING_MODE_EXACT: TradingMode.ValueType  # 2
+"""The exact LP: maximize total user throughput with every user at least at its pre-trade
+throughput (in its own units).
+"""
+TRADING_MODE_NONE: TradingMode.ValueType  # 3
+"""No trading: every user keeps its ticket share of every type."""
+Global___TradingMode: _TypeAlias = TradingMode  # noqa: Y015
+
 @_typing.final
 class Policy(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -177,6 +213,9 @@ class Policy(_message.Message):
     SHOCKWAVE_FIELD_NUMBER: _builtins.int
     SIA_FIELD_NUMBER: _builtins.int
     POLLUX_FIELD_NUMBER: _builtins.int
+    THEMIS_AUCTION_FIELD_NUMBER: _builtins.int
+    GANDIVA_FAIR_FIELD_NUMBER: _builtins.int
+    ASTRAEA_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Registered policy name or alias (see ListPolicies), e.g. "max_min_fairness" or Gavel's
     "max_min_fairness_perf". Required.
@@ -213,6 +252,14 @@ class Policy(_message.Message):
 
     @_builtins.property
     def pollux(self) -> Global___PolluxParameters: ...
+    @_builtins.property
+    def themis_auction(self) -> Global___ThemisAuctionParameters:
+        """Long-run fairness: Themis's auction, Gandiva_fair, Astraea (B1-B3), numbers 50-54."""
+
+    @_builtins.property
+    def gandiva_fair(self) -> Global___GandivaFairParameters: ...
+    @_builtins.property
+    def astraea(self) -> Global___AstraeaParameters: ...
     def __init__(
         self,
         *,
@@ -229,12 +276,15 @@ class Policy(_message.Message):
         shockwave: Global___ShockwaveParameters | None = ...,
         sia: Global___SiaParameters | None = ...,
         pollux: Global___PolluxParameters | None = ...,
+        themis_auction: Global___ThemisAuctionParameters | None = ...,
+        gandiva_fair: Global___GandivaFairParameters | None = ...,
+        astraea: Global___AstraeaParameters | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["allox", b"allox", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "parameters", b"parameters", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "water_filling", b"water_filling"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allox", b"allox", "astraea", b"astraea", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "parameters", b"parameters", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "themis_auction", b"themis_auction", "water_filling", b"water_filling"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allox", b"allox", "compat", b"compat", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "name", b"name", "parameters", b"parameters", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "water_filling", b"water_filling"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allox", b"allox", "astraea", b"astraea", "compat", b"compat", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "name", b"name", "parameters", b"parameters", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "themis_auction", b"themis_auction", "water_filling", b"water_filling"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["max_min_fairness", "allox", "water_filling", "max_sum_throughput", "cost_throughput", "min_makespan", "finish_time_fairness", "fisher_market", "shockwave", "sia", "pollux"]  # noqa: Y015
+    _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["max_min_fairness", "allox", "water_filling", "max_sum_throughput", "cost_throughput", "min_makespan", "finish_time_fairness", "fisher_market", "shockwave", "sia", "pollux", "themis_auction", "gandiva_fair", "astraea"]  # noqa: Y015
     _WhichOneofArgType_parameters: _TypeAlias = _typing.Literal["parameters", b"parameters"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_parameters) -> _WhichOneofReturnType_parameters | None: ...
 
@@ -768,3 +818,150 @@ class PolluxParameters(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_gpus) -> _WhichOneofReturnType__max_gpus | None: ...
 
 Global___PolluxParameters: _TypeAlias = PolluxParameters  # noqa: Y015
+
+@_typing.final
+class ThemisAuctionParameters(_message.Message):
+    """Themis's partial-allocation auction (B1), one allocation epoch per call. Jobs holding an
+    unexpired lease (history.jobs[].lease_expires_s after time_s, with history.jobs[].current)
+    keep it; the other jobs with work are ranked by their finish-time ratio rho without a new
+    grant, worst first, and the free devices are offered to the worst ceil((1 - f) * N) of these
+    N jobs. Each bidder's rho per bundle comes from jobs[].themis_bids or, when absent, is derived
+    from its throughput, remaining work (progress.total_steps > 0 required), age and
+    history.jobs[].cumulative_isolated_time_s over the lease (the job runs on the bundle for the
+    lease, then at its 1/N isolated throughput). The proportional-fair bundles (maximize
+    sum log 1/rho) and every winner's kept fraction c_i (the hidden payment is 1 - c_i) are
+    solved exactly; the rest of the device-time goes to the jobs that did not win (leftover
+    allocation). The response carries each winner's lease (JobAllocation.lease, time_share =
+    c_i) and every job's auction outcome (JobAllocation.auction); send the leases back in
+    history.jobs[].lease_expires_s / lease_time_share with history.jobs[].current.
+    options.relative_gap 0 = 1e-6, an absolute gap on the log-welfare (the relative accuracy of
+    every c_i).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FAIRNESS_KNOB_FIELD_NUMBER: _builtins.int
+    LEASE_S_FIELD_NUMBER: _builtins.int
+    DIVISIBLE_SHARES_FIELD_NUMBER: _builtins.int
+    fairness_knob: _builtins.float
+    """Fairness knob f in [0, 1): 0 = every job bids (most efficient), close to 1 = only the job
+    with the worst rho. Unset = 0.8.
+    """
+    lease_s: _builtins.float
+    """Length of the leases granted (s, > 0, at most 1e9). Unset = 600."""
+    divisible_shares: _builtins.bool
+    """Auction divisible device-time instead of bundles: each bidder values time shares linearly
+    (its throughput over its 1/N isolated throughput); the proportional-fair allocation is an
+    Eisenberg-Gale program and each winner keeps c_i of its shares (truthful, c_i >= 1/e in
+    this setting). jobs[].themis_bids must be absent; no leases are granted. Default false.
+    """
+    def __init__(
+        self,
+        *,
+        fairness_knob: _builtins.float | None = ...,
+        lease_s: _builtins.float | None = ...,
+        divisible_shares: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_fairness_knob", b"_fairness_knob", "_lease_s", b"_lease_s", "fairness_knob", b"fairness_knob", "lease_s", b"lease_s"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fairness_knob", b"_fairness_knob", "_lease_s", b"_lease_s", "divisible_shares", b"divisible_shares", "fairness_knob", b"fairness_knob", "lease_s", b"lease_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__fairness_knob: _TypeAlias = _typing.Literal["fairness_knob"]  # noqa: Y015
+    _WhichOneofArgType__fairness_knob: _TypeAlias = _typing.Literal["_fairness_knob", b"_fairness_knob"]  # noqa: Y015
+    _WhichOneofReturnType__lease_s: _TypeAlias = _typing.Literal["lease_s"]  # noqa: Y015
+    _WhichOneofArgType__lease_s: _TypeAlias = _typing.Literal["_lease_s", b"_lease_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__fairness_knob) -> _WhichOneofReturnType__fairness_knob | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lease_s) -> _WhichOneofReturnType__lease_s | None: ...
+
+Global___ThemisAuctionParameters: _TypeAlias = ThemisAuctionParameters  # noqa: Y015
+
+@_typing.final
+class GandivaFairParameters(_message.Message):
+    """Gandiva_fair (B2). Users are tenants (jobs[].tenant; a job without one is its own user), their
+    tickets the tenants' weights (snapshot.tenants[].weight, 1 if unlisted). The cluster is
+    water-filled among users by tickets up to their demand (the sum of their jobs' scale
+    factors) and spread over the types; users then trade fast for slow share; jobs are
+    scheduled by gang-aware stride scheduling over `quanta` quanta of round_duration_s (0 = 60 s),
+    placed on cluster.nodes. The response carries the quanta in Plan.rounds, each job's time
+    share (the fraction of the quanta it runs), the users' shares before and after trading
+    (Plan.user_shares), the trades (Plan.trades) and each job's stride pass after the quanta
+    (JobAllocation.stride_pass: send it back in history.jobs[].stride_pass). The exact trading LP
+    is solved every time: stats.best_bound is its optimum, stats.objective the total user
+    throughput after the chosen trading (the greedy trades' gap is stats.relative_gap).
+    Policy alias gandiva_fair_equal_split = Shockwave's baseline (static_equal_split).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUANTA_FIELD_NUMBER: _builtins.int
+    TRADING_FIELD_NUMBER: _builtins.int
+    TRADE_PRICE_FIELD_NUMBER: _builtins.int
+    STATIC_EQUAL_SPLIT_FIELD_NUMBER: _builtins.int
+    quanta: _builtins.int
+    """Quanta planned (1..1000). Unset = 20."""
+    trading: Global___TradingMode.ValueType
+    trade_price: _builtins.float
+    """theta in (0, 1): a trade between users of speedups s_low < s_high is priced
+    s_low + theta * (s_high - s_low) slow devices per fast device. Unset = 0.5.
+    """
+    static_equal_split: _builtins.bool
+    """Shockwave's "gandiva_fair" baseline instead: every job gets W[j] / (number of jobs) of every
+    type, rows capped at 1 (cells a job cannot use emptied and types scaled to capacity, unless
+    compat = COMPAT_SHOCKWAVE, which keeps the baseline as Shockwave writes it). Default false.
+    """
+    def __init__(
+        self,
+        *,
+        quanta: _builtins.int | None = ...,
+        trading: Global___TradingMode.ValueType = ...,
+        trade_price: _builtins.float | None = ...,
+        static_equal_split: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_quanta", b"_quanta", "_trade_price", b"_trade_price", "quanta", b"quanta", "trade_price", b"trade_price"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_quanta", b"_quanta", "_trade_price", b"_trade_price", "quanta", b"quanta", "static_equal_split", b"static_equal_split", "trade_price", b"trade_price", "trading", b"trading"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__quanta: _TypeAlias = _typing.Literal["quanta"]  # noqa: Y015
+    _WhichOneofArgType__quanta: _TypeAlias = _typing.Literal["_quanta", b"_quanta"]  # noqa: Y015
+    _WhichOneofReturnType__trade_price: _TypeAlias = _typing.Literal["trade_price"]  # noqa: Y015
+    _WhichOneofArgType__trade_price: _TypeAlias = _typing.Literal["_trade_price", b"_trade_price"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__quanta) -> _WhichOneofReturnType__quanta | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__trade_price) -> _WhichOneofReturnType__trade_price | None: ...
+
+Global___GandivaFairParameters: _TypeAlias = GandivaFairParameters  # noqa: Y015
+
+@_typing.final
+class AstraeaParameters(_message.Message):
+    """Astraea (B3): long-term GPU-time fairness with leases, one lease per call. Tenants
+    (jobs[].tenant; a job without one is its own tenant) are entitled to their weight share of
+    the cluster's devices while they have demand; the tenant whose consumed / entitled device-time
+    (snapshot.tenant_usage, projected to the end of the lease) is smallest gets its next job
+    (inside a tenant, the job with the least history.jobs[].gpu_time_s per priority weight), until
+    nothing fits. Jobs with an unexpired lease keep their placement. The response returns the
+    leases (JobAllocation.lease), each job's consumed device-time at the end of the lease
+    (JobAllocation.gpu_time_s) and every tenant's bookkeeping (Plan.tenant_usage): send them back.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASE_S_FIELD_NUMBER: _builtins.int
+    lease_s: _builtins.float
+    """Lease length (s, > 0, at most 1e9). Unset = 600."""
+    def __init__(
+        self,
+        *,
+        lease_s: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_lease_s", b"_lease_s", "lease_s", b"lease_s"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lease_s", b"_lease_s", "lease_s", b"lease_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__lease_s: _TypeAlias = _typing.Literal["lease_s"]  # noqa: Y015
+    _WhichOneofArgType__lease_s: _TypeAlias = _typing.Literal["_lease_s", b"_lease_s"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lease_s) -> _WhichOneofReturnType__lease_s | None: ...
+
+Global___AstraeaParameters: _TypeAlias = AstraeaParameters  # noqa: Y015

@@ -91,6 +91,7 @@ class Snapshot(_message.Message):
     HISTORY_FIELD_NUMBER: _builtins.int
     ROUND_DURATION_S_FIELD_NUMBER: _builtins.int
     TYPE_COLOCATIONS_FIELD_NUMBER: _builtins.int
+    TENANT_USAGE_FIELD_NUMBER: _builtins.int
     time_s: _builtins.float
     """Current time on the snapshot's clock (s). Default 0. Read by policies that use job age,
     deadlines or arrival order (finish-time fairness, allox, shockwave, sia).
@@ -138,6 +139,13 @@ class Snapshot(_message.Message):
         listed there overrides its types' entry).
         """
 
+    @_builtins.property
+    def tenant_usage(self) -> _containers.RepeatedCompositeFieldContainer[Global___TenantUsage]:
+        """Long-term device-time bookkeeping per tenant (astraea), as returned in the previous
+        response's Plan.tenant_usage. At most one entry per tenant; tenants without an entry start
+        at 0. At most 100,000 entries.
+        """
+
     def __init__(
         self,
         *,
@@ -149,10 +157,11 @@ class Snapshot(_message.Message):
         history: Global___History | None = ...,
         round_duration_s: _builtins.float = ...,
         type_colocations: _abc.Iterable[Global___ColocatedTypeThroughput] | None = ...,
+        tenant_usage: _abc.Iterable[Global___TenantUsage] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "history", b"history"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "colocations", b"colocations", "history", b"history", "jobs", b"jobs", "round_duration_s", b"round_duration_s", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "colocations", b"colocations", "history", b"history", "jobs", b"jobs", "round_duration_s", b"round_duration_s", "tenant_usage", b"tenant_usage", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -327,6 +336,7 @@ class Job(_message.Message):
     POLLUX_FIELD_NUMBER: _builtins.int
     RESTART_PENALTY_S_FIELD_NUMBER: _builtins.int
     JOB_TYPE_FIELD_NUMBER: _builtins.int
+    THEMIS_BIDS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Unique, non-empty job id."""
     scale_factor: _builtins.int
@@ -383,6 +393,12 @@ class Job(_message.Message):
     def pollux(self) -> Global___PolluxModel:
         """Pollux goodput-model parameters, from which sia can compute goodput per configuration."""
 
+    @_builtins.property
+    def themis_bids(self) -> Global___ThemisBids:
+        """The job's bid in a Themis auction (themis_auction). Unset = derived from its throughput and
+        remaining work. When set it must list at least one bundle.
+        """
+
     def __init__(
         self,
         *,
@@ -400,10 +416,11 @@ class Job(_message.Message):
         pollux: Global___PolluxModel | None = ...,
         restart_penalty_s: _builtins.float | None = ...,
         job_type: _builtins.str = ...,
+        themis_bids: Global___ThemisBids | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "themis_bids", b"themis_bids"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "arrival_time_s", b"arrival_time_s", "configurations", b"configurations", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "id", b"id", "job_type", b"job_type", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "tenant", b"tenant", "throughput", b"throughput"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "arrival_time_s", b"arrival_time_s", "configurations", b"configurations", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "id", b"id", "job_type", b"job_type", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "tenant", b"tenant", "themis_bids", b"themis_bids", "throughput", b"throughput"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__deadline_s: _TypeAlias = _typing.Literal["deadline_s"]  # noqa: Y015
     _WhichOneofArgType__deadline_s: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s"]  # noqa: Y015
@@ -423,6 +440,120 @@ class Job(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__scale_factor) -> _WhichOneofReturnType__scale_factor | None: ...
 
 Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
+class ThemisBids(_message.Message):
+    """A job's Themis bid table: its finish-time ratio rho (finish time in the shared cluster over
+    finish time alone on a 1/N share) without a new grant and with each bundle.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RHO_WITHOUT_FIELD_NUMBER: _builtins.int
+    BUNDLES_FIELD_NUMBER: _builtins.int
+    rho_without: _builtins.float
+    """rho if the job gets nothing this epoch (finite, > 0)."""
+    @_builtins.property
+    def bundles(self) -> _containers.RepeatedCompositeFieldContainer[Global___BundleBid]:
+        """1 to 64 bundles, no two with the same type and placement."""
+
+    def __init__(
+        self,
+        *,
+        rho_without: _builtins.float = ...,
+        bundles: _abc.Iterable[Global___BundleBid] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bundles", b"bundles", "rho_without", b"rho_without"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ThemisBids: _TypeAlias = ThemisBids  # noqa: Y015
+
+@_typing.final
+class BundleBid(_message.Message):
+    """A bundle: the job's scale_factor devices of one type, anywhere or on named nodes."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class NodeDevicesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ACCELERATOR_TYPE_FIELD_NUMBER: _builtins.int
+    NODE_DEVICES_FIELD_NUMBER: _builtins.int
+    RHO_FIELD_NUMBER: _builtins.int
+    accelerator_type: _builtins.str
+    """A type of the cluster with at least scale_factor devices."""
+    rho: _builtins.float
+    """rho with this bundle for the lease (finite, > 0)."""
+    @_builtins.property
+    def node_devices(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Optional placement: devices per node (nodes of that type, each > 0 and at most the node's
+        devices), summing to the job's scale_factor. Empty = any devices of the type.
+        """
+
+    def __init__(
+        self,
+        *,
+        accelerator_type: _builtins.str = ...,
+        node_devices: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        rho: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "node_devices", b"node_devices", "rho", b"rho"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BundleBid: _TypeAlias = BundleBid  # noqa: Y015
+
+@_typing.final
+class TenantUsage(_message.Message):
+    """One tenant's long-term device-time (astraea)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    GPU_TIME_S_FIELD_NUMBER: _builtins.int
+    ENTITLED_GPU_TIME_S_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """Tenant name (non-empty; jobs[].tenant, or the id of a job without a tenant)."""
+    gpu_time_s: _builtins.float
+    """Device-time consumed so far (device-seconds, finite, >= 0)."""
+    entitled_gpu_time_s: _builtins.float
+    """Device-time the tenant was entitled to so far (device-seconds, finite, >= 0)."""
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        gpu_time_s: _builtins.float = ...,
+        entitled_gpu_time_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entitled_gpu_time_s", b"entitled_gpu_time_s", "gpu_time_s", b"gpu_time_s", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TenantUsage: _TypeAlias = TenantUsage  # noqa: Y015
 
 @_typing.final
 class Progress(_message.Message):
@@ -958,6 +1089,10 @@ class JobHistory(_message.Message):
     REFERENCE_EARLIER_WEIGHT_S_FIELD_NUMBER: _builtins.int
     REFERENCE_JOB_COUNT_FIELD_NUMBER: _builtins.int
     COLOCATED_WITH_FIELD_NUMBER: _builtins.int
+    LEASE_EXPIRES_S_FIELD_NUMBER: _builtins.int
+    LEASE_TIME_SHARE_FIELD_NUMBER: _builtins.int
+    STRIDE_PASS_FIELD_NUMBER: _builtins.int
+    GPU_TIME_S_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """Id of a job of the snapshot."""
     cumulative_isolated_time_s: _builtins.float
@@ -999,6 +1134,20 @@ class JobHistory(_message.Message):
     response's plan (its colocated pairs), empty = none. Both jobs of a pair name each other;
     they must exist and have equal scale factors.
     """
+    lease_expires_s: _builtins.float
+    """Lease (themis_auction, astraea): the job holds its `current` placement until this absolute
+    time (s, finite, >= 0; 0 = no lease). A lease after Snapshot.time_s needs `current`.
+    """
+    lease_time_share: _builtins.float
+    """Fraction of the time the job runs on its leased devices (themis_auction: its kept fraction
+    c_i), in (0, 1]. Unset = 1.
+    """
+    stride_pass: _builtins.float
+    """Gandiva_fair's stride pass from the previous response (JobAllocation.stride_pass, finite).
+    Unset = a new client (it starts at the smallest pass of its type).
+    """
+    gpu_time_s: _builtins.float
+    """Device-time the job has consumed (astraea; device-seconds, finite, >= 0)."""
     @_builtins.property
     def received_time_s(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Time the job has run on each type since the last reset (s, >= 0, at most
@@ -1033,11 +1182,17 @@ class JobHistory(_message.Message):
         reference_earlier_weight_s: _builtins.float | None = ...,
         reference_job_count: _builtins.int | None = ...,
         colocated_with: _builtins.str = ...,
+        lease_expires_s: _builtins.float = ...,
+        lease_time_share: _builtins.float | None = ...,
+        stride_pass: _builtins.float | None = ...,
+        gpu_time_s: _builtins.float = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "current", b"current", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_job_count", b"reference_job_count"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_lease_time_share", b"_lease_time_share", "_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "_stride_pass", b"_stride_pass", "current", b"current", "lease_time_share", b"lease_time_share", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_job_count", b"reference_job_count", "stride_pass", b"stride_pass"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "colocated_with", b"colocated_with", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "current", b"current", "job_id", b"job_id", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "previous_time_share", b"previous_time_share", "received_time_s", b"received_time_s", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "restarts", b"restarts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lease_time_share", b"_lease_time_share", "_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "_stride_pass", b"_stride_pass", "colocated_with", b"colocated_with", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "current", b"current", "gpu_time_s", b"gpu_time_s", "job_id", b"job_id", "lease_expires_s", b"lease_expires_s", "lease_time_share", b"lease_time_share", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "previous_time_share", b"previous_time_share", "received_time_s", b"received_time_s", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "restarts", b"restarts", "stride_pass", b"stride_pass"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__lease_time_share: _TypeAlias = _typing.Literal["lease_time_share"]  # noqa: Y015
+    _WhichOneofArgType__lease_time_share: _TypeAlias = _typing.Literal["_lease_time_share", b"_lease_time_share"]  # noqa: Y015
     _WhichOneofReturnType__previous_isolated_throughput: _TypeAlias = _typing.Literal["previous_isolated_throughput"]  # noqa: Y015
     _WhichOneofArgType__previous_isolated_throughput: _TypeAlias = _typing.Literal["_previous_isolated_throughput", b"_previous_isolated_throughput"]  # noqa: Y015
     _WhichOneofReturnType__previous_remaining_steps: _TypeAlias = _typing.Literal["previous_remaining_steps"]  # noqa: Y015
@@ -1052,6 +1207,10 @@ class JobHistory(_message.Message):
     _WhichOneofArgType__reference_estimate_time_s: _TypeAlias = _typing.Literal["_reference_estimate_time_s", b"_reference_estimate_time_s"]  # noqa: Y015
     _WhichOneofReturnType__reference_job_count: _TypeAlias = _typing.Literal["reference_job_count"]  # noqa: Y015
     _WhichOneofArgType__reference_job_count: _TypeAlias = _typing.Literal["_reference_job_count", b"_reference_job_count"]  # noqa: Y015
+    _WhichOneofReturnType__stride_pass: _TypeAlias = _typing.Literal["stride_pass"]  # noqa: Y015
+    _WhichOneofArgType__stride_pass: _TypeAlias = _typing.Literal["_stride_pass", b"_stride_pass"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lease_time_share) -> _WhichOneofReturnType__lease_time_share | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__previous_isolated_throughput) -> _WhichOneofReturnType__previous_isolated_throughput | None: ...
     @_typing.overload
@@ -1066,6 +1225,8 @@ class JobHistory(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_estimate_time_s) -> _WhichOneofReturnType__reference_estimate_time_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_job_count) -> _WhichOneofReturnType__reference_job_count | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__stride_pass) -> _WhichOneofReturnType__stride_pass | None: ...
 
 Global___JobHistory: _TypeAlias = JobHistory  # noqa: Y015
 

@@ -1,0 +1,275 @@
+"""Themis's auction as a policy (B1): who bids, derived bids, leases, leftover allocation, the
+knob, and bad inputs with field paths (the mechanism itself: test_partial_allocation.py).
+
+* B1.4: leftover allocation is work-conserving: a type has idle device-time only when every
+  job that did not win and can use it already runs all the time.
+* B1.5 (statistical): over 30 seeded instances, the mean worst rho after the epoch and the
+  mean efficiency (sum of throughput over isolated throughput) are not larger with f = 0.9
+  than with f = 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+from google.protobuf import json_format
+from hypothesis import given
+from hypothesis import strategies as st
+
+from apportion.formulations.gavel_lp import ftf_data
+from apportion.formulations.themis_auction import lease_rho, offered_jobs
+from apportion.server.convert import request_to_model
+from apportion.server.pipeline import solve_request
+from apportion.solver.errors import ValidationError
+from apportion.solver.fairness_model import BidTable, BundleBid, FairnessInputs
+from apportion.solver.model import Compat, PolicyRequest, Problem, make_problem
+from apportion.solver.parameters import ThemisAuctionParameters
+from apportion.solver.result import Plan, Termination
+from apportion.solver.solve import solve
+from apportion.v1 import allocation_service_pb2 as service_pb
+
+
+def instance(seed: int, m: int | None = None, counts: tuple[int, int] = (3, 3)) -> Problem:
+    rng = np.random.default_rng(seed)
+    m = m or int(rng.integers(4, 12))
+    T = rng.uniform(0.5, 5.0, (m, 2))
+    base = make_problem(["a", "b"], list(counts), T, scale_factor=rng.integers(1, 3, m))
+    jobs = replace(base.jobs, total_steps=rng.uniform(500.0, 20000.0, m),
+                   arrival_time_s=rng.uniform(0.0, 1000.0, m))
+    return replace(base, jobs=jobs, time_s=1000.0)
+
+
+def with_lease(problem: Problem, job: int, type_index: int, share: float = 1.0) -> Problem:
+    m = problem.jobs.num_jobs
+    current = np.full(m, -1, np.int64)
+    devices = np.zeros(m, np.int64)
+    current[job], devices[job] = type_index, problem.jobs.scale_factor[job]
+    fair = FairnessInputs.empty(m)
+    expires = fair.lease_expires_s.copy()
+    expires[job] = problem.time_s + 100.0
+    shares = fair.lease_time_share.copy()
+    shares[job] = share
+    return replace(problem,
+                   history=replace(problem.history, current_type=current,
+                                   current_devices=devices),
+                   fairness=replace(fair, lease_expires_s=expires, lease_time_share=shares))
+
+
+def themis(problem: Problem, **params: Any) -> Plan:
+    return solve(problem, PolicyRequest("themis_auction", ThemisAuctionParameters(**params)))
+
+
+def winners(plan: Plan) -> np.ndarray:
+    assert plan.auction is not None
+    return np.array([not math.isnan(o.kept_fraction) for o in plan.auction.outcomes])
+
+
+def assert_work_conserving(problem: Problem, plan: Plan) -> None:
+    X = plan.time_share
+    s = problem.jobs.scale_factor
+    idle = problem.cluster.count - s @ X
+    assert np.all(idle >= -1e-9)
+    assert np.all(X.sum(axis=1) <= 1 + 1e-9)
+    won = winners(plan)
+    for j in np.flatnonzero(idle > 1e-7):
+        waiting = problem.usable[:, j] & ~won
+        assert np.all(X[waiting].sum(axis=1) >= 1 - 1e-7), (j, idle[j])
+
+
+@given(st.integers(0, 10_000), st.sampled_from([0.0, 0.5, 0.9]), st.booleans(),
+       st.booleans())
+def test_leftover_allocation_is_work_conserving(seed: int, knob: float, lease: bool,
+                                                divisible: bool) -> None:
+    problem = instance(seed)
+    if lease:
+        problem = with_lease(problem, 0, int(np.argmax(problem.jobs.throughput[0])), 0.5)
+    plan = themis(problem, fairness_knob=knob, divisible_shares=divisible)
+    assert plan.certificate.termination is Termination.OPTIMAL
+    assert_work_conserving(problem, plan)
+
+
+def epoch_metrics(problem: Problem, plan: Plan) -> tuple[float, float]:
+    """(worst rho after the epoch, sum of throughput / isolated throughput)."""
+    data = ftf_data(problem, problem.jobs.throughput, Compat.NONE)
+    thr = plan.effective_throughput
+    rho = [lease_rho(data, i, float(thr[i]), 600.0) for i in range(problem.jobs.num_jobs)]
+    return max(rho), float(np.sum(thr / data.iso))
+
+
+def test_a_larger_knob_lowers_the_worst_rho_and_the_efficiency_on_average() -> None:
+    fair, efficient = [], []
+    for seed in range(30):
+        problem = instance(seed, m=10)
+        fair.append(epoch_metrics(problem, themis(problem, fairness_knob=0.9)))
+        efficient.append(epoch_metrics(problem, themis(problem, fairness_knob=0.0)))
+    worst_fair, eff_fair = np.mean(fair, axis=0)
+    worst_efficient, eff_efficient = np.mean(efficient, axis=0)
+    assert worst_fair <= worst_efficient
+    assert eff_fair <= eff_efficient
+
+
+def test_the_worst_jobs_bid() -> None:
+    rho = np.array([1.0, 3.0, 2.0, 5.0, np.nan])
+    candidates = np.array([0, 1, 2, 3])
+    assert list(offered_jobs(rho, candidates, 0.5)) == [1, 3]
+    assert list(offered_jobs(rho, candidates, 0.9)) == [3]  # at least one
+    assert list(offered_jobs(rho, candidates, 0.0)) == [0, 1, 2, 3]
+    problem = instance(3, m=10)
+    plan = themis(problem, fairness_knob=0.7)
+    assert plan.auction is not None
+    offered = [o.offered for o in plan.auction.outcomes]
+    assert sum(offered) == 3
+    worst = sorted(o.rho_without for o in plan.auction.outcomes)[-3:]
+    assert sorted(o.rho_without for o in plan.auction.outcomes if o.offered) == worst
+
+
+def test_derived_bids_follow_the_lease_horizon_formula() -> None:
+    problem = instance(4, m=3)
+    data = ftf_data(problem, problem.jobs.throughput, Compat.NONE)
+    R, iso, t, D = data.R[0], data.iso[0], data.t[0], data.D[0]
+    fast = 2 * R / 600.0  # finishes within the lease
+    assert math.isclose(lease_rho(data, 0, fast, 600.0), (t + R / fast) / D)
+    slow = 0.5 * R / 600.0
+    expected = (t + 600.0 + (R - slow * 600.0) / iso) / D
+    assert math.isclose(lease_rho(data, 0, slow, 600.0), expected)
+    assert lease_rho(data, 0, 0.0, 600.0) > lease_rho(data, 0, slow, 600.0)
+    plan = themis(problem, fairness_knob=0.0)
+    assert plan.auction is not None
+    for i, outcome in enumerate(plan.auction.outcomes):
+        assert math.isclose(outcome.rho_without, lease_rho(data, i, 0.0, 600.0))
+        if outcome.bundle >= 0:
+            thr = problem.jobs.throughput[i, outcome.bundle]
+            assert math.isclose(outcome.rho_won, lease_rho(data, i, thr, 600.0))
+
+
+def test_a_lease_is_kept_and_its_devices_are_not_offered() -> None:
+    problem = with_lease(instance(5, m=6, counts=(2, 2)), 0, 0, share=0.6)
+    plan = themis(problem, fairness_knob=0.0)
+    assert plan.auction is not None
+    lease = plan.auction.leases[0]
+    assert lease is not None and lease.kept and lease.type_index == 0
+    assert plan.time_share[0, 0] >= 0.6 - 1e-12
+    assert not plan.auction.outcomes[0].offered
+    for other in plan.auction.leases[1:]:
+        if other is not None:  # winners' leases fit beside the kept one
+            assert other.expires_s == problem.time_s + 600.0 and not other.kept
+    held = problem.jobs.scale_factor[0]
+    use = problem.jobs.scale_factor @ np.where(winners(plan)[:, None], plan.time_share, 0.0)
+    assert use[0] <= 2 - held + 1e-9
+
+
+def test_bid_tables_from_the_snapshot_decide_and_node_bundles_are_placed() -> None:
+    problem = instance(6, m=2, counts=(2, 2))
+    cluster = replace(problem.cluster, node_names=("n0", "n1", "n2"),
+                      node_type=np.array([0, 0, 1]), node_devices=np.array([1, 1, 2]))
+    jobs = replace(problem.jobs, scale_factor=np.array([1, 1]))
+    tables = (
+        BidTable(2.0, (BundleBid(0, ((1, 1),), 1.0), BundleBid(1, (), 1.9))),
+        BidTable(2.0, (BundleBid(0, ((1, 1),), 1.2),)),
+    )
+    fair = replace(FairnessInputs.empty(2), bids=tables)
+    problem = replace(problem, cluster=cluster, jobs=jobs, fairness=fair)
+    plan = themis(problem, fairness_knob=0.0)
+    assert plan.auction is not None
+    # both want node n1's device: job 0 values it more, job 1 takes nothing else it bid for
+    assert plan.auction.outcomes[0].bundle == 0
+    lease = plan.auction.leases[0]
+    assert lease is not None and lease.nodes == ("n1",)
+    assert plan.auction.outcomes[1].bundle == -1
+    c = plan.auction.outcomes[0].kept_fraction
+    assert math.isclose(c, (1 / 2.0) / (1 / 1.2), rel_tol=1e-9)
+
+
+# --------------------------------------------------------------------------------------------
+# the wire: a request end to end, and bad inputs with field paths
+
+
+def request(**policy: Any) -> dict[str, Any]:
+    return {
+        "snapshot": {
+            "time_s": 100,
+            "cluster": {
+                "accelerator_types": [{"name": "v100", "count": 2}, {"name": "k80", "count": 2}],
+                "nodes": [{"name": "n1", "accelerator_type": "v100", "devices": 2},
+                          {"name": "n2", "accelerator_type": "k80", "devices": 2}],
+            },
+            "jobs": [
+                {"id": "a", "throughput": {"v100": 4, "k80": 1},
+                 "progress": {"total_steps": 1000}},
+                {"id": "b", "throughput": {"v100": 3, "k80": 2}, "scale_factor": 2,
+                 "progress": {"total_steps": 500}},
+                {"id": "c", "throughput": {"v100": 3, "k80": 2},
+                 "themis_bids": {"rho_without": 1.5, "bundles": [
+                     {"accelerator_type": "v100", "rho": 1.1},
+                     {"accelerator_type": "k80", "node_devices": {"n2": 1}, "rho": 1.3}]}},
+            ],
+        },
+        "policy": {"name": "themis_auction", **policy},
+    }
+
+
+def parse(data: dict[str, Any]) -> service_pb.SolveRequest:
+    return json_format.ParseDict(data, service_pb.SolveRequest())
+
+
+def test_a_request_end_to_end() -> None:
+    response = solve_request(parse(request(themis_auction={"fairness_knob": 0.0})))
+    assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+    jobs = {entry.job_id: entry for entry in response.plan.jobs}
+    assert all(entry.HasField("auction") and entry.auction.offered for entry in jobs.values())
+    won = [entry for entry in jobs.values() if entry.auction.HasField("kept_fraction")]
+    assert won and all(entry.HasField("lease") for entry in won)
+    assert all(0 < entry.lease.time_share <= 1 for entry in won)
+
+
+def violations(data: dict[str, Any]) -> dict[str, str]:
+    with pytest.raises(ValidationError) as info:
+        request_to_model(parse(data))
+    return {v.field: v.description for v in info.value.violations}
+
+
+def _bids(data: dict[str, Any]) -> dict[str, Any]:
+    bids: dict[str, Any] = data["snapshot"]["jobs"][2]["themis_bids"]
+    return bids
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: _bids(d).update(bundles=[]), "snapshot.jobs[2].themis_bids.bundles"),
+        (lambda d: _bids(d).update(rho_without=-1), "snapshot.jobs[2].themis_bids.rho_without"),
+        (lambda d: _bids(d)["bundles"][0].update(accelerator_type="h100"),
+         "snapshot.jobs[2].themis_bids.bundles[0].accelerator_type"),
+        (lambda d: _bids(d)["bundles"][1].update(node_devices={"n9": 1}),
+         'snapshot.jobs[2].themis_bids.bundles[1].node_devices["n9"]'),
+        (lambda d: _bids(d)["bundles"][1].update(node_devices={"n1": 1}),
+         'snapshot.jobs[2].themis_bids.bundles[1].node_devices["n1"]'),
+        (lambda d: _bids(d)["bundles"][1].update(node_devices={"n2": 2}),
+         "snapshot.jobs[2].themis_bids.bundles[1].node_devices"),
+        (lambda d: _bids(d)["bundles"][1].update(rho="NaN"),
+         "snapshot.jobs[2].themis_bids.bundles[1].rho"),
+        (lambda d: _bids(d)["bundles"].append({"accelerator_type": "v100", "rho": 1.0}),
+         "snapshot.jobs[2].themis_bids.bundles[2]"),
+        (lambda d: d["snapshot"]["jobs"][0]["progress"].update(total_steps=0),
+         "snapshot.jobs[0].progress.total_steps"),
+        (lambda d: d["policy"].update(themis_auction={"fairness_knob": 1.0}),
+         "policy.themis_auction.fairness_knob"),
+        (lambda d: d["policy"].update(themis_auction={"lease_s": 0}),
+         "policy.themis_auction.lease_s"),
+        (lambda d: d["policy"].update(themis_auction={"divisible_shares": True}),
+         "snapshot.jobs[2].themis_bids"),
+        (lambda d: d["snapshot"].update(history={"jobs": [
+            {"job_id": "a", "lease_expires_s": 500}]}), "snapshot.history.jobs[0].lease_expires_s"),
+        (lambda d: d["snapshot"].update(history={"jobs": [
+            {"job_id": "a", "lease_time_share": 1.5}]}),
+         "snapshot.history.jobs[0].lease_time_share"),
+    ],
+)
+def test_bad_inputs_are_field_errors(mutate: Any, field: str) -> None:
+    data = request()
+    mutate(data)
+    assert field in violations(data)
