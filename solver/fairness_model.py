@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from apportion.solver.model import FloatArray
+from apportion.solver.arrays import FloatArray
 
 MAX_BUNDLES_PER_JOB = 64
 """Most bundles one job's bid table may list."""

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from apportion.solver.arrays import FloatArray as FloatArray  # re-exported: the model's types
+from apportion.solver.arrays import IntArray as IntArray
+
 if TYPE_CHECKING:
     from apportion.solver.fairness_model import FairnessInputs
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
 
 
 class Compat(StrEnum):
