@@ -53,10 +53,8 @@ def solve_request(
     reserve = min(RESPONSE_MAX_SHARE * effective.remaining(),
                   RESPONSE_S_PER_JOB * problem.jobs.num_jobs)
     solver_deadline = Deadline(effective.at - reserve) if effective.bounded else effective
-    # `solve()` takes its budget as `options.time_limit_s` (a relative limit counted from the
-    # call); pass `deadline=solver_deadline` instead once it accepts one.
-    options = replace(options, time_limit_s=solver_deadline.solver_limit_s())
-    plan = solve(problem, policy, options)
+    # the request's own limit is in `solver_deadline` already (counted from the arrival)
+    plan = solve(problem, policy, replace(options, time_limit_s=0.0), solver_deadline)
     response = plan_to_response(plan, problem, policy, 0.0, limit_s)
     response.stats.wall_time_s = time.monotonic() - arrived
     return response

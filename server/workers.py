@@ -33,6 +33,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import ctypes
+import faulthandler
 import importlib
 import logging
 import math
@@ -64,7 +65,7 @@ MIN_HEADROOM_BYTES = 64 * 2**20
 MEMORY_SAMPLE_S = 0.02
 """How often (s) the memory of a busy worker is sampled (to explain a crash at the ceiling)."""
 NEAR_CEILING = 0.75
-"""A worker that dies mid-request with its last sample at or above this share of the ceiling
+"""A worker that dies mid-request after its sampled memory reached this share of the ceiling
 is reported as out of memory."""
 PROCESS_NAME = b"apportion-solve"
 """Worker process name (``ps -o comm``, ``/proc/PID/comm``; at most 15 bytes)."""
@@ -104,12 +105,15 @@ class WorkerMemoryError(Exception):
 
 
 def solve_modules() -> list[str]:
-    """Every module a solve may import: the registry's entry points (so that a newly
-    registered policy is covered without a list kept here), the solver libraries and the
-    request pipeline."""
-    from apportion.solver.registry import policies
+    """Every module a solve may import: those of the registry's entry points (every policy's,
+    its space-sharing form's, the round schedule's: a newly registered policy is covered
+    without a list kept here), the solver libraries and the request pipeline."""
+    from apportion.solver.registry import ROUND_SCHEDULE_ENTRY, policies
 
-    entry_modules = [spec.entry_point.partition(":")[0] for spec in policies()]
+    entry_points = [ROUND_SCHEDULE_ENTRY]
+    for spec in policies():
+        entry_points += [spec.entry_point, spec.packed_entry_point]
+    entry_modules = [entry.partition(":")[0] for entry in entry_points if entry]
     return [
         *dict.fromkeys(entry_modules),
         *SOLVER_LIBRARIES,
@@ -190,6 +194,7 @@ def _worker_main(conn: Connection, memory_ceiling: int | None) -> None:
     """Entry point of a worker process: import, set the ceiling, report ready, then serve
     until EOF or None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    faulthandler.enable()  # a crash in native code leaves its Python traceback in the log
     _set_process_name()
     for name in solve_modules():  # already loaded by the fork server: this only checks
         importlib.import_module(name)
@@ -240,8 +245,8 @@ class _Worker:
     """The thread currently reading from `conn`, if any."""
     retired: bool = False
     """Terminated or found dead; never handed a request again."""
-    last_data_bytes: int = 0
-    """Last sampled memory (bytes) while running a request."""
+    peak_data_bytes: int = 0
+    """Largest memory (bytes) sampled while running the current request."""
     parked: bool = False
     """Idle, its pipe watched by the event loop (`WorkerPool._park`)."""
     counted: bool = False
@@ -402,24 +407,23 @@ class WorkerPool:
         how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else (
             f"exit code {code}")
         ceiling = self.memory_ceiling
-        if ceiling and worker.last_data_bytes >= NEAR_CEILING * ceiling:
+        if ceiling and worker.peak_data_bytes >= NEAR_CEILING * ceiling:
             _log.warning("solver worker %d died (%s) at %d of %d bytes", worker.pid, how,
-                         worker.last_data_bytes, ceiling)
+                         worker.peak_data_bytes, ceiling)
             return WorkerMemoryError(self._memory_message())
         return WorkerFailedError(
             "the solver worker died while running this request",
-            f"solver worker {worker.pid} died ({how})",
+            f"solver worker {worker.pid} died ({how}); its memory reached at least "
+            f"{worker.peak_data_bytes} bytes (ceiling {ceiling})",
         )
 
     def _sample_memory(self, worker: _Worker) -> asyncio.Task[None]:
         async def sample() -> None:
-            while True:
-                used = data_bytes(worker.pid)
-                if used is not None:
-                    worker.last_data_bytes = used
+            while True:  # (a dead, unreaped worker reads as 0)
+                worker.peak_data_bytes = max(worker.peak_data_bytes, data_bytes(worker.pid) or 0)
                 await asyncio.sleep(MEMORY_SAMPLE_S)
 
-        worker.last_data_bytes = 0
+        worker.peak_data_bytes = 0
         return asyncio.get_running_loop().create_task(sample())
 
     # ------------------------------------------------------------------ worker lifecycle

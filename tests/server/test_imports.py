@@ -35,4 +35,5 @@ def test_workers_load_every_registered_policys_module() -> None:
 
     modules = solve_modules()
     for spec in policies():
-        assert spec.entry_point.partition(":")[0] in modules, spec.name
+        for entry in (spec.entry_point, spec.packed_entry_point):
+            assert not entry or entry.partition(":")[0] in modules, spec.name

@@ -193,7 +193,7 @@ def test_a_real_solve_over_the_memory_ceiling_fails_cleanly() -> None:
     ):
         stub = service_grpc.AllocationServiceStub(ch)
         error = call_error(lambda: solve(stub, big))
-        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error
+        assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (error, tight.stderr())
         assert "memory" in (error.details() or "")
         assert_optimal(solve(stub, small_request()))
         assert health_status(ch) == SERVING
