@@ -154,9 +154,8 @@ def _test_hook(request: Any) -> None:
     if name == "test:allocate":
         import numpy as np
 
-        blocks = []
-        while True:  # untouched pages: counted by the ceiling, never resident
-            blocks.append(np.empty(256 * 2**20, dtype=np.uint8))
+        blocks = [np.empty(256 * 2**20, dtype=np.uint8) for _ in range(256)]  # 64 GiB, untouched
+        raise RuntimeError(f"no memory ceiling stopped {len(blocks)} blocks of 256 MiB")
     if name == "test:raise":
         raise RuntimeError(f"test failure in {__file__} with a secret value 'hunter2'")
     if name == "test:kill":
