@@ -214,6 +214,9 @@ def _configure_logging() -> None:
 
 async def serve(options: ServeOptions) -> int:
     """Serve until SIGTERM/SIGINT; returns the process exit code."""
+    from apportion.server.workers import start_fork_server
+
+    start_fork_server()  # the workers' imports run in it while this process loads gRPC
     import grpc
     import grpc.aio  # imported here so that building the command line stays cheap
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc

@@ -260,6 +260,15 @@ def _context() -> multiprocessing.context.ForkServerContext | multiprocessing.co
     return multiprocessing.get_context("spawn")
 
 
+def start_fork_server() -> None:
+    """Launch the fork server (it imports `solve_modules` in its own process) unless it runs
+    already; returns without waiting for its imports. Calling it early lets those imports
+    overlap with the caller's own start-up."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        multiprocessing.set_forkserver_preload(solve_modules())
+        multiprocessing.forkserver.ensure_running()
+
+
 class WorkerPool:
     """`workers` solver processes (default: os.cpu_count()) admitting at most
     `workers + max_pending` requests in flight, each under `memory_ceiling` bytes (None = no
@@ -313,9 +322,8 @@ class WorkerPool:
         """Start every worker and wait until all are ready. Raises `WorkerFailedError` when
         a worker cannot start (or the memory ceiling leaves it no room)."""
         if self._ctx.get_start_method() == "forkserver":
-            self._ctx.set_forkserver_preload(solve_modules())
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._executor, multiprocessing.forkserver.ensure_running)
+            await loop.run_in_executor(self._executor, start_fork_server)
         started = await asyncio.gather(*(self._start_worker() for _ in range(self.size)))
         for worker in started:
             self._ready(worker)
