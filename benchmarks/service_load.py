@@ -22,16 +22,14 @@ import argparse
 import asyncio
 import collections
 import random
-import signal
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import grpc
 import grpc.aio
 from google.protobuf import json_format
+from served import start_server, stop, tree_rss_kib
 
 from apportion.server.pipeline import solve_request
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -66,45 +64,6 @@ def bad_requests() -> dict[str, bytes]:
         "100 KB policy name": huge.SerializeToString(),
         "not a request": b"\xff" * 64,
     }
-
-
-def tree_rss_kib(pid: int) -> tuple[int, int]:
-    """(RSS of `pid`, RSS of `pid` and all its descendants), KiB."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        child = int(entry.name)
-        children.setdefault(int(fields["PPid"]), []).append(child)
-        rss[child] = int(fields.get("VmRSS", "0 kB").split()[0])
-    total, todo = 0, [pid]
-    while todo:
-        current = todo.pop()
-        total += rss.get(current, 0)
-        todo += children.get(current, [])
-    return rss.get(pid, 0), total
-
-
-def start_server(workers: int, max_pending: int) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "apportion.server.cli", "serve", "--port", "0",
-         "--workers", str(workers), "--max-pending", str(max_pending)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("apportion listening on "):
-        process.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
-    return process, line.rpartition(" ")[2].strip()
 
 
 async def run_clients(
@@ -168,7 +127,9 @@ def main() -> None:
     args = parser.parse_args()
 
     reference = in_process_reference()
-    process, address = start_server(args.workers, args.max_pending)
+    process, address, _ = start_server(
+        "--workers", str(args.workers), "--max-pending", str(args.max_pending)
+    )
     try:
         time.sleep(1.0)
         before = tree_rss_kib(process.pid)
@@ -178,8 +139,7 @@ def main() -> None:
         after = tree_rss_kib(process.pid)
         alive = process.poll() is None
     finally:
-        process.send_signal(signal.SIGTERM)
-        code = process.wait(timeout=60)
+        code = stop(process)
 
     latencies = [r[2] for r in results]
     solved = [r[2] for r in results if r[1] == "OK"]

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import grpc
+from served import descendants, start_server, stop
 
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import allocation_service_pb2_grpc as service_grpc
@@ -39,52 +40,6 @@ def small_request() -> service_pb.SolveRequest:
         job.throughput["v100"] = 1.0 + k
     request.policy.name = "weighted_max_min_fairness"
     return request
-
-
-def launch(workers: int) -> tuple[subprocess.Popen[str], str, float]:
-    """Start a server; (process, address, seconds to the listening line)."""
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "apportion.server.cli", "serve", "--port", "0",
-         "--workers", str(workers)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    elapsed = time.perf_counter() - started
-    if not line.startswith("apportion listening on "):
-        process.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
-    return process, line.rpartition(" ")[2].strip(), elapsed
-
-
-def stop(process: subprocess.Popen[str]) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
-            except OSError:
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
 
 
 def workers_of(server: subprocess.Popen[str]) -> set[int]:
@@ -148,11 +103,11 @@ def main() -> None:
     ]
     listening = []
     for _ in range(args.repeat):
-        process, _address, elapsed = launch(args.workers)
+        process, _address, elapsed = start_server("--workers", str(args.workers))
         listening.append(elapsed)
         stop(process)
     respawns = []
-    process, address, _ = launch(1)
+    process, address, _ = start_server("--workers", "1")
     try:
         for _ in range(args.repeat):
             respawns.append(respawn_s(address, process))

@@ -9,8 +9,9 @@ per-epoch profiles on a one-type cluster, per-configuration goodputs), sent to a
 generous gRPC deadline. The wall time is the client's, from sending the request to holding
 the response. Target: wall <= 1.1 x limit + 0.2 s, with an honest termination.
 
-A policy whose snapshot cannot be built that big (over the server's 64 MiB message limit, or
-rejected by validation) is tried at 32,768, 8,192 and 2,048 jobs; the size used is printed.
+A policy whose snapshot cannot be built that big (over the server's 64 MiB message limit,
+rejected by validation, or estimated to take the snapshot builder over 2 minutes) is tried at
+32,768, 8,192 and 2,048 jobs; the size used and the reason are printed.
 Reference in the same run, per policy: the same request with a 1 µs limit, answered right after
 parsing and validation (`no_solution`): the part of the wall time that is not the solve.
 """
@@ -18,12 +19,10 @@ parsing and validation (`no_solution`): the part of the wall time that is not th
 from __future__ import annotations
 
 import argparse
-import signal
-import subprocess
-import sys
 import time
 
 import grpc
+from served import start_server, stop
 
 from apportion.datasets.cluster import ClusterSpec
 from apportion.datasets.generators import (
@@ -48,6 +47,10 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 256 * 2**20),
     ("grpc.max_receive_message_length", 256 * 2**20),
 ]
+BUILD_BUDGET_S = 120.0
+"""A snapshot estimated to take longer than this to build (in this script) is built smaller:
+Sia's per-configuration goodputs take superlinear time in the snapshot builder."""
+CALIBRATION_JOBS = 2048
 GPUS_PER_JOB = 0.75
 """Cluster size: devices per job of the snapshot (a congested cluster)."""
 
@@ -83,9 +86,17 @@ def snapshot(spec: PolicySpec, jobs: int, seed: int = 0) -> service_pb.SolveRequ
 
 
 def buildable(spec: PolicySpec, sizes: list[int]) -> tuple[service_pb.SolveRequest | None, str]:
-    """The largest snapshot in `sizes` the server accepts, and what happened to larger ones."""
+    """The largest snapshot in `sizes` the server accepts and that builds within
+    `BUILD_BUDGET_S` (estimated from a 2,048-job build), and what happened to larger ones."""
     notes = []
+    started = time.perf_counter()
+    snapshot(spec, CALIBRATION_JOBS)
+    calibration_s = time.perf_counter() - started
     for jobs in sizes:
+        estimate = calibration_s * (jobs / CALIBRATION_JOBS) ** 1.5
+        if estimate > BUILD_BUDGET_S:
+            notes.append(f"{jobs} jobs: building would take about {estimate:.0f} s")
+            continue
         started = time.perf_counter()
         request = snapshot(spec, jobs)
         size = request.ByteSize()
@@ -118,21 +129,6 @@ def call(
     return wall, termination_name(reply.stats.termination), reply.stats.wall_time_s
 
 
-def start_server() -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "apportion.server.cli", "serve", "--port", "0", "--workers", "1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("apportion listening on "):
-        process.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
-    return process, line.rpartition(" ")[2].strip()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=100_000)
@@ -142,7 +138,7 @@ def main() -> None:
     chosen = [s for s in policies() if not args.policies or s.name in args.policies]
     sizes = [args.jobs, *(n for n in SMALLER if n < args.jobs)]
 
-    process, address = start_server()
+    process, address, _ = start_server("--workers", "1")
     print(f"{'policy':<30} {'jobs':>7} {'MiB':>5} {'limit':>5} {'wall s':>7} {'target':>6} "
           f"{'':>4}  {'termination':<18} {'server s':>8}  fixed s")
     failures = []
@@ -169,8 +165,7 @@ def main() -> None:
                 if jobs < args.jobs:
                     print(f"{'':<30} ({note})")
     finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+        stop(process)
     print(f"over the target: {', '.join(failures) if failures else 'none'}")
 
 

@@ -100,31 +100,27 @@ def test_unexpected_exception_is_one_line_with_a_request_id(
     assert_optimal(solve(stub, small_request()))
 
 
-def test_solve_over_the_memory_ceiling_fails_alone(
-    server: Server, stub: service_grpc.AllocationServiceStub
+WORKER_FAILURES = {
+    "allocate": (grpc.StatusCode.RESOURCE_EXHAUSTED, "the solve needed more memory"),
+    "kill": (grpc.StatusCode.INTERNAL, "the solver worker died while running this request"),
+}
+"""Hook -> (status, start of the message): a solve over the memory ceiling, a worker killed
+in the middle of a solve."""
+
+
+@pytest.mark.parametrize("hook", list(WORKER_FAILURES))
+def test_a_failing_worker_fails_its_request_only(
+    server: Server, stub: service_grpc.AllocationServiceStub, hook: str
 ) -> None:
+    code, message = WORKER_FAILURES[hook]
     before = settled(server)
     neighbour = stub.Solve.future(hook_request("sleep:1"), timeout=CALL_TIMEOUT_S)
-    error = call_error(lambda: solve(stub, hook_request("allocate")))
-    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error
-    assert "memory" in (error.details() or "")
+    error = call_error(lambda: solve(stub, hook_request(hook)))
+    assert error.code() == code, error
+    assert (error.details() or "").startswith(message)
     assert detail(error, error_details_pb2.RetryInfo) is None, "retrying cannot help"
     assert_optimal(neighbour.result(timeout=CALL_TIMEOUT_S))  # the other request is unaffected
-    after = settled(server)
-    assert len(before - after) == 1, "the worker that hit the ceiling is replaced"
-    assert_optimal(solve(stub, small_request()))
-
-
-def test_worker_killed_mid_request_fails_that_request_only(
-    server: Server, stub: service_grpc.AllocationServiceStub
-) -> None:
-    before = settled(server)
-    neighbour = stub.Solve.future(hook_request("sleep:1"), timeout=CALL_TIMEOUT_S)
-    error = call_error(lambda: solve(stub, hook_request("kill")))
-    assert error.code() == grpc.StatusCode.INTERNAL, error
-    assert "died" in (error.details() or "") and "request id" in (error.details() or "")
-    assert_optimal(neighbour.result(timeout=CALL_TIMEOUT_S))
-    assert len(before - settled(server)) == 1
+    assert len(before - settled(server)) == 1, "the failed worker is replaced"
     assert_optimal(solve(stub, small_request()))
 
 
