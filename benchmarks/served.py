@@ -3,6 +3,7 @@ processes. Imported by startup.py, service_load.py and time_limits.py (run from 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -65,6 +66,20 @@ def descendants(pid: int) -> set[int]:
             found.add(child)
             todo.append(child)
     return found
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by `pid` and its live descendants, and by the
+    children they have reaped."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for member in {pid, *descendants(pid)}:
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+    return total / ticks
 
 
 def tree_rss_kib(pid: int) -> tuple[int, int]:
