@@ -3,8 +3,14 @@
 `add_serve_arguments` and `run_from_args` back both ``apportion serve`` and
 ``python -m apportion.server.app``. Once the workers are ready and health says SERVING, one
 line ``apportion listening on HOST:PORT`` (the bound port, also for ``--port 0``) is printed
-to stdout. SIGTERM or SIGINT: health goes NOT_SERVING, the server stops gracefully (running
-calls get `GRACE_S` seconds), the workers are stopped, and the exit code is 0.
+to stdout; the log (warnings, failed requests with their request id and traceback) goes to
+stderr. Health says NOT_SERVING whenever no worker is alive (until a replacement is ready).
+SIGTERM or SIGINT: health goes NOT_SERVING, the server stops gracefully (running calls get
+`GRACE_S` seconds), the workers are stopped, and the exit code is 0.
+
+Transport security: ``--tls-cert``/``--tls-key`` serve TLS, ``--tls-client-ca`` additionally
+requires every client to present a certificate signed by that CA (mutual TLS). Serving a
+non-loopback address without TLS prints a warning on stderr.
 
 Importing this module is cheap (no grpc, numpy or solver imports) so that a command line can
 build its parser from `add_serve_arguments`.
@@ -14,9 +20,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
+import logging
+import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 50051
@@ -28,6 +40,10 @@ HARD_CAP_FACTOR = 4
 """gRPC's own receive limit is this multiple of --max-message-bytes, so that a request
 somewhat over the limit still arrives and is rejected with a field violation."""
 _INT32_MAX = 2**31 - 1
+DEFAULT_MEMORY_SHARE = 0.5
+"""Default worker memory ceiling: this share of the machine's physical memory, divided among
+the workers."""
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def _positive_int(text: str) -> int:
@@ -49,6 +65,43 @@ def _port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be in 0..65535, got {value}")
     return value
+
+
+def byte_size(text: str) -> int:
+    """A size in bytes: an integer or a decimal with a K, M, G or T suffix (powers of 1024;
+    "KiB"/"KB" spellings accepted), e.g. ``512M``, ``1.5G``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:I?B)?\s*", text.upper())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4096, 512M, 2G)")
+    value = int(float(match.group(1)) * _UNITS[match.group(2)])
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return value
+
+
+def physical_memory_bytes() -> int | None:
+    """The machine's physical memory (bytes), None when unknown."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def default_worker_memory(workers: int) -> int | None:
+    """`DEFAULT_MEMORY_SHARE` of the physical memory divided by `workers` (None = unknown)."""
+    total = physical_memory_bytes()
+    return None if total is None else int(DEFAULT_MEMORY_SHARE * total / workers)
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+    name = host.strip("[]")
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,7 +132,29 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-message-bytes",
         type=_positive_int,
         default=DEFAULT_MAX_MESSAGE_BYTES,
-        help="largest accepted request in bytes (default %(default)s)",
+        help="largest accepted request in bytes (default %(default)s); a request over it "
+        "gets INVALID_ARGUMENT, one over 4 times it is refused by gRPC (RESOURCE_EXHAUSTED "
+        "without RetryInfo)",
+    )
+    parser.add_argument(
+        "--max-worker-memory",
+        type=byte_size,
+        default=None,
+        metavar="SIZE",
+        help="memory ceiling of each solver worker (heap, arrays and thread stacks; bytes or "
+        "K/M/G/T suffix); a solve over it fails with RESOURCE_EXHAUSTED and the worker is "
+        f"replaced (default: {DEFAULT_MEMORY_SHARE * 100:.0f}%% of the machine's memory divided by "
+        "the workers)",
+    )
+    parser.add_argument(
+        "--tls-cert", metavar="FILE", help="serve TLS with this PEM certificate (chain)"
+    )
+    parser.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+    parser.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="PEM CA certificate(s): require clients to present a certificate signed by them "
+        "(mutual TLS; needs --tls-cert)",
     )
 
 
@@ -87,10 +162,62 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-async def serve(
-    host: str, port: int, workers: int | None, max_pending: int, max_message_bytes: int
-) -> int:
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files for TLS: the server's certificate chain and key, and (mutual TLS) the CA
+    that client certificates must be signed by."""
+
+    cert: bytes
+    key: bytes
+    client_ca: bytes | None = None
+
+
+def read_tls(cert: str | None, key: str | None, client_ca: str | None) -> TlsFiles | None:
+    """The TLS files named on the command line, None without TLS. Raises ValueError for an
+    incomplete set or an unreadable file."""
+    if cert is None and key is None:
+        if client_ca is not None:
+            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if cert is None or key is None:
+        raise ValueError("--tls-cert and --tls-key go together")
+    try:
+        return TlsFiles(
+            Path(cert).read_bytes(),
+            Path(key).read_bytes(),
+            None if client_ca is None else Path(client_ca).read_bytes(),
+        )
+    except OSError as exc:
+        raise ValueError(f"cannot read {exc.filename}: {exc.strerror}") from exc
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Everything `serve` needs (see `add_serve_arguments` for the meaning of each)."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    workers: int | None = None
+    max_pending: int = 0
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_worker_memory: int | None = None
+    tls: TlsFiles | None = None
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+async def serve(options: ServeOptions) -> int:
     """Serve until SIGTERM/SIGINT; returns the process exit code."""
+    from apportion.server.workers import start_fork_server
+
+    start_fork_server()  # the workers' imports run in it while this process loads gRPC
+    import grpc
     import grpc.aio  # imported here so that building the command line stays cheap
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection
@@ -98,7 +225,15 @@ async def serve(
     from apportion.server.service import SERVICE_NAME, AllocationServiceServicer, generic_handler
     from apportion.server.workers import WorkerFailedError, WorkerPool
 
-    hard_cap = min(HARD_CAP_FACTOR * max_message_bytes, _INT32_MAX)
+    _configure_logging()
+    address = _address(options.host, options.port)
+    if options.tls is None and not is_loopback(options.host):
+        print(
+            f"apportion: warning: serving {address} without TLS: anyone who can reach it can "
+            "read and send requests (use --tls-cert/--tls-key, or a loopback address)",
+            file=sys.stderr,
+        )
+    hard_cap = min(HARD_CAP_FACTOR * options.max_message_bytes, _INT32_MAX)
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", hard_cap),
@@ -106,21 +241,51 @@ async def serve(
             ("grpc.so_reuseport", 0),
         ]
     )
-    pool = WorkerPool(workers, max_pending)
+    workers = options.workers if options.workers is not None else (os.cpu_count() or 1)
+    ceiling = options.max_worker_memory or default_worker_memory(workers)
     health_servicer = health.aio.HealthServicer()
+    serving = False  # health says SERVING: started, and at least one worker alive
+    started = False
+    health_updates: set[asyncio.Task[None]] = set()
+
+    async def set_health(ok: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if ok else (
+            health_pb2.HealthCheckResponse.NOT_SERVING)
+        for name in ("", SERVICE_NAME):
+            await health_servicer.set(name, status)
+
+    def on_alive(alive: int) -> None:
+        nonlocal serving
+        if serving == (alive > 0) or not started:
+            return
+        serving = alive > 0
+        if not serving:
+            logging.getLogger(__name__).warning("no solver worker is alive: NOT_SERVING")
+        task = asyncio.get_running_loop().create_task(set_health(serving))
+        health_updates.add(task)
+        task.add_done_callback(health_updates.discard)
+
+    pool = WorkerPool(workers, options.max_pending, ceiling, on_alive)
     server.add_generic_rpc_handlers(
-        (generic_handler(AllocationServiceServicer(pool, max_message_bytes)),)
+        (generic_handler(AllocationServiceServicer(pool, options.max_message_bytes)),)
     )
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    for name in ("", SERVICE_NAME):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await set_health(False)
     try:
-        bound = server.add_insecure_port(_address(host, port))
+        if options.tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            credentials = grpc.ssl_server_credentials(
+                [(options.tls.key, options.tls.cert)],
+                root_certificates=options.tls.client_ca,
+                require_client_auth=options.tls.client_ca is not None,
+            )
+            bound = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
-        print(f"apportion: cannot listen on {_address(host, port)}: {exc}", file=sys.stderr)
+        print(f"apportion: cannot listen on {address}: {exc}", file=sys.stderr)
         return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -135,9 +300,14 @@ async def serve(
             await server.stop(None)
             await pool.close()
             return 1
-        for name in ("", SERVICE_NAME):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        print(f"apportion listening on {_address(host, bound)}", flush=True)
+        started = True
+        on_alive(pool.alive)
+        await asyncio.gather(*health_updates)
+        logging.getLogger(__name__).info(
+            "%d solver workers ready, %s bytes each after start-up, ceiling %s bytes",
+            pool.alive, pool.baseline_bytes, ceiling,
+        )
+        print(f"apportion listening on {_address(options.host, bound)}", flush=True)
         await stop.wait()
         await health_servicer.enter_graceful_shutdown()
         await server.stop(GRACE_S)
@@ -150,9 +320,21 @@ async def serve(
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the server with options parsed by a parser set up by `add_serve_arguments`."""
-    return asyncio.run(
-        serve(args.host, args.port, args.workers, args.max_pending, args.max_message_bytes)
+    try:
+        tls = read_tls(args.tls_cert, args.tls_key, args.tls_client_ca)
+    except ValueError as exc:
+        print(f"apportion: error: {exc}", file=sys.stderr)
+        return 2
+    options = ServeOptions(
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        max_pending=args.max_pending,
+        max_message_bytes=args.max_message_bytes,
+        max_worker_memory=args.max_worker_memory,
+        tls=tls,
     )
+    return asyncio.run(serve(options))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,22 +2,29 @@
 
 Exit codes: 0 success (including a solve that ends infeasible or at its time limit: the
 termination is printed), 2 invalid input (unreadable file, bad JSON, unknown field, every
-validation violation as ``field: description`` on stderr, usage errors), 3 internal failure.
+validation violation as ``field: description`` on stderr, usage errors), 3 internal failure
+(one line; ``--debug`` prints the traceback), 141 (128 + SIGPIPE) when the reader of the
+output went away (``apportion solve ... | head``), silently, as Unix tools do. Messages echo
+values from the input bounded and with control characters escaped (`error_text`).
 
-Importing this module must stay cheap (`apportion --help` answers instantly): numpy, cvxpy,
+Importing this module must stay cheap (`apportion --help` answers instantly): numpy, solvers,
 gRPC and the generated protobuf modules are imported inside the subcommand functions only.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from apportion.server.cli_errors import EXIT_INTERNAL, EXIT_INVALID_INPUT, EXIT_OK, InputError
+from apportion.server.error_text import bounded, listed, one_line
 
 if TYPE_CHECKING:
     from apportion.datasets.cluster import ClusterSpec
@@ -27,6 +34,9 @@ if TYPE_CHECKING:
     from apportion.v1 import allocation_service_pb2 as service_pb
 
 PROG = "apportion"
+MAX_PRINTED_VIOLATIONS = 100
+"""Violations printed for one input; the rest are counted in a final line."""
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 # --------------------------------------------------------------------------- input
@@ -72,10 +82,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
     from apportion.server import render
     from apportion.server.pipeline import solve_request
+    from apportion.solver.deadline import Deadline
 
+    arrived = time.monotonic()  # the time limit counts from here: reading the file included
+    deadline = Deadline.after(args.time_limit) if args.time_limit is not None else None
     request = load_request(args.file)
     _apply_overrides(request, args.policy, args.time_limit)
-    response = solve_request(request)
+    response = solve_request(request, deadline, arrived)
     if args.json:
         print(json_format.MessageToJson(response, preserving_proto_field_name=False))
     else:
@@ -336,7 +349,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     solve = sub.add_parser("solve", help="solve a snapshot file and print the plan")
     _add_input(solve)
     solve.add_argument(
-        "--time-limit", metavar="SECONDS", type=float, help="solver time limit (overrides the file)"
+        "--time-limit",
+        metavar="SECONDS",
+        type=float,
+        help="time limit from the start of the command, reading the file included "
+        "(overrides the file's)",
     )
     solve.add_argument("--json", action="store_true", help="print the SolveResponse as JSON")
     solve.add_argument("--all", action="store_true", help="print every job (default: first 50)")
@@ -396,25 +413,39 @@ def run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) 
     from apportion.solver.errors import ValidationError
 
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError:
+        return _output_closed()
     except InputError as exc:
-        _err(f"{PROG}: error: {exc}")
+        _err(f"{PROG}: error: {bounded(str(exc))}")
         return EXIT_INVALID_INPUT
     except ValidationError as exc:
-        _err(str(exc))  # one `field: description` line per violation
+        for violation in listed(exc.violations, MAX_PRINTED_VIOLATIONS):
+            _err(str(violation))  # one `field: description` line each
         return EXIT_INVALID_INPUT
     except KeyboardInterrupt:
         _err(f"{PROG}: interrupted")
         return 130
     except Exception as exc:
-        if args.debug:
+        if getattr(args, "debug", False):
             traceback.print_exc()
         else:
             _err(
-                f"{PROG}: internal error: {type(exc).__name__}: {exc} "
+                f"{PROG}: internal error: {one_line(f'{type(exc).__name__}: {exc}')} "
                 "(run with --debug for a traceback)"
             )
         return EXIT_INTERNAL
+
+
+def _output_closed() -> int:
+    """The reader of stdout went away: stop quietly, as a Unix tool killed by SIGPIPE does
+    (stdout is pointed at /dev/null so that the interpreter's final flush stays silent)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """Human-readable text for the command line: the plan table, the stats block, the policy list.
 
-Pure functions from wire messages (or registry entries) to strings; no I/O.
+Pure functions from wire messages (or registry entries) to strings; no I/O. Every table cell
+has its control characters escaped (a raw newline in a job id must not start a fake line).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
+from apportion.server.error_text import escape
 from apportion.solver.registry import PolicySpec
 from apportion.v1 import allocation_service_pb2 as service_pb
 
@@ -48,11 +50,15 @@ def _share(value: float) -> str:
 
 
 def _clip(text: str, width: int = _MAX_ID_WIDTH) -> str:
+    """`text` escaped, then cut to `width` characters."""
+    text = escape(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _format_rows(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
     """Align columns: the first `left` columns left-aligned, the others right-aligned."""
+    header = [escape(cell) for cell in header]
+    rows = [[escape(cell) for cell in row] for row in rows]
     widths = [max(len(row[c]) for row in [header, *rows]) for c in range(len(header))]
     lines = []
     for row in [header, *rows]:

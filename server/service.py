@@ -2,21 +2,39 @@
 
 `Solve` receives the raw request bytes (no deserializer) so it can enforce its own message
 size limit and hand the bytes to a worker process untouched; the worker parses, validates
-and solves. The time limit passed to the worker is the call deadline minus a margin (the
-request's own `options.time_limit_s` still applies when smaller: the pipeline takes the
-minimum). A worker still busy shortly after the deadline is terminated.
+and solves. The request's deadline is made the moment the call arrives: the gRPC deadline
+minus a margin (`time_limits`), so time spent waiting for a worker is taken off it. The worker
+also learns the arrival instant, from which the request's own ``options.time_limit_s`` counts.
+A worker still busy shortly after the gRPC deadline is terminated.
+
+Every call gets a request id. Unexpected failures answer INTERNAL with a one-line message and
+that id; the traceback goes to the server's log under the same id, never to the client.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import time
+import uuid
+
 import grpc
 import grpc.aio
 
-from apportion.server.errors import abort, abort_with, bad_request_status, validation_status
+from apportion.server.error_text import one_line
+from apportion.server.errors import (
+    abort,
+    abort_with,
+    bad_request_status,
+    busy_status,
+    internal_status,
+    validation_status,
+)
 from apportion.server.workers import (
     PoolClosedError,
     PoolExhaustedError,
     WorkerFailedError,
+    WorkerMemoryError,
     WorkerPool,
 )
 from apportion.solver.errors import ValidationError, Violation
@@ -32,17 +50,27 @@ MARGIN_MIN_S = 0.05
 and at least 0.05 s."""
 HARD_TIMEOUT_GRACE_S = 0.5
 """A worker still busy this long (s) after the call deadline is terminated."""
+RETRY_AFTER_S = 1.0
+"""The retry delay (s) a busy reply suggests in its google.rpc.RetryInfo."""
+
+_log = logging.getLogger(__name__)
 
 
 def time_limits(remaining_s: float | None) -> tuple[float, float | None]:
-    """(solver time-limit cap, hard timeout) in seconds for a call with `remaining_s` seconds
-    left before its deadline; (0.0 = no cap, None = no timeout) for a call without one."""
+    """(budget, hard timeout) in seconds for a call with `remaining_s` seconds left before
+    its gRPC deadline: the budget leaves a margin for the reply to travel back; (inf, None)
+    for a call without a deadline."""
     if remaining_s is None:
-        return 0.0, None
+        return math.inf, None
     remaining_s = max(remaining_s, 0.0)
     margin = max(MARGIN_MIN_S, min(MARGIN_MAX_S, MARGIN_FRACTION * remaining_s))
-    cap = max(remaining_s - margin, 0.5 * remaining_s, 1e-3)
-    return cap, remaining_s + HARD_TIMEOUT_GRACE_S
+    budget = max(remaining_s - margin, 0.5 * remaining_s, 1e-3)
+    return budget, remaining_s + HARD_TIMEOUT_GRACE_S
+
+
+def new_request_id() -> str:
+    """A short random id naming one call in replies and in the log."""
+    return uuid.uuid4().hex[:16]
 
 
 def list_policies_response() -> service_pb.ListPoliciesResponse:
@@ -88,6 +116,9 @@ class AllocationServiceServicer:
 
     async def Solve(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         """Serialized SolveRequest in, serialized SolveResponse out."""
+        arrived = time.monotonic()
+        budget_s, timeout_s = time_limits(context.time_remaining())
+        request_id = new_request_id()
         if len(request) > self._max_message_bytes:
             await abort_with(
                 context,
@@ -101,12 +132,14 @@ class AllocationServiceServicer:
                     ]
                 ),
             )
-        cap_s, timeout_s = time_limits(context.time_remaining())
         try:
-            return await self._pool.submit(request, cap_s, timeout_s)
+            return await self._pool.submit(request, arrived + budget_s, arrived, timeout_s)
         except ValidationError as exc:
             await abort_with(context, validation_status(exc))
         except PoolExhaustedError as exc:
+            await abort_with(context, busy_status(str(exc), RETRY_AFTER_S))
+        except WorkerMemoryError as exc:
+            _log.warning("request %s: %s", request_id, exc)
             await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
         except TimeoutError:
             await abort(
@@ -117,7 +150,12 @@ class AllocationServiceServicer:
         except PoolClosedError as exc:
             await abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
         except WorkerFailedError as exc:
-            await abort(context, grpc.StatusCode.INTERNAL, f"solver failure: {exc}")
+            _log.error("request %s failed: %s\n%s", request_id, exc.summary, exc.detail)
+            await abort_with(context, internal_status(one_line(exc.summary), request_id))
+        except Exception as exc:  # a defect of the service itself: same treatment
+            _log.exception("request %s failed in the service", request_id)
+            summary = one_line(f"unexpected {type(exc).__name__} in the service")
+            await abort_with(context, internal_status(summary, request_id))
 
     async def ListPolicies(
         self, request: service_pb.ListPoliciesRequest, context: grpc.aio.ServicerContext

@@ -7,6 +7,7 @@ import argparse
 import importlib.util
 import json
 import math
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,46 @@ def test_unknown_policy_exits_2_listing_known_policies() -> None:
     for name in known_names():
         assert name in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_time_limit_counts_from_the_start_of_the_command() -> None:
+    """Reading and validating the file spends the --time-limit too: with 1 µs nothing is left
+    for the solve, which is reported instead of run."""
+    result = run_cli("solve", FOUR_JOBS, "--time-limit", "1e-6", "--json")
+    assert result.returncode == 0, result.stderr
+    response = json_format.Parse(result.stdout, service_pb.SolveResponse())
+    assert response.stats.termination == service_pb.TERMINATION_REASON_NO_SOLUTION
+    assert "ran out before the solve started" in response.stats.detail
+    assert response.stats.time_limit_s == 1e-6
+
+
+def test_output_closed_early_exits_quietly() -> None:
+    """`apportion solve ... | head`: the reader goes away; no error message, the SIGPIPE
+    exit status of a Unix tool."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "apportion.server.cli", "solve", str(CLUSTER_32), "--all"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # before the command can write anything
+    stderr = process.stderr.read()
+    assert process.wait(timeout=120) == 128 + signal.SIGPIPE
+    assert stderr == b""
+
+
+def test_a_huge_echoed_value_is_cut(tmp_path: Path) -> None:
+    doc = json.loads(FOUR_JOBS.read_text())
+    doc["policy"] = {"name": "p" * 2**20 + "\n" + "fake.field: fake violation"}
+    snapshot = tmp_path / "huge_name.json"
+    snapshot.write_text(json.dumps(doc))
+    result = run_cli("validate", snapshot)
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("policy.name: unknown policy 'ppp")
+    assert "characters omitted]" in line
+    assert len(line) < 2000
 
 
 def test_negative_time_limit_is_invalid_input() -> None:
@@ -207,12 +248,13 @@ def test_import_is_light() -> None:
 
 def test_internal_error_exits_3_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
     def boom(args: argparse.Namespace) -> int:
-        raise RuntimeError("solver exploded")
+        raise RuntimeError("solver exploded\nwhile doing\nthings " + "x" * 100_000)
 
     code = cli.run(boom, argparse.Namespace(debug=False))
     err = capsys.readouterr().err
     assert code == 3
-    assert "solver exploded" in err and "Traceback" not in err
+    (line,) = err.splitlines()  # one line, bounded
+    assert "solver exploded" in line and "Traceback" not in line and len(line) < 2000
 
     code = cli.run(boom, argparse.Namespace(debug=True))
     assert code == 3
@@ -246,6 +288,20 @@ def test_report_flags_non_optimal_termination() -> None:
     assert "no plan" in text
     assert "termination    infeasible" in text
     assert "not a proven optimum" in text
+
+
+def test_control_characters_in_ids_are_escaped() -> None:
+    """A newline in a job id must not start a line of its own in the table."""
+    response = _response(2)
+    response.plan.jobs[0].job_id = "evil\nsnapshot.jobs[1].id: fake\x1b[2J"
+    table = render.plan_table(response, ["a\tb"])
+    lines = table.splitlines()
+    assert len(lines) == 4  # header, rule, two jobs
+    assert lines[2].startswith("evil\\nsnapshot.jobs[1].id")
+    assert render.plan_table(response, ["a"], 0).count("\x1b") == 0
+    response.plan.jobs[0].job_id = "\x1b[2J"
+    assert "\\x1b[2J" in render.plan_table(response, ["a"])
+    assert "a\\tb" in lines[0]
 
 
 def test_unservable_jobs_show_their_reason() -> None:

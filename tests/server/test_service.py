@@ -4,114 +4,54 @@ sockets, no mocks. Timeouts below only prevent hangs; nothing asserts how fast a
 from __future__ import annotations
 
 import math
-import random
-import selectors
-import signal
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 import pytest
 from google.rpc import error_details_pb2
+from grpc_harness import (
+    CALL_TIMEOUT_S,
+    CHANNEL_OPTIONS,
+    SERVICE,
+    Server,
+    bad_request,
+    call_error,
+    detail,
+    large_request,
+    running_server,
+    small_request,
+    wait_until,
+    worker_pids,
+)
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from grpc_status import rpc_status
 
 from apportion.server.pipeline import solve_request
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import allocation_service_pb2_grpc as service_grpc
 
-SERVICE = "apportion.v1.AllocationService"
-START_TIMEOUT_S = 120.0
-CALL_TIMEOUT_S = 60.0
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", 256 * 1024 * 1024),
-    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
-]
 SLOW_JOBS = 100_000
 """Jobs in the slow instance (distinct random throughputs on 3 types: no aggregation). Sized
 so that parsing, validating and solving it takes seconds; measured in-process at ~2-4 s."""
 
 
-def server_command(*args: str) -> list[str]:
-    """The command that starts a server: the CLI's ``apportion serve``."""
-    return [sys.executable, "-m", "apportion.server.cli", "serve", *args]
-
-
-@dataclass
-class Server:
-    process: subprocess.Popen[str]
-    address: str
-    stderr_path: Path
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-
-def _read_listening_line(process: subprocess.Popen[str], timeout_s: float) -> str:
-    assert process.stdout is not None
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            if selector.select(timeout=0.5):
-                return process.stdout.readline()
-            if process.poll() is not None:
-                return ""
-        return ""
-    finally:
-        selector.close()
-
-
-def _start(*args: str) -> Iterator[Server]:
-    with tempfile.TemporaryDirectory() as tmp:
-        stderr_path = Path(tmp) / "stderr.txt"
-        with stderr_path.open("w") as stderr:
-            process = subprocess.Popen(
-                server_command("--host", "127.0.0.1", "--port", "0", *args),
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-            )
-        try:
-            line = _read_listening_line(process, START_TIMEOUT_S)
-            prefix = "apportion listening on "
-            assert line.startswith(prefix), (
-                f"no listening line: {line!r}\n{stderr_path.read_text()}"
-            )
-            server = Server(process, line[len(prefix) :].strip(), stderr_path)
-            yield server
-            process.send_signal(signal.SIGTERM)
-            code = process.wait(timeout=60)
-            assert code == 0, f"exit code {code}\n{server.stderr()}"
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            assert process.stdout is not None
-            process.stdout.close()
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    yield from _start("--workers", "2", "--max-pending", "6")
+    with running_server("--workers", "2", "--max-pending", "6") as started:
+        yield started
 
 
 @pytest.fixture(scope="module")
 def small_limit_server() -> Iterator[Server]:
-    yield from _start("--workers", "1", "--max-message-bytes", "2000")
+    with running_server("--workers", "1", "--max-message-bytes", "2000") as started:
+        yield started
 
 
 @pytest.fixture(scope="module")
 def saturated_server() -> Iterator[Server]:
-    yield from _start("--workers", "1", "--max-pending", "0")
+    with running_server("--workers", "1", "--max-pending", "0") as started:
+        yield started
 
 
 @pytest.fixture(scope="module")
@@ -125,76 +65,15 @@ def stub(channel: grpc.Channel) -> service_grpc.AllocationServiceStub:
     return service_grpc.AllocationServiceStub(channel)
 
 
-def small_request() -> service_pb.SolveRequest:
-    request = service_pb.SolveRequest()
-    cluster = request.snapshot.cluster
-    cluster.accelerator_types.add(name="v100", count=4)
-    cluster.accelerator_types.add(name="p100", count=2)
-    for job_id, v100, p100, scale, weight in (
-        ("a", 4.0, 2.0, 1, 1.0),
-        ("b", 3.0, 2.5, 2, 2.0),
-        ("c", 1.0, 0.0, 1, 1.0),
-    ):
-        job = request.snapshot.jobs.add(id=job_id, scale_factor=scale, priority_weight=weight)
-        job.throughput["v100"] = v100
-        job.throughput["p100"] = p100
-    request.policy.name = "weighted_max_min_fairness"
-    return request
-
-
-def large_request(jobs: int, seed: int = 7) -> service_pb.SolveRequest:
-    """`jobs` jobs with distinct random throughputs over three types."""
-    request = service_pb.SolveRequest()
-    names = ("v100", "p100", "k80")
-    for name in names:
-        request.snapshot.cluster.accelerator_types.add(name=name, count=jobs // 100 + 1)
-    rng = random.Random(seed)
-    for i in range(jobs):
-        job = request.snapshot.jobs.add(id=f"job-{i}")
-        for name in names:
-            job.throughput[name] = rng.uniform(0.1, 10.0)
-    request.policy.name = "weighted_max_min_fairness"
-    return request
-
-
 @pytest.fixture(scope="module")
 def slow_request() -> service_pb.SolveRequest:
     return large_request(SLOW_JOBS)
-
-
-def bad_request(error: grpc.RpcError) -> error_details_pb2.BadRequest:
-    """The BadRequest detail of an INVALID_ARGUMENT error."""
-    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error
-    status = rpc_status.from_call(error)
-    assert status is not None, "no google.rpc.Status in the trailers"
-    details = error_details_pb2.BadRequest()
-    assert len(status.details) == 1
-    assert status.details[0].Unpack(details)
-    lines = [f"{v.field}: {v.description}" for v in details.field_violations]
-    assert error.details() == "\n".join(lines)
-    return details
 
 
 def rejected_fields(stub: service_grpc.AllocationServiceStub, request: object) -> list[str]:
     with pytest.raises(grpc.RpcError) as info:
         stub.Solve(request, timeout=CALL_TIMEOUT_S)
     return [v.field for v in bad_request(info.value).field_violations]
-
-
-def solver_pids(server: Server) -> set[int]:
-    """Child processes of the server (workers and multiprocessing's resource tracker)."""
-    children: set[int] = set()
-    if not Path("/proc").is_dir():
-        return children
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rpartition(")")[2].split()[1]) == server.process.pid:
-                children.add(int(entry.name))
-    return children
 
 
 # ----------------------------------------------------------------------------- service
@@ -398,6 +277,39 @@ def test_thousands_of_violations_are_summarized(stub: service_grpc.AllocationSer
     assert fields[-1] == "request"
 
 
+HUGE_NAMES = {"4,000 characters": "x" * 4000, "4,000 emoji": "\U0001f600" * 4000,
+              "1 MiB": "y" * 2**20}
+
+
+@pytest.mark.parametrize("case", list(HUGE_NAMES))
+def test_a_huge_policy_name_is_invalid_argument_with_the_name_cut(
+    stub: service_grpc.AllocationServiceStub, case: str
+) -> None:
+    """The echoed name is cut (a whole one overflows gRPC's 8 KiB trailers: the client would
+    see RESOURCE_EXHAUSTED); the list of known names at the end of the message is kept."""
+    request = small_request()
+    request.policy.name = HUGE_NAMES[case]
+    error = call_error(lambda: stub.Solve(request, timeout=CALL_TIMEOUT_S))
+    (violation,) = bad_request(error).field_violations
+    assert violation.field == "policy.name"
+    assert "characters omitted]" in violation.description
+    assert len(violation.description.encode()) <= 1300, case
+    assert violation.description.endswith("weighted_max_min_fairness")
+
+
+def test_control_characters_cannot_fake_violation_lines(
+    stub: service_grpc.AllocationServiceStub,
+) -> None:
+    """A newline in an echoed key is escaped: one message line per violation."""
+    request = small_request()
+    request.snapshot.jobs[0].throughput["v100\nsnapshot.jobs[9].id: fake"] = 1.0
+    error = call_error(lambda: stub.Solve(request, timeout=CALL_TIMEOUT_S))
+    violations = bad_request(error).field_violations
+    assert len(error.details().splitlines()) == len(violations)
+    assert any("\\n" in v.field for v in violations)
+    assert all("\n" not in v.field + v.description for v in violations)
+
+
 def test_unparsable_request(channel: grpc.Channel) -> None:
     raw = channel.unary_unary(f"/{SERVICE}/Solve")  # no serializers: bytes in, bytes out
     with pytest.raises(grpc.RpcError) as info:
@@ -420,6 +332,19 @@ def test_request_over_the_size_limit(small_limit_server: Server) -> None:
         # a request under the limit is still served
         reply = stub.Solve(small_request(), timeout=CALL_TIMEOUT_S)
         assert reply.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+
+
+def test_request_over_grpc_receive_limit_is_not_retryable(small_limit_server: Server) -> None:
+    """Over 4 x --max-message-bytes gRPC itself refuses the message with RESOURCE_EXHAUSTED:
+    unlike the busy reply, it carries no RetryInfo, and its message says what happened."""
+    request = large_request(200)
+    assert request.ByteSize() > 4 * 2000
+    with grpc.insecure_channel(small_limit_server.address) as ch:
+        stub = service_grpc.AllocationServiceStub(ch)
+        error = call_error(lambda: stub.Solve(request, timeout=CALL_TIMEOUT_S))
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error
+    assert "larger than max" in (error.details() or "")
+    assert detail(error, error_details_pb2.RetryInfo) is None
 
 
 # ----------------------------------------------------------------------------- load
@@ -445,7 +370,7 @@ def test_deadline_shorter_than_the_solve(
     stub: service_grpc.AllocationServiceStub,
     slow_request: service_pb.SolveRequest,
 ) -> None:
-    before = solver_pids(server)
+    before = worker_pids(server)
     deadline_s = 0.5
     try:
         reply = stub.Solve(slow_request, timeout=deadline_s)
@@ -454,11 +379,8 @@ def test_deadline_shorter_than_the_solve(
     else:  # finished in time: then the limit it ran under was within the deadline
         assert 0 < reply.stats.time_limit_s <= deadline_s
     # the worker running the abandoned solve is terminated and replaced
-    if before:
-        give_up = time.monotonic() + CALL_TIMEOUT_S
-        while before <= solver_pids(server) and time.monotonic() < give_up:
-            time.sleep(0.1)
-        assert not before <= solver_pids(server), "no worker was replaced"
+    assert len(before) == 2
+    assert wait_until(lambda: not before <= worker_pids(server)), "no worker was replaced"
     reply = stub.Solve(small_request(), timeout=CALL_TIMEOUT_S)
     assert reply.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
 
@@ -469,10 +391,13 @@ def test_saturation_is_resource_exhausted(
     with grpc.insecure_channel(saturated_server.address, options=CHANNEL_OPTIONS) as ch:
         stub = service_grpc.AllocationServiceStub(ch)
         calls = [stub.Solve.future(slow_request, timeout=4.0) for _ in range(2)]
-        codes = []
-        for call in calls:
-            error = call.exception(timeout=CALL_TIMEOUT_S)
-            codes.append(grpc.StatusCode.OK if error is None else error.code())
+        errors = [call.exception(timeout=CALL_TIMEOUT_S) for call in calls]
+    codes = [grpc.StatusCode.OK if e is None else e.code() for e in errors]
     assert codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED) == 1, codes
     (other,) = (c for c in codes if c != grpc.StatusCode.RESOURCE_EXHAUSTED)
     assert other in (grpc.StatusCode.OK, grpc.StatusCode.DEADLINE_EXCEEDED), codes
+    exhausted = grpc.StatusCode.RESOURCE_EXHAUSTED
+    (busy,) = (e for e in errors if e is not None and e.code() == exhausted)
+    retry = detail(busy, error_details_pb2.RetryInfo)
+    assert isinstance(retry, error_details_pb2.RetryInfo), "a busy reply says when to retry"
+    assert retry.retry_delay.ToNanoseconds() > 0

@@ -1,0 +1,173 @@
+"""Are time limits kept end to end? Every registered policy over gRPC, at 100,000 jobs.
+
+    python benchmarks/time_limits.py [--jobs 100000] [--limits 1 2] [--policies NAME ...]
+
+For each policy in the registry: a seeded snapshot of `--jobs` jobs (Gavel's generator, the
+project's synthetic throughputs, and what the policy reads: tenants, pair throughputs,
+per-epoch profiles on a one-type cluster, per-configuration goodputs), sent to a real
+``apportion serve --workers 1`` on 127.0.0.1 with ``options.time_limit_s`` = each limit and a
+generous gRPC deadline. The wall time is the client's, from sending the request to holding
+the response. Target: wall <= 1.1 x limit + 0.2 s, with an honest termination.
+
+A policy whose snapshot cannot be built that big (over the server's 64 MiB message limit,
+rejected by validation, or estimated to take the snapshot builder over 2 minutes) is tried at
+32,768, 8,192 and 2,048 jobs; the size used and the reason are printed.
+Reference in the same run, per policy: the same request with a 1 µs limit, answered right after
+parsing and validation (`no_solution`): the part of the wall time that is not the solve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import grpc
+from served import start_server, stop
+
+from apportion.datasets.cluster import ClusterSpec
+from apportion.datasets.generators import (
+    builtin_throughputs,
+    gavel_workload,
+    make_cluster,
+    pair_throughputs,
+)
+from apportion.datasets.snapshot import build_request, builtin_epoch_profiles, builtin_goodputs
+from apportion.server.convert import request_to_model
+from apportion.server.render import termination_name
+from apportion.solver.capabilities import ProblemClass
+from apportion.solver.errors import ValidationError
+from apportion.solver.registry import PolicySpec, policies
+from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1 import allocation_service_pb2_grpc as service_grpc
+
+SMALLER = (32_768, 8_192, 2_048)
+MAX_MESSAGE_BYTES = 64 * 2**20
+"""The server's default request limit."""
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", 256 * 2**20),
+    ("grpc.max_receive_message_length", 256 * 2**20),
+]
+BUILD_BUDGET_S = 120.0
+"""A snapshot estimated to take longer than this to build (in this script) is built smaller:
+Sia's per-configuration goodputs take superlinear time in the snapshot builder."""
+CALIBRATION_JOBS = 2048
+GPUS_PER_JOB = 0.75
+"""Cluster size: devices per job of the snapshot (a congested cluster)."""
+
+
+def target_s(limit_s: float) -> float:
+    return 1.1 * limit_s + 0.2
+
+
+def snapshot(spec: PolicySpec, jobs: int, seed: int = 0) -> service_pb.SolveRequest:
+    """A `jobs`-job snapshot with the inputs `spec` reads (module docstring)."""
+    caps = spec.capabilities
+    table = gavel_workload(
+        jobs, seed=seed, multi_priority=True, slo=True,
+        num_tenants=5 if caps.reads_tenants else 0,
+    )
+    devices = max(8, int(GPUS_PER_JOB * jobs))
+    cluster: ClusterSpec
+    if caps.reads_epoch_profiles:  # planning-window policies take one accelerator type
+        cluster = make_cluster({"v100": devices})
+    else:
+        cluster = make_cluster(total=devices, mix={"v100": 1, "p100": 1, "k80": 1})
+    throughputs = builtin_throughputs(cluster.types)
+    colocations = caps.uses_colocations and caps.problem_class == ProblemClass.HEURISTIC
+    if colocations:
+        throughputs = pair_throughputs(throughputs, seed=seed, scale_factors=(1, 2, 4, 8))
+    request, _ = build_request(
+        table, cluster, throughputs, 0.0, seed=seed, policy=spec.name,
+        colocations=colocations,
+        epoch_profiles=builtin_epoch_profiles(table, seed) if caps.reads_epoch_profiles else None,
+        goodputs=builtin_goodputs(cluster, seed=seed) if caps.reads_configurations else None,
+    )
+    return request
+
+
+def buildable(spec: PolicySpec, sizes: list[int]) -> tuple[service_pb.SolveRequest | None, str]:
+    """The largest snapshot in `sizes` the server accepts and that builds within
+    `BUILD_BUDGET_S` (estimated from a 2,048-job build), and what happened to larger ones."""
+    notes = []
+    started = time.perf_counter()
+    snapshot(spec, CALIBRATION_JOBS)
+    calibration_s = time.perf_counter() - started
+    for jobs in sizes:
+        estimate = calibration_s * (jobs / CALIBRATION_JOBS) ** 1.5
+        if estimate > BUILD_BUDGET_S:
+            notes.append(f"{jobs} jobs: building would take about {estimate:.0f} s")
+            continue
+        started = time.perf_counter()
+        request = snapshot(spec, jobs)
+        size = request.ByteSize()
+        if size > MAX_MESSAGE_BYTES:
+            notes.append(f"{jobs} jobs: {size / 2**20:.0f} MiB, over the message limit")
+            continue
+        try:
+            request_to_model(request)
+        except ValidationError as exc:
+            notes.append(f"{jobs} jobs: rejected ({exc.violations[0]})"[:160])
+            continue
+        notes.append(f"built {len(request.snapshot.jobs)} jobs in "
+                     f"{time.perf_counter() - started:.1f} s")
+        return request, "; ".join(notes)
+    return None, "; ".join(notes)
+
+
+def call(
+    stub: service_grpc.AllocationServiceStub, request: service_pb.SolveRequest, limit_s: float
+) -> tuple[float, str, float]:
+    """(client wall s, termination or error code, server-reported wall s)."""
+    request.options.time_limit_s = limit_s
+    data = request.SerializeToString()
+    sent = time.perf_counter()
+    try:
+        reply = stub.Solve(service_pb.SolveRequest.FromString(data), timeout=30 + 5 * limit_s)
+    except grpc.RpcError as error:
+        return time.perf_counter() - sent, error.code().name, float("nan")
+    wall = time.perf_counter() - sent
+    return wall, termination_name(reply.stats.termination), reply.stats.wall_time_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--limits", type=float, nargs="+", default=[1.0, 2.0])
+    parser.add_argument("--policies", nargs="*", help="registry names (default: all)")
+    args = parser.parse_args()
+    chosen = [s for s in policies() if not args.policies or s.name in args.policies]
+    sizes = [args.jobs, *(n for n in SMALLER if n < args.jobs)]
+
+    process, address, _ = start_server("--workers", "1")
+    print(f"{'policy':<30} {'jobs':>7} {'MiB':>5} {'limit':>5} {'wall s':>7} {'target':>6} "
+          f"{'':>4}  {'termination':<18} {'server s':>8}  fixed s")
+    failures = []
+    try:
+        with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+            stub = service_grpc.AllocationServiceStub(channel)
+            for spec in chosen:
+                request, note = buildable(spec, sizes)
+                if request is None:
+                    print(f"{spec.name:<30} not run: {note}")
+                    continue
+                fixed, fixed_termination, _ = call(stub, request, 1e-6)
+                jobs = len(request.snapshot.jobs)
+                mib = request.ByteSize() / 2**20
+                for limit in args.limits:
+                    wall, termination, server_wall = call(stub, request, limit)
+                    ok = wall <= target_s(limit)
+                    if not ok:
+                        failures.append(f"{spec.name} at {limit:g} s")
+                    print(f"{spec.name:<30} {jobs:>7} {mib:>5.1f} {limit:>5g} {wall:>7.2f} "
+                          f"{target_s(limit):>6.2f} {'ok' if ok else 'OVER':>4}  "
+                          f"{termination:<18} {server_wall:>8.2f}  {fixed:.2f} "
+                          f"({fixed_termination})", flush=True)
+                if jobs < args.jobs:
+                    print(f"{'':<30} ({note})")
+    finally:
+        stop(process)
+    print(f"over the target: {', '.join(failures) if failures else 'none'}")
+
+
+if __name__ == "__main__":
+    main()
