@@ -49,6 +49,10 @@ CUT_SHORT = "stopped at the time limit"
 """Reason of the jobs a pass did not reach before the deadline."""
 
 
+def _cut_detail(cut: bool) -> str:
+    return f"{CUT_SHORT}: the jobs not reached stay queued" if cut else ""
+
+
 def _queue(problem: Problem) -> IntArray:
     """Job indices by arrival time, then snapshot order."""
     jobs = problem.jobs
@@ -102,19 +106,19 @@ def _fifo(problem: Problem, aware: bool, seed: int, deadline: Deadline) -> Plan:
             reason[i] = behind
     thr = np.einsum("ij,ij->i", jobs.throughput, X)
     formulation = "fifo_perf (fastest fitting type)" if aware else "fifo (random fitting type)"
-    return greedy_plan(X, thr, status, reason, formulation, started, cut=cut)
+    return greedy_plan(X, thr, status, reason, formulation, started, detail=_cut_detail(cut))
 
 
 def greedy_plan(X: FloatArray, thr: FloatArray, status: list[JobStatus], reason: list[str],
                  formulation: str, started: float,
                  colocated: tuple[tuple[int, int, int, float], ...] = (),
-                 cut: bool = False) -> Plan:
-    """A heuristic plan: objective = total throughput `thr` (steps/s), no bound. `cut`: a pass
-    stopped at the deadline (said in the detail)."""
+                 detail: str = "") -> Plan:
+    """A heuristic plan: objective = total throughput `thr` (steps/s), no bound; `detail` says
+    e.g. that a pass stopped at the deadline."""
     m, n = X.shape
     cert = Certificate(
         termination=Termination.HEURISTIC,
-        detail=f"{CUT_SHORT}: the jobs not reached stay queued" if cut else "",
+        detail=detail,
         maximize=True,
         objective=float(thr.sum()),
         solver="greedy",
@@ -206,4 +210,5 @@ def solve_fifo_packed(
         status[i] = JobStatus.ALLOCATED
         reason[i] = f"shares {jobs.ids[k]!r}'s devices (combined {combined[pick]:.3g})"
     formulation = f"fifo_packed (fifo_perf, then {len(colocated)} queued jobs packed)"
-    return greedy_plan(X, thr, status, reason, formulation, started, tuple(colocated), cut)
+    return greedy_plan(X, thr, status, reason, formulation, started, tuple(colocated),
+                       _cut_detail(cut))

@@ -29,49 +29,54 @@ import numpy as np
 from apportion.formulations.fifo import greedy_plan
 from apportion.formulations.isolated import solve_policy as solve_isolated
 from apportion.formulations.space_sharing import PairRates
-from apportion.solver.deadline import Deadline
+from apportion.solver.arrays import BoolArray
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import NoParameters
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 
 
-def compatible(problem: Problem, rates: PairRates, a: int, b: int) -> bool:
-    """The pair (a, b) has co-location data and combined normalized throughput >= 1 on every
-    type where both jobs can run (module docstring)."""
-    pair = rates(a, b)
-    if pair is None:
-        return False
+def compatible(problem: Problem, rates: PairRates, a: int, partners: IntArray) -> BoolArray:
+    """For each partner b: the pair (a, b) has co-location data and combined normalized
+    throughput >= 1 on every type where both jobs can run (module docstring)."""
+    has, rate_a, rate_b = rates.pair_rows(a, partners)
     usable = problem.usable
-    both = usable[a] & usable[b]
-    if not both.any():
-        return False
+    both = usable[a][None, :] & usable[partners]
     T = problem.jobs.throughput
-    combined = pair[0][both] / T[a, both] + pair[1][both] / T[b, both]
-    return bool(np.all(combined >= 1.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        combined = rate_a / T[a][None, :] + rate_b / T[partners]
+    return np.asarray(has & both.any(axis=1) & np.all(~both | (combined >= 1.0), axis=1))
 
 
-def form_pairs(problem: Problem, rates: PairRates, seed: int) -> IntArray:
-    """(m,) partner index per job (-1 = alone): the history's compatible pairs, then random
-    pairs among the rest (module docstring)."""
+def form_pairs(problem: Problem, rates: PairRates, seed: int,
+               deadline: Deadline = NO_DEADLINE) -> tuple[IntArray, bool]:
+    """((m,) partner index per job, -1 = alone; whether the deadline cut the pairing short):
+    the history's compatible pairs, then random pairs among the rest (module docstring).
+    Jobs not reached before the deadline stay alone."""
     jobs = problem.jobs
     m = jobs.num_jobs
     partner = np.full(m, -1, np.int64)
     previous = problem.history.colocated_with
-    if previous.size == m:
-        for a in range(m):
-            b = int(previous[a])
-            if a < b and previous[b] == a and compatible(problem, rates, a, b):
-                partner[a], partner[b] = b, a
+    if previous.size != m:
+        previous = np.full(m, -1, np.int64)
+    for a in np.flatnonzero(previous > np.arange(m)):
+        b = int(previous[a])
+        if previous[b] == a and compatible(problem, rates, int(a), np.array([b]))[0]:
+            partner[a], partner[b] = b, a
     rng = np.random.default_rng(seed)
-    order = [int(i) for i in rng.permutation(m) if partner[i] < 0]
-    for pos, a in enumerate(order):
+    order = np.array([i for i in rng.permutation(m) if partner[i] < 0], dtype=np.int64)
+    for pos, a in enumerate(order.tolist()):
         if partner[a] >= 0:
             continue
-        for b in order[pos + 1:]:
-            if partner[b] < 0 and compatible(problem, rates, a, b):
-                partner[a], partner[b] = b, a
-                break
-    return partner
+        if deadline.expired():
+            return partner, True
+        later = order[pos + 1:]
+        later = later[partner[later] < 0]
+        ok = compatible(problem, rates, a, later)
+        if ok.any():
+            b = int(later[int(np.argmax(ok))])  # the next compatible job in the order
+            partner[a], partner[b] = b, a
+    return partner, False
 
 
 def solve_policy(
@@ -109,7 +114,7 @@ def solve_policy(
             job_reason=plan.job_reason,
         )
     rates = PairRates(problem)
-    partner = form_pairs(problem, rates, options.seed)
+    partner, cut = form_pairs(problem, rates, options.seed, deadline)
     leader = np.flatnonzero((partner < 0) | (np.arange(m) < partner))  # one row per combination
     C = leader.size
     usable = problem.usable
@@ -134,5 +139,6 @@ def solve_policy(
                    "equal shares")
     reason = [f"paired with {jobs.ids[partner[i]]!r}" if partner[i] >= 0 else ""
               for i in range(m)]
+    detail = "stopped at the time limit: the jobs not reached run alone" if cut else ""
     return greedy_plan(X, thr, [JobStatus.ALLOCATED] * m, reason, formulation, started,
-                       tuple(colocated))
+                       tuple(colocated), detail)

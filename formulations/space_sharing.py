@@ -207,16 +207,14 @@ class PairRates:
             return self.types.get((jobs.job_type[a], jobs.job_type[b]))
         return None
 
-    def on_types(
-        self, a: int, partners: IntArray, types: IntArray
-    ) -> tuple[BoolArray, FloatArray, FloatArray]:
-        """For job a and each partner b = partners[p] on accelerator type types[p]: whether
-        the pair has rates (as `__call__`), a's rate and b's rate there (steps/s; 0 when
-        none). Vectorized over the partners (the type-pair table is looked up as arrays)."""
+    def pair_rows(self, a: int, partners: IntArray) -> tuple[BoolArray, FloatArray, FloatArray]:
+        """For job a and each partner b = partners[p]: whether the pair has rates (as
+        `__call__`), a's rates and b's rates per type ((K, n) steps/s; 0 when none).
+        Vectorized over the partners (the type-pair table is looked up as arrays)."""
         jobs = self.problem.jobs
-        k = partners.size
+        k, n = partners.size, self.problem.cluster.num_types
         has = np.zeros(k, dtype=bool)
-        rate_a, rate_b = np.zeros(k), np.zeros(k)
+        rate_a, rate_b = np.zeros((k, n)), np.zeros((k, n))
         if k == 0:
             return has, rate_a, rate_b
         same = (jobs.scale_factor[partners] == jobs.scale_factor[a]) & (partners != a)
@@ -227,13 +225,21 @@ class PairRates:
             listed[listed] = table_has[codes[a], other[listed]]
             rows = np.flatnonzero(listed)
             has[rows] = True
-            rate_a[rows] = table_a[codes[a], other[rows], types[rows]]
-            rate_b[rows] = table_b[codes[a], other[rows], types[rows]]
+            rate_a[rows] = table_a[codes[a], other[rows]]
+            rate_b[rows] = table_b[codes[a], other[rows]]
         for b, pair in self._explicit_of(a).items():  # explicit pairs take precedence
             for p in np.flatnonzero(same & (partners == b)):
                 has[p] = True
-                rate_a[p], rate_b[p] = pair[0][types[p]], pair[1][types[p]]
+                rate_a[p], rate_b[p] = pair
         return has, rate_a, rate_b
+
+    def on_types(
+        self, a: int, partners: IntArray, types: IntArray
+    ) -> tuple[BoolArray, FloatArray, FloatArray]:
+        """`pair_rows` read on one type per partner: (has, a's rate, b's rate) on types[p]."""
+        has, rate_a, rate_b = self.pair_rows(a, partners)
+        index = np.arange(partners.size)
+        return has, rate_a[index, types], rate_b[index, types]
 
     def _table(self) -> tuple[IntArray, BoolArray, FloatArray, FloatArray]:
         """(job type code per job, -1 = none; has (C, C); rate of the first (C, C, n); of the

@@ -21,6 +21,7 @@ from apportion.solver.model import (
 from apportion.solver.parameters import NoParameters
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
+from tests.formulations.test_fifo import with_type_pairs
 
 
 def run(prob: Problem, seed: int = 0) -> Plan:
@@ -162,3 +163,74 @@ def test_history_partner_field_paths() -> None:
         solve_request(json_format.ParseDict(doc, pb.SolveRequest()))
     fields = {v.field for v in caught.value.violations}
     assert {f"snapshot.history.jobs[{k}].colocated_with" for k in (0, 1, 2, 3)} <= fields
+
+
+def reference_pairs(prob: Problem, seed: int) -> dict[int, int]:
+    """Gandiva's pairing written from its description with type-pair rates: shuffled jobs,
+    each paired with the next unpaired job of its scale factor that is compatible."""
+    coloc = prob.colocations
+    assert coloc is not None
+    T, s, kinds, usable = (prob.jobs.throughput, prob.jobs.scale_factor, prob.jobs.job_type,
+                           prob.usable)
+    table = {}
+    for q, (a, b) in enumerate(zip(coloc.type_a, coloc.type_b, strict=True)):
+        ra, rb = coloc.type_throughput_a[q], coloc.type_throughput_b[q]
+        if a == b:
+            ra = rb = (ra + rb) / 2
+        table[(a, b)], table[(b, a)] = (ra, rb), (rb, ra)
+
+    def ok(a: int, b: int) -> bool:
+        pair = table.get((kinds[a], kinds[b])) if kinds[a] and kinds[b] else None
+        both = usable[a] & usable[b]
+        if pair is None or s[a] != s[b] or not both.any():
+            return False
+        return bool(np.all(pair[0][both] / T[a, both] + pair[1][both] / T[b, both] >= 1.0))
+
+    order = list(np.random.default_rng(seed).permutation(prob.jobs.num_jobs))
+    partner: dict[int, int] = {}
+    for pos, a in enumerate(order):
+        if a in partner:
+            continue
+        for b in order[pos + 1:]:
+            if b not in partner and ok(int(a), int(b)):
+                partner[int(a)], partner[int(b)] = int(b), int(a)
+                break
+    return partner
+
+
+@given(with_type_pairs(), st.integers(0, 3))
+def test_type_pairs_match_the_reference_pairing(prob: Problem, seed: int) -> None:
+    total = int(prob.jobs.scale_factor.sum())
+    # crowd the cluster so that Gandiva pairs (sum of gangs above the devices)
+    prob = replace(prob, cluster=replace(prob.cluster, count=np.minimum(
+        prob.cluster.count, max(1, total // (2 * prob.cluster.num_types)))))
+    if prob.jobs.scale_factor.sum() <= prob.cluster.count.sum():
+        return
+    if np.any(prob.jobs.scale_factor > prob.cluster.count.max()):
+        return
+    plan = run(prob, seed)
+    got = {}
+    for a, b, _, _ in plan.shares.colocated:
+        got[a], got[b] = b, a
+    assert got == reference_pairs(prob, seed)
+
+
+def test_a_deadline_stops_the_pairing_with_every_job_still_served() -> None:
+    from tests.countdown import CountdownDeadline
+
+    prob = make_problem(["a"], [2], np.ones((6, 1)))
+    prob = replace(prob, jobs=replace(prob.jobs, job_type=("x",) * 6),
+                   colocations=Colocations(np.zeros(0, np.int64), np.zeros(0, np.int64),
+                                           np.zeros((0, 1)), np.zeros((0, 1)), ("x",), ("x",),
+                                           np.array([[0.8]]), np.array([[0.8]])))
+    whole = run(prob)
+    assert len(whole.shares.colocated) == 3
+    cut = solve(prob, PolicyRequest("gandiva", NoParameters()), SolveOptions(),
+                CountdownDeadline(checks=1))
+    assert len(cut.shares.colocated) == 1  # one pair formed, then the deadline passed
+    assert "time limit" in cut.certificate.detail
+    held = cut.time_share.sum(axis=0)  # a pair holds its devices once
+    for _, _, j, share in cut.shares.colocated:
+        held[j] -= share
+    assert np.all(held <= prob.cluster.count + 1e-9)
+    assert np.all(cut.time_share.sum(axis=1) > 0)  # every job still gets its share
