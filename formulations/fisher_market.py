@@ -187,10 +187,10 @@ def solve_market(
     sigma = z[m + n : 2 * m + n]
     first = certify_market(a, s, W, budgets, X, q, sigma, status, solution.solver_version,
                            elapsed, size, text)
-    if not status.solved:
+    if not status.solved or deadline.expired():  # polishing is optional: the plan is certified
         return first
     started = time.perf_counter()
-    polished = polish(a, s, W, budgets, first.prices, first.time_dual)
+    polished = polish(a, s, W, budgets, first.prices, first.time_dual, deadline)
     elapsed += time.perf_counter() - started
     if polished is None:
         return first
@@ -251,6 +251,7 @@ def polish(
     budgets: FloatArray,
     q: FloatArray,
     sigma: FloatArray,
+    deadline: Deadline = NO_DEADLINE,
 ) -> FloatArray | None:
     """A vertex X whose utilities match the ones the duals imply.
 
@@ -275,7 +276,7 @@ def polish(
     b = np.concatenate([np.zeros(m), W, np.ones(m)])
     cost = np.zeros(k + 1)
     cost[k] = 1.0
-    result = solve_lp(cost, A, b, SolverPreference.HIGHS)
+    result = solve_lp(cost, A, b, SolverPreference.HIGHS, deadline)
     if not result.solved:
         return None
     X = np.zeros((m, n))
@@ -304,7 +305,7 @@ def dual_bound(
 ) -> tuple[float, FloatArray]:
     """(D(q, sigma*), sigma*) with sigma* = argmin over sigma >= 0 of D for the given q >= 0
     (exact: D is separable in sigma_i, convex and piecewise smooth; see `_best_sigma`)."""
-    best = np.array([_best_sigma(a[i], s[i], q, budgets[i], sigma[i]) for i in range(a.shape[0])])
+    best = _best_sigma(a, s, q, budgets, sigma)
     c = _unit_cost(a, s, q, best)
     if np.any(c <= 0):
         return float("inf"), best
@@ -320,28 +321,37 @@ def _unit_cost(a: FloatArray, s: FloatArray, q: FloatArray, sigma: FloatArray) -
     return np.asarray(ratio.min(axis=1), dtype=np.float64)
 
 
-def _best_sigma(a: FloatArray, s: float, q: FloatArray, budget: float, hint: float) -> float:
-    """argmin_{sigma >= 0} sigma - B log c(sigma), c(sigma) = min_j (s q_j + sigma)/a_j.
+def _best_sigma(
+    a: FloatArray, s: FloatArray, q: FloatArray, budget: FloatArray, hint: FloatArray
+) -> FloatArray:
+    """Per job i: argmin_{sigma >= 0} sigma - B_i log c_i(sigma), c_i(sigma) =
+    min_j (s_i q_j + sigma)/a[i,j] (all jobs at once).
 
     On a piece where cell j attains the minimum, the derivative is 1 - B/(s q_j + sigma), zero
     at sigma = B - s q_j. The function is convex (c is concave and positive), so the minimizer
-    is among {0}, the stationary points and the kinks; evaluate them all (any sigma >= 0
-    gives a valid bound, so the solver's own value is a candidate too)."""
+    is among {0}, the stationary points and the kinks where two cells tie; evaluate them all
+    (any sigma >= 0 gives a valid bound, so the solver's own value `hint` is a candidate too)."""
+    m, n = a.shape
     usable = a > 0
-    aj, qj = a[usable], q[usable]
-    candidates = [0.0, max(hint, 0.0)] + [max(budget - s * p, 0.0) for p in qj]
-    for j in range(aj.size):  # kinks, where two cells tie
-        for k in range(j + 1, aj.size):
-            if aj[j] != aj[k]:
-                kink = s * (qj[k] * aj[j] - qj[j] * aj[k]) / (aj[k] - aj[j])
-                if kink > 0:
-                    candidates.append(float(kink))
-
-    def value(sig: float) -> float:
-        c = float(np.min((s * qj + sig) / aj))
-        return float(sig - budget * np.log(c)) if c > 0 else float("inf")
-
-    return float(min(candidates, key=value))
+    safe = np.where(usable, a, 1.0)
+    price = s[:, None] * q[None, :]  # (m, n)
+    parts = [np.zeros((m, 1)), np.maximum(hint, 0.0)[:, None],
+             np.where(usable, np.maximum(budget[:, None] - price, 0.0), 0.0)]
+    j, k = np.triu_indices(n, 1)
+    if j.size:
+        aj, ak = a[:, j], a[:, k]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kink = s[:, None] * (q[k][None, :] * aj - q[j][None, :] * ak) / (ak - aj)
+        ok = usable[:, j] & usable[:, k] & (aj != ak) & (kink > 0)
+        parts.append(np.where(ok, kink, 0.0))
+    candidates = np.concatenate(parts, axis=1)  # (m, K)
+    cost = np.where(usable[:, None, :],
+                    (price[:, None, :] + candidates[:, :, None]) / safe[:, None, :], np.inf)
+    c = cost.min(axis=2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = np.where(c > 0, candidates - budget[:, None] * np.log(np.where(c > 0, c, 1.0)),
+                         np.inf)
+    return np.asarray(candidates[np.arange(m), np.argmin(value, axis=1)], dtype=np.float64)
 
 
 def certify_market(
