@@ -1,0 +1,93 @@
+"""The exact placer against brute force on tiny topologies (D0.6 tests 1, 2, 4): the same
+placed value and cost when the objective has no intra-node terms (node level) or no link
+score (device level); with intra-node terms the certificate's bound never exceeds the true
+optimum, an `optimal` answer is optimal, and every answer is feasible."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from hypothesis import given
+
+from apportion.formulations.placement.exact import place_exact
+from apportion.formulations.placement.instance import PlacementInstance
+from apportion.formulations.placement.objective import violations
+from apportion.solver.result import Termination
+from apportion.solver.stages import PlacementLevel
+from tests.formulations.placement.instances import brute_force, instances, with_weights
+
+TOLERANCE = 1e-6
+
+
+def check_certificate(instance: PlacementInstance, level: PlacementLevel) -> None:
+    best = brute_force(instance)
+    result = place_exact(instance, level=level)
+    assert not violations(instance, result.assignment)
+    assert result.score.placed_value == best.placed_value
+    assert result.placed_value_bound >= best.placed_value - TOLERANCE
+    assert result.score.cost >= best.cost - TOLERANCE
+    assert result.bound is not None and result.bound <= best.cost + TOLERANCE
+    if result.termination is Termination.OPTIMAL:
+        assert result.score.cost <= best.cost + 1e-4 * max(1.0, abs(best.cost))
+
+
+@given(instance=instances(inner_weights=False))
+def test_node_level_is_optimal_without_intra_node_terms(instance: PlacementInstance) -> None:
+    best = brute_force(instance)
+    result = place_exact(instance)
+    assert not violations(instance, result.assignment)
+    assert result.termination is Termination.OPTIMAL, result.detail
+    assert result.score.placed_value == best.placed_value
+    assert abs(result.score.cost - best.cost) <= 1e-4 * max(1.0, abs(best.cost))
+
+
+@given(instance=instances())
+def test_device_level_is_optimal_without_link_scores(instance: PlacementInstance) -> None:
+    instance = with_weights(instance, link_score=0.0)
+    best = brute_force(instance)
+    result = place_exact(instance, level=PlacementLevel.DEVICE)
+    assert not violations(instance, result.assignment)
+    assert result.termination is Termination.OPTIMAL, result.detail
+    assert result.score.placed_value == best.placed_value
+    assert abs(result.score.cost - best.cost) <= 1e-4 * max(1.0, abs(best.cost))
+
+
+@given(instance=instances())
+def test_node_level_certificate_holds_with_intra_node_terms(instance: PlacementInstance) -> None:
+    check_certificate(instance, PlacementLevel.NODE)
+
+
+@given(instance=instances())
+def test_device_level_certificate_holds_with_link_scores(instance: PlacementInstance) -> None:
+    check_certificate(instance, PlacementLevel.DEVICE)
+
+
+@given(instance=instances(inner_weights=False))
+def test_restricted_candidates_keep_a_valid_certificate(instance: PlacementInstance) -> None:
+    best = brute_force(instance)
+    result = place_exact(instance, max_candidate_pairs=1)
+    assert not violations(instance, result.assignment)
+    assert result.score.placed_value == best.placed_value
+    assert result.bound is not None and result.bound <= best.cost + TOLERANCE
+    if result.termination is Termination.OPTIMAL:
+        assert result.score.cost <= best.cost + 1e-4 * max(1.0, abs(best.cost))
+
+
+def test_unhealthy_and_occupied_devices_are_never_used() -> None:
+    from tests.formulations.placement.instances import small_topology
+
+    topo = small_topology([4, 4], [0, 0], False, [], [1])
+    occupied = np.zeros(8, dtype=bool)
+    occupied[5] = True
+    from apportion.formulations.placement.instance import Demand
+
+    demands = (Demand((0,), 0, 3), Demand((1,), 0, 3))
+    instance = PlacementInstance(topo, demands, occupied=occupied)
+    result = place_exact(instance)
+    used = [d for devices in result.assignment.devices for d in devices]
+    assert sorted(used) == [0, 2, 3, 4, 6, 7]
+    assert result.termination is Termination.OPTIMAL
+    instance = replace(instance, demands=(Demand((0,), 0, 4), Demand((1,), 0, 3)))
+    result = place_exact(instance)
+    assert result.score.placed == 1
