@@ -15,6 +15,7 @@ import numpy as np
 
 from apportion.solver.model import Cluster
 from apportion.solver.topology import DomainLevel, LinkKind, Topology, build_topology
+from apportion.v1 import snapshot_pb2 as snapshot_pb
 
 NVLINK_LANE_GBPS = 200.0
 """One NVLink 2 lane, per direction (25 GB/s)."""
@@ -131,3 +132,31 @@ def _dgx1(
         for b in range(a + 1, 8):
             if (a, b) not in linked:
                 links.append((f"{node}/{a}", f"{node}/{b}", LinkKind.PCIE, PCIE_GBPS))
+
+
+def fill_cluster_message(generated: RackCluster, msg: snapshot_pb.Cluster) -> None:
+    """Write a generated cluster (types, nodes, topology with devices and links) into a
+    `apportion.v1.Cluster` message."""
+    cluster = generated.cluster
+    for j, name in enumerate(cluster.type_names):
+        msg.accelerator_types.add(name=name, count=int(cluster.count[j]))
+    for v, name in enumerate(cluster.node_names):
+        msg.nodes.add(name=name, accelerator_type=cluster.type_names[int(cluster.node_type[v])],
+                      devices=int(cluster.node_devices[v]))
+    topology = msg.topology
+    for name, level, parent in generated.domains:
+        topology.domains.add(name=name, level=int(level), parent=parent,
+                             uplink_gbps=generated.uplink_gbps.get(name, 0.0))
+    if generated.device_domain:
+        topo = generated.topology
+        for k, device in enumerate(topo.device_ids):
+            node = cluster.node_names[int(topo.device_node[k])]
+            topology.devices.add(id=device, node=node, index=int(topo.device_index[k]),
+                                 domain=generated.device_domain.get(device, ""))
+    kinds = {
+        LinkKind.NVLINK: snapshot_pb.LINK_KIND_NVLINK,
+        LinkKind.PCIE: snapshot_pb.LINK_KIND_PCIE,
+        LinkKind.NVSWITCH: snapshot_pb.LINK_KIND_NVSWITCH,
+    }
+    for a, b, kind, gbps in generated.links:
+        topology.links.add(device_a=a, device_b=b, kind=kinds[kind], gbps=gbps)

@@ -39,6 +39,14 @@ ROUND_SCHEDULE_ENTRY = "apportion.formulations.rounds:round_schedule"
 (policies with `Capabilities.round_schedule`)."""
 
 
+PLACEMENT_STAGE_ENTRY = "apportion.formulations.placement.stage:apply_placement"
+"""The placement stage (which devices) applied after the policy when `policy.placement` is
+set (policies with `Capabilities.placement_stage`)."""
+
+ADMISSION_STAGE_ENTRY = "apportion.formulations.placement.admission:admit_and_solve"
+"""The admission stage applied around the policy when `policy.admission` is set."""
+
+
 def load_entry(entry_point: str) -> Any:
     """The object named by a "module:attribute" entry point, imported on first use."""
     module_name, _, attribute = entry_point.partition(":")

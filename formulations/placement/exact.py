@@ -220,6 +220,8 @@ def place_exact(
         if score.better_than(best_score):
             best_assignment, best_score = assignment, score
     bound = relaxation if run.bound is None else max(relaxation, run.bound)
+    if _counts_forced(instance, active, best_score, value_bound) and exact_inside:
+        bound = max(bound, _forced_cost(instance, active, scorer, deadline))
     if not exact_inside:
         notes.append("nodes above the dynamic program's size: devices chosen greedily inside")
     reasons = tuple(
@@ -268,6 +270,30 @@ class _MilpRun:
         if result.status is not SolverStatus.OPTIMAL:
             self.notes.append(f"MILP stopped: {result.detail}")
         return result
+
+
+def _counts_forced(
+    instance: PlacementInstance, active: IntArray, score: Score, value_bound: float
+) -> bool:
+    """Every placeable demand is placed and has one candidate node: the node counts are the
+    only ones possible, so the exact devices inside the nodes are the optimum."""
+    if score.placed_value < value_bound - 1e-9 or active.size == 0:
+        return False
+    return bool(np.all(np.count_nonzero(instance.eligible_node_free[active], axis=1) == 1))
+
+
+def _forced_cost(
+    instance: PlacementInstance, active: IntArray, scorer: PatternScorer, deadline: Deadline
+) -> float:
+    """The cost of the exact devices for the forced node counts (+inf when they fail)."""
+    counts: list[dict[int, int]] = [{} for _ in range(instance.num_demands)]
+    for r in active.tolist():
+        node = int(np.flatnonzero(instance.eligible_node_free[r])[0])
+        counts[r] = {node: instance.demands[r].devices}
+    assignment, _ = choose_devices(instance, tuple(counts), scorer, deadline)
+    if violations(instance, assignment) or sum(1 for d in assignment.devices if d) < active.size:
+        return -np.inf
+    return evaluate(instance, assignment, scorer).cost
 
 
 def _relaxation_bound(
