@@ -44,14 +44,32 @@ class DemandBounds:
         return np.asarray(self.node_cost + self.inner_cost)
 
 
-def _fewest_domains(caps: FloatArray, need: int) -> int:
-    """Fewest domains (largest first) whose capacities reach `need`; 0 if they cannot."""
+def _fewest_domains(reach: FloatArray, need: int) -> int:
+    """Fewest domains whose capacities reach `need` (`reach`: cumulative capacities, largest
+    domains first); 0 if they cannot."""
     if need <= 0:
         return 0
-    ordered = np.sort(caps[caps > 0])[::-1]
-    reach = np.cumsum(ordered)
     n = int(np.searchsorted(reach, need) + 1)
-    return n if n <= ordered.size else 0
+    return n if n <= reach.size else 0
+
+
+def _class_reach(instance: PlacementInstance) -> list[dict[DomainLevel, FloatArray | None]]:
+    """Per eligibility class and level, the cumulative eligible capacities of the level's
+    domains, largest first (None when some eligible device is outside the level's domains:
+    it then bounds nothing)."""
+    topo = instance.topology
+    out = []
+    for eligible in instance.class_eligible:
+        per_level: dict[DomainLevel, FloatArray | None] = {}
+        for level in topo.levels_present:
+            anc = topo.ancestors[eligible, level.value]
+            if np.any(anc < 0):
+                per_level[level] = None
+                continue
+            caps = np.bincount(anc, minlength=topo.num_domains)
+            per_level[level] = np.cumsum(np.sort(caps[caps > 0])[::-1]).astype(np.float64)
+        out.append(per_level)
+    return out
 
 
 def demand_bounds(instance: PlacementInstance) -> DemandBounds:
@@ -64,8 +82,11 @@ def demand_bounds(instance: PlacementInstance) -> DemandBounds:
     inner_cost = np.zeros(count)
     unplaced = np.zeros(count)
     reasons = [""] * count
+    reach_of = _class_reach(instance)
+    eligible_count = [int(ok.sum()) for ok in instance.class_eligible]
     for r, demand in enumerate(instance.demands):
-        eligible = instance.eligible[r]
+        available = eligible_count[int(instance.signature[r])]
+        reach_by_level = reach_of[int(instance.signature[r])]
         s = demand.devices
         if demand.running:
             unplaced[r] = demand.move_cost
@@ -73,23 +94,22 @@ def demand_bounds(instance: PlacementInstance) -> DemandBounds:
             placeable[r] = False
             reasons[r] = f"{demand.nodes} nodes cannot each hold some of its {s} devices"
             continue
-        if int(eligible.sum()) < s:
+        if available < s:
             placeable[r] = False
             reasons[r] = (
-                f"needs {s} devices of its type, {int(eligible.sum())} are free and eligible"
+                f"needs {s} devices of its type, {available} are free and eligible"
             )
             continue
         reward = instance.span_reward(r)
         widest = 0
         widest_inner = 0
         for level in topo.levels_present:
-            anc = topo.ancestors[eligible, level.value]
-            if np.any(anc < 0):  # devices outside this level's domains cross nothing there
+            reach = reach_by_level[level]
+            if reach is None:  # devices outside this level's domains cross nothing there
                 continue
-            caps = np.bincount(anc, minlength=topo.num_domains).astype(np.float64)
-            n = _fewest_domains(caps, s)
+            n = _fewest_domains(reach, s)
             if level is DomainLevel.NODE and demand.nodes:
-                n = demand.nodes if np.count_nonzero(caps) >= demand.nodes else 0
+                n = demand.nodes if reach.size >= demand.nodes else 0
             if n == 0:
                 placeable[r] = False
                 reasons[r] = f"no set of {level.name.lower()}s holds its {s} devices"

@@ -206,7 +206,8 @@ def tiresias_yarn(instance: PlacementInstance, deadline: Deadline = NO_DEADLINE)
         s = instance.demands[r].devices
         avail = state.node_avail(r)
         found = None
-        for group in np.unique(switch).tolist():
+        groups = np.unique(switch[avail >= min(s, int(size.max(initial=1)))])
+        for group in groups.tolist():  # switches with a node that could start it
             members = np.flatnonzero(switch == group)
             found = _yarn_in_switch(members, avail, size, s)
             if found is not None and _span_ok(instance, r, found):

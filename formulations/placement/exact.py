@@ -71,13 +71,16 @@ class PlacementResult:
 
 def unit_counts(assignment: Assignment, unit_of_device: IntArray) -> milp.Counts:
     """Per demand, devices per unit (node or device) of an assignment."""
-    out: list[dict[int, int]] = []
-    for devices in assignment.devices:
-        if not devices:
-            out.append({})
-            continue
-        units, counts = np.unique(unit_of_device[list(devices)], return_counts=True)
-        out.append(dict(zip(units.tolist(), counts.tolist(), strict=True)))
+    count = len(assignment.devices)
+    lengths = np.array([len(d) for d in assignment.devices], np.int64)
+    devices = np.fromiter((d for ds in assignment.devices for d in ds), np.int64,
+                          int(lengths.sum()))
+    owner = np.repeat(np.arange(count), lengths)
+    units = int(unit_of_device.max()) + 1 if unit_of_device.size else 1
+    keys, counts = np.unique(owner * units + unit_of_device[devices], return_counts=True)
+    out: list[dict[int, int]] = [{} for _ in range(count)]
+    for key, k in zip(keys.tolist(), counts.tolist(), strict=True):
+        out[key // units][key % units] = k
     return tuple(out)
 
 
@@ -220,7 +223,8 @@ def place_exact(
         if score.better_than(best_score):
             best_assignment, best_score = assignment, score
     bound = relaxation if run.bound is None else max(relaxation, run.bound)
-    if _counts_forced(instance, active, best_score, value_bound) and exact_inside:
+    open_gap = relative_gap(best_score.cost, bound, GAP_SCALE) > relative_gap_tolerance
+    if open_gap and exact_inside and _counts_forced(instance, active, best_score, value_bound):
         bound = max(bound, _forced_cost(instance, active, scorer, deadline))
     if not exact_inside:
         notes.append("nodes above the dynamic program's size: devices chosen greedily inside")

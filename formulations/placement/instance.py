@@ -103,11 +103,21 @@ class PlacementInstance:
         ).astype(np.int64)
 
     @cached_property
-    def eligible(self) -> tuple[BoolArray, ...]:
-        """Per demand, (K,) devices it may use (free, its type, its pin, not avoided)."""
+    def signature(self) -> IntArray:
+        """(R,) index of each demand's eligibility class: demands with the same type, pin and
+        avoided nodes may use the same devices (the arrays below are shared per class)."""
+        keys: dict[tuple[int, int, frozenset[int]], int] = {}
+        return np.array([keys.setdefault((d.type_index, d.pinned_domain, d.avoid_nodes),
+                                         len(keys)) for d in self.demands], np.int64)
+
+    @cached_property
+    def class_eligible(self) -> tuple[BoolArray, ...]:
+        """Per eligibility class, (K,) the devices its demands may use."""
         topo = self.topology
+        first = {int(c): r for r, c in reversed(list(enumerate(self.signature.tolist())))}
         out = []
-        for demand in self.demands:
+        for c in range(len(first)):
+            demand = self.demands[first[c]]
             ok = self.free & (topo.device_type == demand.type_index)
             if demand.pinned_domain >= 0:
                 level = int(topo.domain_level[demand.pinned_domain])
@@ -118,14 +128,18 @@ class PlacementInstance:
         return tuple(out)
 
     @cached_property
+    def eligible(self) -> tuple[BoolArray, ...]:
+        """Per demand, (K,) devices it may use (free, its type, its pin, not avoided)."""
+        return tuple(self.class_eligible[c] for c in self.signature.tolist())
+
+    @cached_property
     def eligible_node_free(self) -> IntArray:
         """(demands, nodes) eligible free devices of each demand on each node."""
         topo = self.topology
         nodes = len(topo.node_domain)
-        out = np.zeros((self.num_demands, nodes), np.int64)
-        for r, ok in enumerate(self.eligible):
-            out[r] = np.bincount(topo.device_node[ok], minlength=nodes)
-        return out
+        per_class = np.array([np.bincount(topo.device_node[ok], minlength=nodes)
+                              for ok in self.class_eligible], np.int64).reshape(-1, nodes)
+        return per_class[self.signature] if self.num_demands else np.zeros((0, nodes), np.int64)
 
     @cached_property
     def node_levels(self) -> tuple[DomainLevel, ...]:

@@ -98,76 +98,78 @@ def keep_state(instance: PlacementInstance, r: int, devices: tuple[int, ...]) ->
 def evaluate(
     instance: PlacementInstance, assignment: Assignment, scorer: PatternScorer | None = None
 ) -> Score:
-    """The assignment on the objective (it need not be feasible; see `violations`)."""
+    """The assignment on the objective (it need not be feasible; see `violations`).
+    Vectorized over demands: the domains each demand uses come from one pass per level."""
     topo = instance.topology
     weights = instance.weights
     scorer = scorer or PatternScorer(topo, instance.pattern_score)
     count = instance.num_demands
-    terms = dict.fromkeys(TERMS, 0.0)
-    demand_cost = np.zeros(count)
-    widest = np.full(count, -1, np.int64)
+    lengths = np.array([len(d) for d in assignment.devices], np.int64)
+    placed_mask = lengths > 0
+    devices = np.fromiter((d for ds in assignment.devices for d in ds), np.int64,
+                          int(lengths.sum()))
+    owner = np.repeat(np.arange(count), lengths)
+    used = np.zeros(topo.num_devices, dtype=bool)
+    used[devices] = True
+    crossing = np.zeros(count)
+    bottleneck = np.zeros(count)
+    widest = np.where(placed_mask, 0, -1).astype(np.int64)
+    for level in topo.levels_present:
+        anc = topo.ancestors[devices, level.value]
+        valid = anc >= 0
+        keys = np.unique(owner[valid] * topo.num_domains + anc[valid])
+        n = np.bincount(keys // topo.num_domains, minlength=count).astype(np.float64)
+        h = (n >= 2).astype(np.float64)
+        crossing += np.where(n > 0, weights.crossing.get(level, 0.0) * (n - 1 + h), 0.0)
+        bottleneck += weights.bottleneck.get(level, 0.0) * h
+        widest = np.where(h > 0, level.value, widest)
+    span = np.zeros(count)
     link = np.ones(count)
+    link_cost = np.zeros(count)
+    move = np.zeros(count)
     kept = np.zeros(count, dtype=bool)
     resized = np.zeros(count, dtype=bool)
     moved = np.zeros(count, dtype=bool)
     preempted = np.zeros(count, dtype=bool)
-    used = np.zeros(topo.num_devices, dtype=bool)
-    ordered: list[tuple[int, ...]] = []
-    placed_value = 0.0
-    placed = 0
+    ordered: list[tuple[int, ...]] = list(assignment.devices)
     for r, demand in enumerate(instance.demands):
-        devices = assignment.devices[r]
-        part: dict[str, float] = dict.fromkeys(TERMS, 0.0)
-        if not devices:
-            ordered.append(())
-            if demand.running:
-                preempted[r] = True
-                part["move"] = demand.move_cost
-        else:
-            placed += 1
-            placed_value += demand.value
-            index = np.asarray(devices, np.int64)
-            used[index] = True
-            wide = 0
-            for level in topo.levels_present:
-                anc = topo.ancestors[index, level.value]
-                n = int(np.unique(anc[anc >= 0]).size)
-                if n == 0:
-                    continue
-                h = 1 if n >= 2 else 0
-                part["crossing"] += weights.crossing.get(level, 0.0) * (n - 1 + h)
-                part["bottleneck"] += weights.bottleneck.get(level, 0.0) * h
-                if h:
-                    wide = max(wide, level.value)
-            widest[r] = wide
-            part["throughput_by_span"] = -weights.throughput_by_span * float(
-                instance.span_reward(r)[wide]
-            )
-            score, order = _link_score(instance, scorer, r, devices)
-            link[r] = score
-            if demand.pattern is not CommunicationPattern.NONE and demand.devices >= 2:
-                part["link_score"] = -weights.link_score * score
-            ordered.append(order)
-            if demand.running:
-                kept[r], resized[r] = keep_state(instance, r, devices)
-                if not kept[r]:
-                    moved[r] = True
-                    part["move"] = demand.move_cost
-                elif resized[r]:
-                    part["move"] = min(demand.resize_cost, demand.move_cost)
-        demand_cost[r] = sum(part.values())
-        for name, value in part.items():
-            terms[name] += value
+        mine = assignment.devices[r]
+        if demand.span_reward and mine:
+            span[r] = -weights.throughput_by_span * float(instance.span_reward(r)[widest[r]])
+        if mine and demand.pattern is not CommunicationPattern.NONE and demand.devices >= 2:
+            link[r], ordered[r] = _link_score(instance, scorer, r, mine)
+            link_cost[r] = -weights.link_score * link[r]
+        if not demand.running:
+            continue
+        if not mine:
+            preempted[r] = True
+            move[r] = demand.move_cost
+            continue
+        kept[r], resized[r] = keep_state(instance, r, mine)
+        if not kept[r]:
+            moved[r] = True
+            move[r] = demand.move_cost
+        elif resized[r]:
+            move[r] = min(demand.resize_cost, demand.move_cost)
+    crossing *= placed_mask
+    bottleneck *= placed_mask
     free_domains = free_domain_counts(instance, used)
-    terms["free_domain"] = -sum(
-        weights.free_domain.get(level, 0.0) * k for level, k in free_domains.items()
-    )
+    terms = {
+        "crossing": float(crossing.sum()),
+        "bottleneck": float(bottleneck.sum()),
+        "move": float(move.sum()),
+        "free_domain": -sum(weights.free_domain.get(level, 0.0) * k
+                            for level, k in free_domains.items()),
+        "link_score": float(link_cost.sum()),
+        "throughput_by_span": float(span.sum()),
+    }
+    values = np.array([d.value for d in instance.demands])
     return Score(
-        placed_value=placed_value,
-        placed=placed,
+        placed_value=float(values[placed_mask].sum()),
+        placed=int(placed_mask.sum()),
         cost=float(sum(terms.values())),
         terms=terms,
-        demand_cost=demand_cost,
+        demand_cost=crossing + bottleneck + span + link_cost + move,
         widest=widest,
         link_score=link,
         kept=kept,

@@ -85,10 +85,10 @@ def place_one(instance: PlacementInstance, state: FreeState, r: int) -> tuple[in
     if demand.nodes <= 1:
         fits = np.flatnonzero(avail >= s)
         if fits.size:
-            previous_nodes = set(instance.topology.device_node[list(prefer)].tolist()) if prefer \
-                else set(demand.previous_nodes)
-            key = [(v not in previous_nodes, int(avail[v]), int(v)) for v in fits.tolist()]
-            node = fits[min(range(fits.size), key=key.__getitem__)]
+            previous_nodes = instance.topology.device_node[list(prefer)] if prefer \
+                else np.asarray(demand.previous_nodes, np.int64)
+            elsewhere = ~np.isin(fits, previous_nodes)
+            node = fits[np.lexsort((fits, avail[fits], elsewhere))[0]]
             return state.take(r, int(node), s, prefer)
         if demand.nodes == 1:
             return ()

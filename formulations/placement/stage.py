@@ -46,6 +46,10 @@ from apportion.solver.topology import Topology, topology_of
 
 PLACEMENT_GAP = DEFAULT_RELATIVE_GAP[ProblemClass.MILP]
 """Relative gap within which the exact placer calls its answer optimal."""
+DEFAULT_PLACEMENT_LIMIT_S = 10.0
+"""Time the placement stage may take per set of grants when the request sets no limit (s):
+the MILP stops there with its best answer and the gap to the bound (node symmetry can keep
+branch and bound from closing a fragmentation gap for a long time)."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ def run_placer(
     deadline: Deadline,
 ) -> tuple[PlacementResult, tuple[PlacerComparison, ...]]:
     """The requested placer's answer and the comparisons with the placers of `compare`."""
+    if not deadline.bounded:
+        deadline = Deadline.after(DEFAULT_PLACEMENT_LIMIT_S)
     others = {p: COMPAT_PLACERS[p](instance, deadline) for p in parameters.compare
               if p is not Placer.EXACT}
     if parameters.placer is Placer.EXACT:
