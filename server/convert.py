@@ -28,7 +28,12 @@ from apportion.server.market_inputs import (
     market_parameters,
 )
 from apportion.server.sia_inputs import fill_sia_response, sia_parameters, sia_problem
-from apportion.server.topology_inputs import fill_placement_response, with_stages, with_topology
+from apportion.server.topology_inputs import (
+    fill_placement_response,
+    tiresias_parameters,
+    with_stages,
+    with_topology,
+)
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import (
     Cluster,
@@ -59,6 +64,7 @@ _COMPAT = {
     policy_pb.COMPAT_GAVEL: Compat.GAVEL,
     policy_pb.COMPAT_SHOCKWAVE: Compat.SHOCKWAVE,
     policy_pb.COMPAT_SIA: Compat.SIA,
+    policy_pb.COMPAT_TIRESIAS: Compat.TIRESIAS,
 }
 _SOLVER = {
     policy_pb.SOLVER_PREFERENCE_UNSPECIFIED: SolverPreference.AUTO,
@@ -599,6 +605,8 @@ def _policy(msg: policy_pb.Policy, violations: list[Violation]) -> PolicyRequest
         parameters = sia_parameters[given](getattr(msg, given), violations)
     elif given is not None and given in fairness_parameters:
         parameters = fairness_parameters[given](getattr(msg, given), violations)
+    elif given is not None and given in tiresias_parameters:
+        parameters = tiresias_parameters[given](getattr(msg, given), violations)
     elif given is not None and given in gavel_parameters:
         parameters = gavel_parameters[given](getattr(msg, given), violations)
     elif given == "water_filling":

@@ -11,8 +11,9 @@ devices, `MAX_LINKS` links, `MAX_PHASES` communication phases per job.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +21,13 @@ import numpy as np
 
 from apportion.solver.errors import Violation
 from apportion.solver.model import Cluster, PolicyRequest, Problem
+from apportion.solver.parameters import (
+    TIRESIAS_THRESHOLDS,
+    TiresiasAdmission,
+    TiresiasMode,
+    TiresiasParameters,
+    TiresiasService,
+)
 from apportion.solver.placement_plan import PlacementSection
 from apportion.solver.registry import PolicySpec
 from apportion.solver.result import Plan, Termination
@@ -481,13 +489,15 @@ def placement_inputs(
                     getattr(jobs, name)[i] = value
             if job.migration.HasField("preemptible"):
                 jobs.preemptible[i] = job.migration.preemptible
-    current, running_since, devices_given = _history_devices(msg, problem, topology, violations)
+    current, running_since, times, devices_given = _history_devices(
+        msg, problem, topology, violations)
     quotas = _quotas(msg, problem, topology, violations)
-    if not (any_given or devices_given or quotas):
+    if not (any_given or devices_given or quotas or times.any()):
         return None
     jobs = replace(jobs, pattern=tuple(pattern), phases=tuple(phases),
                    service_class=tuple(service), avoid_nodes=tuple(avoid),
-                   current_devices=current, running_since_s=running_since)
+                   current_devices=current, running_since_s=running_since,
+                   executed_time_s=times[:, 0].copy(), waiting_time_s=times[:, 1].copy())
     return PlacementInputs(jobs, quotas)
 
 
@@ -519,14 +529,16 @@ def _phases(comm: snapshot_pb.Communication, c: str,
 def _history_devices(
     msg: snapshot_pb.Snapshot, problem: Problem, topology: Topology,
     violations: list[Violation],
-) -> tuple[tuple[tuple[int, ...], ...], np.ndarray, bool]:
-    """Per job, the devices its history lists (validated), running-since times, any given."""
+) -> tuple[tuple[tuple[int, ...], ...], np.ndarray, np.ndarray, bool]:
+    """Per job, the devices its history lists (validated), running-since times, (m, 2)
+    executed and waiting times (Tiresias), and whether any device list was given."""
     m = problem.jobs.num_jobs
     job_index = {job_id: i for i, job_id in enumerate(problem.jobs.ids)}
     device_index = {d: k for k, d in enumerate(topology.device_ids)}
     owner: dict[int, str] = {}
     current: list[tuple[int, ...]] = [()] * m
     since = np.full(m, np.nan)
+    times = np.zeros((m, 2))
     given = False
     for k, entry in enumerate(msg.history.jobs):
         i = job_index.get(entry.job_id)
@@ -538,8 +550,9 @@ def _history_devices(
                 since[i] = entry.running_since_s
             else:
                 violations.append(Violation(f"{p}.running_since_s", "must be finite"))
-        for name in ("executed_time_s", "waiting_time_s"):
-            _nonnegative(getattr(entry, name), f"{p}.{name}", violations)
+        for column, name in enumerate(("executed_time_s", "waiting_time_s")):
+            if _nonnegative(getattr(entry, name), f"{p}.{name}", violations):
+                times[i, column] = getattr(entry, name)
         if not entry.devices:
             continue
         given = True
@@ -570,7 +583,7 @@ def _history_devices(
         if nodes and any(int(topology.device_node[d]) not in nodes for d in chosen):
             violations.append(Violation(f"{p}.devices", "devices outside current.nodes"))
         current[i] = tuple(chosen)
-    return tuple(current), since, given
+    return tuple(current), since, times, given
 
 
 def _quotas(msg: snapshot_pb.Snapshot, problem: Problem, topology: Topology,
@@ -755,7 +768,9 @@ def with_stages(msg: policy_pb.Policy, policy: PolicyRequest, spec: PolicySpec,
 # response -----------------------------------------------------------------------------------
 
 def fill_placement_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
-    """The plan's placement section and the devices of its rounds' grants."""
+    """The plan's placement section and the devices of its rounds' grants (and the admission
+    results of an admission-ordering policy)."""
+    fill_admission_response(plan, out)
     placed = plan.placement
     if placed is None:
         return
@@ -822,3 +837,87 @@ def _summary(placed: PlacementSection, problem: Problem, msg: service_pb.Placeme
         msg.quota_slack.add(accelerator_type=problem.cluster.type_names[slack.type_index],
                             level=_LEVEL_TO_WIRE[DomainLevel(slack.level)],
                             slack_devices=slack.slack_devices)
+
+
+# tiresias -----------------------------------------------------------------------------------
+
+_TIRESIAS_MODE = {
+    policy_pb.TIRESIAS_MODE_UNSPECIFIED: TiresiasMode.LAS,
+    policy_pb.TIRESIAS_MODE_LAS: TiresiasMode.LAS,
+    policy_pb.TIRESIAS_MODE_GITTINS: TiresiasMode.GITTINS,
+}
+_TIRESIAS_SERVICE = {
+    policy_pb.TIRESIAS_SERVICE_UNSPECIFIED: TiresiasService.GPU_TIME,
+    policy_pb.TIRESIAS_SERVICE_GPU_TIME: TiresiasService.GPU_TIME,
+    policy_pb.TIRESIAS_SERVICE_TIME: TiresiasService.TIME,
+}
+_TIRESIAS_ADMISSION = {
+    policy_pb.TIRESIAS_ADMISSION_UNSPECIFIED: TiresiasAdmission.COUNT,
+    policy_pb.TIRESIAS_ADMISSION_COUNT: TiresiasAdmission.COUNT,
+    policy_pb.TIRESIAS_ADMISSION_PLACEMENT: TiresiasAdmission.PLACEMENT,
+}
+MAX_SERVICE_SAMPLES = 100_000
+
+
+def _tiresias(msg: policy_pb.TiresiasParameters, violations: list[Violation]) -> object:
+    p = "policy.tiresias"
+    thresholds = tuple(float(t) for t in msg.thresholds) or TIRESIAS_THRESHOLDS
+    if any(not (_finite(t) and t > 0) for t in thresholds) or any(
+        b <= a for a, b in itertools.pairwise(thresholds)
+    ):
+        violations.append(Violation(f"{p}.thresholds", "must be finite, > 0 and increasing"))
+        thresholds = TIRESIAS_THRESHOLDS
+    knob = msg.promote_knob
+    _nonnegative(knob, f"{p}.promote_knob", violations)
+    samples = tuple(float(x) for x in msg.service_samples)
+    if len(samples) > MAX_SERVICE_SAMPLES:
+        violations.append(Violation(f"{p}.service_samples",
+                                    f"at most {MAX_SERVICE_SAMPLES} samples"))
+        samples = ()
+    for k, x in enumerate(samples):
+        if not (_finite(x) and x > 0):
+            violations.append(Violation(f"{p}.service_samples[{k}]",
+                                        f"must be finite and > 0, got {x}"))
+            break
+    mode = _enum(msg.mode, _TIRESIAS_MODE, f"{p}.mode", violations)
+    if mode is TiresiasMode.GITTINS and not samples:
+        violations.append(Violation(f"{p}.service_samples", "2D-Gittins needs service samples"))
+    quantum = msg.gittins_quantum if msg.HasField("gittins_quantum") else 0.0
+    if msg.HasField("gittins_quantum") and not (_finite(quantum) and quantum > 0):
+        violations.append(Violation(f"{p}.gittins_quantum", f"must be finite and > 0, got "
+                                    f"{quantum}"))
+        quantum = 0.0
+    skew = msg.consolidate_skew_above
+    _nonnegative(skew, f"{p}.consolidate_skew_above", violations)
+    return TiresiasParameters(
+        mode=mode,
+        service=_enum(msg.service, _TIRESIAS_SERVICE, f"{p}.service", violations),
+        thresholds=thresholds,
+        promote_knob=float(knob) if _finite(knob) and knob > 0 else 0.0,
+        service_samples=samples,
+        gittins_quantum=float(quantum),
+        admission=_enum(msg.admission, _TIRESIAS_ADMISSION, f"{p}.admission", violations),
+        consolidate_skew_above=float(skew) if _finite(skew) and skew > 0 else 0.0,
+    )
+
+
+tiresias_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {
+    "tiresias": _tiresias,
+}
+"""`Policy.parameters` oneof field -> converter of its message."""
+
+
+def fill_admission_response(plan: Plan, out: service_pb.Plan) -> None:
+    """Per job, the admission-ordering policy's queue, rank, index and state."""
+    for entry, info in zip(out.jobs, plan.admission, strict=False):
+        if info is None:
+            continue
+        msg = entry.admission
+        msg.admitted = info.admitted
+        msg.queue = info.queue
+        msg.rank = info.rank
+        msg.priority_index = info.priority_index
+        msg.attained_service = info.attained_service
+        msg.promoted = info.promoted
+        msg.executed_time_s = info.executed_time_s
+        msg.waiting_time_s = info.waiting_time_s

@@ -84,3 +84,20 @@ class PlacementSection:
     shift_overflow_bound: float | None = None
     shift_period_s: float = 0.0
     quota_slack: tuple[QuotaSlack, ...] = ()
+
+
+@dataclass(frozen=True)
+class AdmissionInfo:
+    """An admission-ordering policy's word on one job (tiresias): its queue, rank, index and
+    the state to send back (`apportion.v1.AdmissionResult`)."""
+
+    admitted: bool
+    queue: int
+    rank: int
+    """Position in the admission order (0 = first)."""
+    priority_index: float
+    """2D-Gittins index (0 for LAS)."""
+    attained_service: float
+    promoted: bool
+    executed_time_s: float
+    waiting_time_s: float

@@ -271,6 +271,10 @@ class PlacementJobs:
     given (then `History.current_nodes` may still say which nodes)."""
     running_since_s: FloatArray
     """(m,) when the job started its current run (snapshot clock, s; NaN = not given)."""
+    executed_time_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) Tiresias: executed time since the job last entered queue 0 (s). Empty = 0."""
+    waiting_time_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) Tiresias: time waited since the job last ran or was promoted (s). Empty = 0."""
 
     @staticmethod
     def defaults(m: int) -> PlacementJobs:
@@ -293,6 +297,8 @@ class PlacementJobs:
             preemptible=np.ones(m, dtype=bool),
             current_devices=((),) * m,
             running_since_s=np.full(m, np.nan),
+            executed_time_s=np.zeros(m),
+            waiting_time_s=np.zeros(m),
         )
 
 

@@ -140,8 +140,10 @@ def place_exact(
     threads: int = 0,
     seed: int = 0,
     level: PlacementLevel = PlacementLevel.NODE,
+    value_only: bool = False,
 ) -> PlacementResult:
-    """The exact placer (module docstring); `level` DEVICE solves the device-level MILP."""
+    """The exact placer (module docstring); `level` DEVICE solves the device-level MILP;
+    `value_only` stops once the largest placed value is found (a feasibility check)."""
     started = time.perf_counter()
     scorer = PatternScorer(instance.topology, instance.pattern_score)
     bounds = demand_bounds(instance)
@@ -161,7 +163,7 @@ def place_exact(
         level is PlacementLevel.DEVICE
         or not proven_value
         or relative_gap(best_start_cost, relaxation, GAP_SCALE) > relative_gap_tolerance
-    )
+    ) and not (value_only and proven_value)
     notes: list[str] = []
     run = _MilpRun()
     start_counts = [unit_counts(s, units.unit_of_device) for s in candidates]
@@ -176,11 +178,12 @@ def place_exact(
             result = run.solve(model, deadline, 0.0, threads,
                                _best_start(model, instance, usable, value=True), seed)
             if result.has_solution and result.objective is not None:
+                run.counts = milp.counts_of(model, result.x, instance.num_demands)
                 best_value = max(best_value, float(result.objective))
                 if not restricted and result.status.solved and result.bound is not None:
                     value_bound = min(value_bound, float(result.bound))
             proven_value = best_value >= value_bound - 1e-9
-        if not deadline.expired():
+        if not deadline.expired() and not value_only:
             model = milp.build(instance, units, active, pair_a, pair_u, value_stage=False,
                                min_value=best_value)
             start = _best_start(model, instance, usable, value=False, min_value=best_value)

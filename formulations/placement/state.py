@@ -39,11 +39,11 @@ class FreeState:
     def node_avail(self, r: int) -> IntArray:
         """(nodes,) free devices demand r may use on each node (0 on nodes it may not share)."""
         c = int(self.instance.signature[r])
-        out = self.class_free[c].copy()
+        out: IntArray = self.class_free[c].copy()
         out[self.exclusive_node] = 0
         if self.instance.demands[r].exclusive:
             out[self.node_users > 0] = 0
-        return out.astype(np.int64)
+        return out
 
     def take(self, r: int, node: int, count: int, prefer: tuple[int, ...] = ()) -> tuple[int, ...]:
         """`count` free eligible devices of demand r on `node`: the preferred ones first, then

@@ -266,3 +266,46 @@ def test_snapshot_json_round_trip_keeps_the_topology() -> None:
     second, _, _ = request_to_model(again)
     assert first.cluster.topology is not None and second.cluster.topology is not None
     assert np.array_equal(first.cluster.topology.ancestors, second.cluster.topology.ancestors)
+
+
+def tiresias_request() -> service_pb.SolveRequest:
+    request = service_pb.SolveRequest()
+    request.snapshot.cluster.accelerator_types.add(name="gpu", count=2)
+    for job_id, arrival in (("old", 0.0), ("new", 50.0)):
+        job = request.snapshot.jobs.add(id=job_id, arrival_time_s=arrival)
+        job.throughput["gpu"] = 1.0
+        job.scale_factor = 2
+    entry = request.snapshot.history.jobs.add(job_id="old", executed_time_s=5000.0)
+    entry.current.accelerator_type = "gpu"
+    request.policy.name = "tiresias"
+    return request
+
+
+def test_tiresias_reports_queues_and_state() -> None:
+    response = solve_request(tiresias_request())
+    old, new = response.plan.jobs
+    assert (old.admission.queue, old.admission.admitted) == (2, False)  # 10,000 GPU s
+    assert (new.admission.queue, new.admission.admitted, new.admission.rank) == (0, True, 0)
+    assert old.admission.executed_time_s == 5000.0
+    assert new.time_share["gpu"] == 1.0
+    assert old.status == service_pb.JOB_STATUS_ALLOCATED and old.reason.startswith("preempted")
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda p: p.thresholds.extend([10.0, 5.0]), "policy.tiresias.thresholds"),
+    (lambda p: setattr(p, "mode", policy_pb.TIRESIAS_MODE_GITTINS),
+     "policy.tiresias.service_samples"),
+    (lambda p: setattr(p, "gittins_quantum", -1.0), "policy.tiresias.gittins_quantum"),
+    (lambda p: setattr(p, "promote_knob", float("nan")), "policy.tiresias.promote_knob"),
+])
+def test_bad_tiresias_parameters(mutate: Callable[[policy_pb.TiresiasParameters], None],
+                                 field: str) -> None:
+    request = tiresias_request()
+    mutate(request.policy.tiresias)
+    assert field in _violations(request)
+
+
+def test_negative_executed_time_is_rejected() -> None:
+    request = tiresias_request()
+    request.snapshot.history.jobs[0].waiting_time_s = -1.0
+    assert "snapshot.history.jobs[0].waiting_time_s" in _violations(request)
