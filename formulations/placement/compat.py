@@ -41,6 +41,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from apportion.formulations.placement.hived import lca_pick
 from apportion.formulations.placement.instance import Assignment, PlacementInstance
 from apportion.formulations.placement.patterns import (
     NO_LINK,
@@ -351,60 +352,21 @@ def hived_buddy(instance: PlacementInstance, deadline: Deadline = NO_DEADLINE) -
 
 
 def _buddy(instance: PlacementInstance, state: FreeState, r: int) -> tuple[int, ...] | None:
-    """The lowest-level cell holding the demand, best fit, filled recursively."""
+    """HiveD's pick for demand r: the lowest common ancestor by best fit (`hived.lca_pick`)
+    within its span limit and exact node count."""
     topo = instance.topology
     demand = instance.demands[r]
-    s = demand.devices
     ok = state.avail & instance.eligible[r]
     ok &= ~state.exclusive_node[topo.device_node]
     if demand.exclusive:
         ok &= state.node_users[topo.device_node] == 0
     limit = demand.max_span_level or DomainLevel.CLUSTER.value + 1
-    for level in topo.levels_present:
-        column = topo.ancestors[:, level.value]
-        free = np.bincount(column[ok & (column >= 0)], minlength=topo.num_domains)
-        cells = np.flatnonzero((free >= s) & (topo.domain_level == level.value))
-        if cells.size:
-            cell = int(cells[np.lexsort((cells, free[cells]))][0])
-            inside = np.flatnonzero(ok & (column == cell))
-            picked = _fill_cell(topo.ancestors, topo.domain_level, inside, s, level.value)
-            if demand.nodes and np.unique(topo.device_node[list(picked)]).size != demand.nodes:
-                return None
-            return picked
-        if level.value >= limit:
-            return None
-    if demand.max_span_level or demand.nodes:
+    picked = lca_pick(topo, ok, demand.devices, limit)
+    if picked is None:
         return None
-    inside = np.flatnonzero(ok)
-    return tuple(int(d) for d in inside[:s]) if inside.size >= s else None
-
-
-def _fill_cell(ancestors: IntArray, levels: IntArray, inside: IntArray, s: int,
-               level: int) -> tuple[int, ...]:
-    """s devices of `inside` (the free devices of one cell at `level`): split into the
-    children at the level below; a child holding s alone is taken by best fit, otherwise
-    whole children by most free devices first."""
-    below = [lv for lv in range(level - 1, 0, -1)]
-    for child_level in below:
-        column = ancestors[inside, child_level]
-        children, counts = np.unique(column, return_counts=True)
-        real = levels[children] == child_level
-        if not real.any():
-            continue
-        fits = np.flatnonzero(counts >= s)
-        if fits.size:
-            best = fits[np.lexsort((children[fits], counts[fits]))][0]
-            return _fill_cell(ancestors, levels, inside[column == children[best]], s,
-                              child_level)
-        out: list[int] = []
-        for k in np.lexsort((children, -counts)).tolist():
-            members = inside[column == children[k]]
-            take = min(s - len(out), members.size)
-            out.extend(_fill_cell(ancestors, levels, members, take, child_level))
-            if len(out) == s:
-                return tuple(out)
-        return tuple(out)
-    return tuple(int(d) for d in np.sort(inside)[:s])
+    if demand.nodes and np.unique(topo.device_node[list(picked)]).size != demand.nodes:
+        return None
+    return picked
 
 
 # MAPA ---------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from apportion.solver.capabilities import PlanKind
 from apportion.solver.model import Problem
 from apportion.solver.result import Plan, RoundGrant
 from apportion.solver.stages import PlacementParameters
-from apportion.solver.topology import DomainLevel, PlacementJobs
+from apportion.solver.topology import DomainLevel, PlacementJobs, ServiceClass
 
 NOT_PREEMPTIBLE_VALUE = 1e6
 """Placed value of a running job that may not be preempted (above every other job's)."""
@@ -122,6 +122,10 @@ def demand_for(
     if running and not inputs.preemptible[i]:
         value = NOT_PREEMPTIBLE_VALUE
     move = weights.move + weights.move_per_s * float(inputs.checkpoint_s[i] + inputs.restore_s[i])
+    tenant = problem.jobs.tenant[i]
+    quota_holder = problem.placement is not None and inputs.service_class[i] is \
+        ServiceClass.GUARANTEED and any(q.tenant == tenant and q.type_index == grant.type_index
+                                        for q in problem.placement.cell_quotas)
     return Demand(
         jobs=grant.jobs,
         type_index=grant.type_index,
@@ -139,6 +143,7 @@ def demand_for(
         pattern=inputs.pattern[i],
         bandwidth_sensitive=bool(inputs.bandwidth_sensitive[i]),
         span_reward=span_reward(inputs, i),
+        guaranteed_tenant=tenant if quota_holder else "",
     )
 
 

@@ -149,8 +149,10 @@ def place_exact(
     bounds = demand_bounds(instance)
     skip = frozenset(np.flatnonzero(~bounds.placeable).tolist())
     active = np.flatnonzero(bounds.placeable).astype(np.int64)
-    candidates = [seed_assignment(instance, deadline, skip)]
-    candidates += [s for s in starts if not violations(instance, s)]
+    candidates = [s for s in (seed_assignment(instance, deadline, skip), *starts)
+                  if not violations(instance, s)]
+    if not candidates:  # the greedy answers break a quota row: start from nothing placed
+        candidates = [Assignment.empty(instance.num_demands)]
     scored = [evaluate(instance, s, scorer) for s in candidates]
     units = milp.device_units(instance) if level is PlacementLevel.DEVICE \
         else milp.node_units(instance)

@@ -18,6 +18,7 @@ from apportion.solver.stages import PatternScore, PlacementWeights
 from apportion.solver.topology import (
     LEVELS,
     BoolArray,
+    CellQuota,
     CommunicationPattern,
     DomainLevel,
     Topology,
@@ -81,6 +82,9 @@ class PlacementInstance:
     """(K,) devices held outside this solve; None = none."""
     pattern_score: PatternScore = PatternScore.BANDWIDTH
     min_link_score: float = 0.0
+    quotas: tuple[CellQuota, ...] = ()
+    """Tenants' cell quotas (HiveD); enforced when `enforce_quotas` (`hived.quota_rules`)."""
+    enforce_quotas: bool = False
 
     @property
     def num_demands(self) -> int:

@@ -36,6 +36,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from apportion.formulations.placement.hived import QuotaRule, quota_rules
 from apportion.formulations.placement.instance import PlacementInstance
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
 from apportion.solver.backends.status import SolverResult
@@ -319,26 +320,34 @@ def build(
             resize = bool(d.previous) and len(d.previous) != d.devices
             keep_cost.append(-d.move_cost + (min(d.resize_cost, d.move_cost) if resize else 0.0))
         cost.append((keep_first + np.arange(keepers.size), np.asarray(keep_cost)))
-    # (P8) free domains at the levels the units reach
+    # (P8) free domains at the levels the units reach (and the quota chains' levels)
+    rules = quota_rules(instance)
+    quota_levels = {lv for rule in rules for lv in rule.reserved if lv.value >= units.level}
     free_cols: list[int] = []
     free_first = column
+    free_at: dict[DomainLevel, tuple[list[int], int]] = {}
     for level in units.levels:
         omega = weights.free_domain.get(level, 0.0)
-        if omega <= 0:
+        if omega <= 0 and level not in quota_levels:
             continue
         open_domains = open_domains_of(instance, level)
         pair_domain = units.ancestor[pair_unit, level.value]
         touched = np.isin(open_domains, pair_domain)
         offset -= omega * float(np.count_nonzero(~touched))  # no candidate: stays free
+        columns_here: list[int] = []
         for u in open_domains[touched].tolist():
             under = np.flatnonzero(pair_domain == u)
             k_u = float(instance.topology.domain_devices[u])
             rows.add([(np.zeros(under.size), pm.g0 + under, 1.0),
                       (np.zeros(1), np.array([column]), k_u)], -INFINITY, k_u, 1)
-            cost.append((np.array([column]), np.array([-omega])))
+            if omega:
+                cost.append((np.array([column]), np.array([-omega])))
             free_cols.append(u)
+            columns_here.append(column)
             column += 1
+        free_at[level] = (columns_here, int(np.count_nonzero(~touched)))
     pm.free = (np.asarray(free_cols, np.int64), free_first)
+    _quota_rows(instance, pm, rows, rules, free_at)
     # placed value: objective of the value stage, a row of the cost stage
     value = np.array([d.value for d in demand_of])
     if not value_stage and R:
@@ -369,6 +378,35 @@ def build(
         offset=offset,
     )
     return pm
+
+
+def _quota_rows(
+    instance: PlacementInstance, pm: PlacementModel, rows: _Rows, rules: list[QuotaRule],
+    free_at: dict[DomainLevel, tuple[list[int], int]],
+) -> None:
+    """HiveD's quota rows (`hived` module docstring): each tenant's drawn volume within its
+    quota; at every chain level above the units, the unused reserved volume within the
+    entirely free cells (whose level must have f columns, or be entirely untouched)."""
+    position = {int(r): k for k, r in enumerate(pm.active.tolist())}
+    for rule in rules:
+        for tenant, volume in rule.volume.items():
+            mine = [(position[r], vol) for r, (t, _, vol) in rule.draw.items()
+                    if t == tenant and r in position]
+            if mine:
+                rows.add([(np.zeros(len(mine)), pm.z0 + np.array([a for a, _ in mine]),
+                           np.array([float(v) for _, v in mine]))], -INFINITY, float(volume), 1)
+        for level, reserved in rule.reserved.items():
+            if level not in free_at:
+                continue
+            columns, untouched = free_at[level]
+            k_l = float(rule.chain.size_of(level))
+            drawn = [(position[r], vol) for r, (_, lv, vol) in rule.draw.items()
+                     if lv >= level and r in position]
+            # reserved - drawn <= K_l (f + untouched):  -drawn - K_l f <= K_l untouched - reserved
+            rows.add([(np.zeros(len(drawn)), pm.z0 + np.array([a for a, _ in drawn], np.int64),
+                       -np.array([float(v) for _, v in drawn])),
+                      (np.zeros(len(columns)), np.array(columns, np.int64), -k_l)],
+                     -INFINITY, k_l * untouched - reserved, 1)
 
 
 def _node_rows(

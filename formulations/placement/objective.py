@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from apportion.formulations.placement.hived import quota_violations
 from apportion.formulations.placement.instance import Assignment, PlacementInstance
 from apportion.formulations.placement.patterns import PatternScorer
 from apportion.solver.model import FloatArray, IntArray
@@ -253,7 +254,7 @@ def violations(instance: PlacementInstance, assignment: Assignment) -> list[str]
     for v, owners in node_owner.items():
         if len(owners) > 1 and any(instance.demands[r].exclusive for r in owners):
             out.append(f"node {v}: an exclusive demand shares it")
-    return out
+    return out + quota_violations(instance, assignment)
 
 
 def span_columns(levels: tuple[DomainLevel, ...]) -> IntArray:

@@ -28,6 +28,7 @@ from apportion.formulations.placement.demands import (
     round_grants,
 )
 from apportion.formulations.placement.exact import PlacementResult, place_exact
+from apportion.formulations.placement.hived import quota_slack
 from apportion.formulations.placement.instance import PlacementInstance
 from apportion.formulations.placement.objective import evaluate
 from apportion.formulations.rounds import round_schedule
@@ -39,7 +40,12 @@ from apportion.solver.capabilities import (
 )
 from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import Problem, SolveOptions
-from apportion.solver.placement_plan import JobPlacement, PlacementSection, PlacerComparison
+from apportion.solver.placement_plan import (
+    JobPlacement,
+    PlacementSection,
+    PlacerComparison,
+    QuotaSlack,
+)
 from apportion.solver.result import ConfigurationChoice, Plan, ScheduledRound, Termination
 from apportion.solver.stages import PlacementParameters, Placer
 from apportion.solver.topology import Topology, topology_of
@@ -82,6 +88,8 @@ def _instance(
         weights=parameters.weights,
         pattern_score=parameters.pattern_score,
         min_link_score=parameters.min_link_score,
+        quotas=problem.placement.cell_quotas if problem.placement is not None else (),
+        enforce_quotas=parameters.enforce_cell_quotas,
     )
 
 
@@ -211,7 +219,20 @@ def section(problem: Problem, placed: GrantPlacement, detail: str = "") -> Place
         solve_time_s=result.solve_time_s,
         model_size=result.model_size,
         jobs=tuple(placed.jobs.get(i) for i in range(m)),
+        quota_slack=_quota_slack(placed),
     )
+
+
+def _quota_slack(placed: GrantPlacement) -> tuple[QuotaSlack, ...]:
+    """HiveD's safety slack after placement (when the snapshot gives cell quotas)."""
+    instance = placed.instance
+    assignment = placed.result.assignment
+    used = np.zeros(instance.topology.num_devices, dtype=bool)
+    for devices in assignment.devices:
+        used[list(devices)] = True
+    done = np.array([bool(d) for d in assignment.devices], dtype=bool)
+    return tuple(QuotaSlack(j, level.value, slack)
+                 for j, level, slack in quota_slack(instance, used, done))
 
 
 def apply_placement(
