@@ -230,7 +230,7 @@ def _part_values(
     value = -inner
     if demand.pattern is not CommunicationPattern.NONE and demand.devices >= 2:
         value = value + weights.link_score * (part.count / demand.devices) * table.score
-        if instance.min_link_score > 0 and part.single_node:
+        if instance.min_link_score > 0:  # every part, so the job's score reaches it too
             allowed &= table.score >= instance.min_link_score - 1e-12
     if part.single_node:
         reward = instance.span_reward(part.demand)

@@ -254,6 +254,14 @@ def violations(instance: PlacementInstance, assignment: Assignment) -> list[str]
     for v, owners in node_owner.items():
         if len(owners) > 1 and any(instance.demands[r].exclusive for r in owners):
             out.append(f"node {v}: an exclusive demand shares it")
+    if instance.min_link_score > 0:
+        scorer = PatternScorer(topo, instance.pattern_score)
+        for r, demand in enumerate(instance.demands):
+            devices = assignment.devices[r]
+            if devices and demand.pattern is not CommunicationPattern.NONE and \
+                    demand.devices >= 2 and \
+                    _link_score(instance, scorer, r, devices)[0] < instance.min_link_score - 1e-9:
+                out.append(f"demand {r}: link score below {instance.min_link_score}")
     return out + quota_violations(instance, assignment)
 
 

@@ -130,6 +130,8 @@ def subsets(n: int, k: int) -> IntArray:
     """(C(n, k), k) every k-subset of range(n), lexicographic."""
     if k > n or k < 0:
         return np.zeros((0, max(k, 0)), np.int64)
+    if k == 0:
+        return np.zeros((1, 0), np.int64)
     return np.asarray(list(itertools.combinations(range(n), k)), np.int64).reshape(-1, k)
 
 

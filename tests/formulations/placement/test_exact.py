@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 from hypothesis import given
+from hypothesis import strategies as st
 
 from apportion.formulations.placement.exact import place_exact
 from apportion.formulations.placement.instance import PlacementInstance
@@ -91,3 +92,41 @@ def test_unhealthy_and_occupied_devices_are_never_used() -> None:
     instance = replace(instance, demands=(Demand((0,), 0, 4), Demand((1,), 0, 3)))
     result = place_exact(instance)
     assert result.score.placed == 1
+
+
+@given(picks=st.lists(st.integers(0, 31), min_size=2, max_size=12, unique=True))
+def test_ring_identity(picks: list[int]) -> None:
+    """D0.6 test 5: a ring over the devices ordered so that each domain's devices are
+    contiguous crosses a level's boundaries n - 1 + h times (n domains used, h = n >= 2)."""
+    from apportion.datasets.topologies import NodeKind, rack_cluster
+
+    topo = rack_cluster(4, 1, 8, "gpu", kind=NodeKind.DGX1, racks_per_pod=2).topology
+    anc = topo.ancestors
+    levels = topo.levels_present
+    ring = sorted(picks, key=lambda d: tuple(anc[d, lv.value] for lv in reversed(levels)))
+    for level in levels:
+        column = anc[ring, level.value]
+        crossings = int(np.count_nonzero(column != np.roll(column, -1)))
+        n = np.unique(column).size
+        assert crossings == n - 1 + (1 if n >= 2 else 0)
+
+
+@given(instance=instances(inner_weights=False), seed=st.integers(0, 100))
+def test_permuting_identical_nodes_keeps_the_optimum(instance: PlacementInstance,
+                                                     seed: int) -> None:
+    """D0.6 test 6: relabelling devices within a node (all identical without inner terms) and
+    swapping two same-rack nodes of equal size leaves the optimal value unchanged."""
+    topo = instance.topology
+    perm = np.arange(topo.num_devices)
+    rng = np.random.default_rng(seed)
+    for v in range(len(topo.node_domain)):
+        members = topo.node_devices[v]
+        perm[members] = rng.permutation(members)
+    mapped = replace(instance, demands=tuple(
+        replace(d, previous=tuple(int(perm[x]) for x in d.previous)) for d in instance.demands
+    ), occupied=None if instance.occupied is None else instance.occupied[np.argsort(perm)])
+    healthy = topo.device_healthy[np.argsort(perm)]
+    mapped = replace(mapped, topology=replace(topo, device_healthy=healthy))
+    first, second = place_exact(instance), place_exact(mapped)
+    assert first.score.placed_value == second.score.placed_value
+    assert abs(first.score.cost - second.score.cost) <= 1e-6
