@@ -26,7 +26,7 @@ from apportion.formulations.placement.patterns import (
 )
 from apportion.solver.deadline import NO_DEADLINE
 from apportion.solver.result import Termination
-from apportion.solver.stages import PatternScore, Placer, PlacementWeights
+from apportion.solver.stages import PatternScore, PlacementWeights, Placer
 from apportion.solver.topology import CommunicationPattern, Topology
 
 RING = CommunicationPattern.RING_ALLREDUCE
