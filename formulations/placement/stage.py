@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from apportion.formulations.placement.cassini import ShiftResult, shift_problem, solve_shifts
 from apportion.formulations.placement.compat import COMPAT_PLACERS
 from apportion.formulations.placement.demands import (
     Grant,
@@ -67,6 +68,8 @@ class GrantPlacement:
     jobs: dict[int, JobPlacement]
     """Per job of a grant (and per running job left without one), its placement."""
     compared: tuple[PlacerComparison, ...]
+    shifts: ShiftResult | None = None
+    shift_period_s: float = 0.0
 
     def devices_of(self) -> dict[int, tuple[int, ...]]:
         """Per placed job, its devices (the `previous` of the next round)."""
@@ -182,7 +185,17 @@ def place_grants(
         if held:
             jobs[i] = JobPlacement(placed=False, preempted=True,
                                    reason="no devices granted in this round (preempted)")
-    return GrantPlacement(instance, result, jobs, compared)
+    if parameters.time_shifts is None:
+        return GrantPlacement(instance, result, jobs, compared)
+    shift = parameters.time_shifts
+    placed_devices = {i: p.devices for i, p in jobs.items() if p.placed}
+    shifts = shift_problem(topology, placed_devices, inputs.phases, inputs.iteration_time_s, shift.slot_s,
+                           shift.max_period_s)
+    answer = solve_shifts(shifts, deadline)
+    for job, k in zip(shifts.jobs, answer.shifts, strict=True):
+        jobs[job.job] = replace(jobs[job.job], time_shift_s=k * shift.slot_s)
+    return GrantPlacement(instance, result, jobs, compared, answer,
+                          shifts.period * shift.slot_s)
 
 
 def _node_pairs(topology: Topology, devices: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
@@ -198,7 +211,8 @@ def section(problem: Problem, placed: GrantPlacement, detail: str = "") -> Place
     result = placed.result
     score = result.score
     m = problem.jobs.num_jobs
-    notes = "; ".join(x for x in (result.detail, detail) if x)
+    shifts = placed.shifts
+    notes = "; ".join(x for x in (result.detail, detail, shifts.detail if shifts else "") if x)
     return PlacementSection(
         placer=result.placer,
         termination=result.termination,
@@ -220,6 +234,9 @@ def section(problem: Problem, placed: GrantPlacement, detail: str = "") -> Place
         model_size=result.model_size,
         jobs=tuple(placed.jobs.get(i) for i in range(m)),
         quota_slack=_quota_slack(placed),
+        shift_overflow=shifts.overflow if shifts else None,
+        shift_overflow_bound=shifts.bound if shifts else None,
+        shift_period_s=placed.shift_period_s,
     )
 
 
