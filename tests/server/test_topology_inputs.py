@@ -309,3 +309,15 @@ def test_negative_executed_time_is_rejected() -> None:
     request = tiresias_request()
     request.snapshot.history.jobs[0].waiting_time_s = -1.0
     assert "snapshot.history.jobs[0].waiting_time_s" in _violations(request)
+
+
+def test_load_based_admission_through_the_request() -> None:
+    request = small()
+    request.snapshot.jobs.add(id="c", scale_factor=4).throughput["a100"] = 1.0
+    request.policy.admission.mode = policy_pb.ADMISSION_MODE_LOAD_BASED
+    response = solve_request(request)
+    statuses = {job.job_id: job.status for job in response.plan.jobs}
+    assert statuses["c"] == service_pb.JOB_STATUS_DEFERRED  # 2 + 1 + 4 > 4 devices
+    assert statuses["a"] == statuses["b"] == service_pb.JOB_STATUS_ALLOCATED
+    request.policy.admission.load_threshold = 0.0
+    assert "policy.admission.load_threshold" in _violations(request)
