@@ -189,8 +189,8 @@ def place_grants(
         return GrantPlacement(instance, result, jobs, compared)
     shift = parameters.time_shifts
     placed_devices = {i: p.devices for i, p in jobs.items() if p.placed}
-    shifts = shift_problem(topology, placed_devices, inputs.phases, inputs.iteration_time_s, shift.slot_s,
-                           shift.max_period_s)
+    shifts = shift_problem(topology, placed_devices, inputs.phases, inputs.iteration_time_s,
+                           shift.slot_s, shift.max_period_s)
     answer = solve_shifts(shifts, deadline)
     for job, k in zip(shifts.jobs, answer.shifts, strict=True):
         jobs[job.job] = replace(jobs[job.job], time_shift_s=k * shift.slot_s)

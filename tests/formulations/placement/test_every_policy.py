@@ -9,7 +9,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from apportion.datasets.topologies import rack_cluster
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
