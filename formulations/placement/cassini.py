@@ -130,7 +130,7 @@ def shift_problem(
     period = 1
     for job in jobs:
         period = period * job.period // math.gcd(period, job.period)
-    cap = max(1, int(max_period_s // slot_s))
+    cap = max(1, int(max_period_s / slot_s + 1e-9))
     approximate = period > cap
     return ShiftProblem(tuple(jobs), topology.domain_uplink_gbps[shared].astype(np.float64),
                         slot_s, min(period, cap), approximate)

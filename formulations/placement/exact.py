@@ -28,6 +28,7 @@ import numpy as np
 
 from apportion.formulations.placement import milp
 from apportion.formulations.placement.bounds import DemandBounds, demand_bounds, free_domain_bound
+from apportion.formulations.placement.compat import gavel_servers, tiresias_yarn
 from apportion.formulations.placement.instance import Assignment, PlacementInstance
 from apportion.formulations.placement.intra_node import choose_devices
 from apportion.formulations.placement.objective import Score, evaluate, violations
@@ -154,6 +155,11 @@ def place_exact(
     if not candidates:  # the greedy answers break a quota row: start from nothing placed
         candidates = [Assignment.empty(instance.num_demands)]
     scored = [evaluate(instance, s, scorer) for s in candidates]
+    if not _closed(instance, bounds, scored, relative_gap_tolerance):
+        for extra in _more_starts(instance, deadline, skip):
+            if not violations(instance, extra):
+                candidates.append(extra)
+                scored.append(evaluate(instance, extra, scorer))
     units = milp.device_units(instance) if level is PlacementLevel.DEVICE \
         else milp.node_units(instance)
     value_bound = float(sum(instance.demands[r].value for r in active.tolist()))
@@ -279,6 +285,24 @@ class _MilpRun:
         if result.status is not SolverStatus.OPTIMAL:
             self.notes.append(f"MILP stopped: {result.detail}")
         return result
+
+
+def _more_starts(instance: PlacementInstance, deadline: Deadline,
+                 skip: frozenset[int]) -> list[Assignment]:
+    """Cheap starts tried when the seed leaves a gap: the first-fit seed and the rack-bound
+    first fit of Tiresias and the server placement of Gavel (each packs fragments its own
+    way; the best on the objective wins)."""
+    return [seed_assignment(instance, deadline, skip, first_fit=True),
+            tiresias_yarn(instance, deadline), gavel_servers(instance, deadline)]
+
+
+def _closed(instance: PlacementInstance, bounds: DemandBounds, scored: list[Score],
+            tolerance: float) -> bool:
+    """A start places every placeable demand at the relaxation bound's cost."""
+    total = float(sum(instance.demands[r].value for r in np.flatnonzero(bounds.placeable)))
+    bound = _relaxation_bound(instance, bounds, True)
+    return any(s.placed_value >= total - 1e-9
+               and relative_gap(s.cost, bound, GAP_SCALE) <= tolerance for s in scored)
 
 
 def _counts_forced(

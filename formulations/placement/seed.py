@@ -26,8 +26,13 @@ def seed_assignment(
     instance: PlacementInstance,
     deadline: Deadline = NO_DEADLINE,
     skip: frozenset[int] = frozenset(),
+    first_fit: bool = False,
 ) -> Assignment:
-    """A feasible assignment (module docstring); demands in `skip` are left unplaced."""
+    """A feasible assignment (module docstring); demands in `skip` are left unplaced.
+    `first_fit`: the first node (domain) in index order that holds a demand instead of the
+    best-fitting one, and for a multi-node demand idle nodes in order with one node for the
+    remainder (packs fragments left by earlier demands differently; the exact placer tries
+    both)."""
     state = FreeState(instance)
     count = instance.num_demands
     devices: list[tuple[int, ...]] = [()] * count
@@ -47,7 +52,7 @@ def seed_assignment(
         if deadline.expired():
             reasons[r] = "time limit reached before it was placed"
             continue
-        placed = place_one(instance, state, r)
+        placed = place_one(instance, state, r, first_fit)
         if placed:
             devices[r] = placed
         else:
@@ -76,8 +81,11 @@ def can_keep(instance: PlacementInstance, state: FreeState, r: int) -> bool:
     return True
 
 
-def place_one(instance: PlacementInstance, state: FreeState, r: int) -> tuple[int, ...]:
-    """Place demand r in `state` (best fit, see module docstring); () when it cannot."""
+def place_one(
+    instance: PlacementInstance, state: FreeState, r: int, first_fit: bool = False
+) -> tuple[int, ...]:
+    """Place demand r in `state` (best fit, or first fit; see `seed_assignment`); () when it
+    cannot."""
     demand = instance.demands[r]
     s = demand.devices
     avail = state.node_avail(r)
@@ -88,13 +96,14 @@ def place_one(instance: PlacementInstance, state: FreeState, r: int) -> tuple[in
             previous_nodes = instance.topology.device_node[list(prefer)] if prefer \
                 else np.asarray(demand.previous_nodes, np.int64)
             elsewhere = ~np.isin(fits, previous_nodes)
-            node = fits[np.lexsort((fits, avail[fits], elsewhere))[0]]
+            fit = np.zeros(fits.size) if first_fit else avail[fits]
+            node = fits[np.lexsort((fits, fit, elsewhere))[0]]
             return state.take(r, int(node), s, prefer)
         if demand.nodes == 1:
             return ()
     if demand.max_span_level and demand.max_span_level <= DomainLevel.NODE:
         return ()
-    nodes = _multi_node(instance, avail, r)
+    nodes = _multi_node(instance, avail, r, first_fit)
     if nodes is None:
         return ()
     out: list[int] = []
@@ -106,10 +115,11 @@ def place_one(instance: PlacementInstance, state: FreeState, r: int) -> tuple[in
 
 
 def _multi_node(
-    instance: PlacementInstance, avail: IntArray, r: int
+    instance: PlacementInstance, avail: IntArray, r: int, first_fit: bool = False
 ) -> list[tuple[int, int]] | None:
-    """(node, devices) pairs for a demand spanning nodes: the best-fitting domain at the lowest
-    level that holds it, whole nodes in decreasing free devices."""
+    """(node, devices) pairs for a demand spanning nodes: the best-fitting (or first) domain
+    at the lowest level that holds it, whole nodes in decreasing free devices (or idle nodes
+    in order and one node for the remainder)."""
     demand = instance.demands[r]
     s = demand.devices
     limit = demand.max_span_level or (DomainLevel.CLUSTER.value + 1)
@@ -124,9 +134,12 @@ def _multi_node(
         if level.value >= limit and domains.size == 0:
             return None
         if domains.size:
-            ordered = sorted(domains.tolist(), key=lambda u: (caps[u], u))
+            ordered = sorted(domains.tolist(), key=lambda u: (0 if first_fit else caps[u], u))
             for u in ordered:
-                picked = _fill(avail, np.flatnonzero((column == u) & (avail > 0)), s, demand.nodes)
+                members = np.flatnonzero((column == u) & (avail > 0))
+                picked = _idle_first(avail, members, s, instance) if first_fit and \
+                    not demand.nodes else None
+                picked = picked or _fill(avail, members, s, demand.nodes)
                 if picked is not None:
                     return picked
         if level.value >= limit:
@@ -134,6 +147,26 @@ def _multi_node(
     if demand.max_span_level:
         return None
     return _fill(avail, np.flatnonzero(avail > 0), s, demand.nodes)
+
+
+def _idle_first(avail: IntArray, nodes: IntArray, need: int,
+                instance: PlacementInstance) -> list[tuple[int, int]] | None:
+    """Idle nodes in order while the rest needs a whole node, then the first node holding the
+    remainder."""
+    size = instance.node_free
+    pairs: list[tuple[int, int]] = []
+    left = need
+    for v in nodes.tolist():
+        if avail[v] == size[v] > 0 and size[v] <= left:
+            pairs.append((v, int(size[v])))
+            left -= int(size[v])
+    if left:
+        used = {v for v, _ in pairs}
+        rest = next((v for v in nodes.tolist() if v not in used and avail[v] >= left), None)
+        if rest is None:
+            return None
+        pairs.append((rest, left))
+    return pairs
 
 
 def _fill(avail: IntArray, nodes: IntArray, need: int, exact: int) -> list[tuple[int, int]] | None:

@@ -49,7 +49,7 @@ from apportion.solver.placement_plan import (
 )
 from apportion.solver.result import ConfigurationChoice, Plan, ScheduledRound, Termination
 from apportion.solver.stages import PlacementParameters, Placer
-from apportion.solver.topology import Topology, topology_of
+from apportion.solver.topology import BoolArray, Topology, topology_of
 
 PLACEMENT_GAP = DEFAULT_RELATIVE_GAP[ProblemClass.MILP]
 """Relative gap within which the exact placer calls its answer optimal."""
@@ -149,12 +149,15 @@ def place_grants(
     previous: Mapping[int, tuple[int, ...]] | None = None,
     options: SolveOptions | None = None,
     deadline: Deadline = NO_DEADLINE,
+    occupied: BoolArray | None = None,
 ) -> GrantPlacement:
     """Devices for `grants` (jobs, type, devices[, nodes]) on the problem's topology.
-    `previous`: devices each job held before (None = the snapshot's history). Jobs that held
-    devices but have no grant are reported preempted."""
+    `previous`: devices each job held before (None = the snapshot's history); `occupied`:
+    (devices,) held by work outside these grants (None = none). Jobs that held devices but
+    have no grant are reported preempted."""
     topology = topology_of(problem.cluster)
-    instance = _instance(problem, topology, parameters, grants, previous)
+    instance = replace(_instance(problem, topology, parameters, grants, previous),
+                       occupied=occupied)
     result, compared = run_placer(instance, parameters, options or SolveOptions(), deadline)
     score = result.score
     jobs: dict[int, JobPlacement] = {}
