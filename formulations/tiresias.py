@@ -30,7 +30,7 @@ Admission, in priority order:
   constraints, one check per job (a greedy check suffices when it places them all).
 
 The plan gives time share 1 on its type to every admitted job; running jobs not admitted
-are preempted. `Plan.admission` carries each job's queue, rank, index and the executed and
+are preempted. `Plan.admission.jobs` carries each job's queue, rank, index and the executed and
 waiting times to send back.
 """
 
@@ -52,7 +52,7 @@ from apportion.solver.parameters import (
     TiresiasParameters,
     TiresiasService,
 )
-from apportion.solver.placement_plan import AdmissionInfo
+from apportion.solver.placement_plan import AdmissionInfo, AdmissionSection
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 from apportion.solver.stages import PlacementParameters
 from apportion.solver.topology import topology_of
@@ -253,7 +253,7 @@ def solve_policy(
         certificate=certificate,
         job_status=(JobStatus.ALLOCATED,) * m,
         job_reason=reasons,
-        admission=tuple(
+        admission=AdmissionSection(tuple(
             AdmissionInfo(
                 admitted=bool(admitted[i]),
                 queue=int(queue[i]),
@@ -265,6 +265,6 @@ def solve_policy(
                 waiting_time_s=float(waiting[i]),
             )
             for i in range(m)
-        ),
+        )),
     )
 

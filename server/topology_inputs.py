@@ -794,7 +794,7 @@ def fill_placement_response(plan: Plan, problem: Problem, out: service_pb.Plan) 
         msg.cost = job.cost
         msg.widest_level = DomainLevel(job.widest_level).name.lower() if job.widest_level else ""
         msg.link_score = job.link_score
-    grants = [g for r in plan.rounds for g in r.grants]
+    grants = [g for r in plan.shares.rounds for g in r.grants]
     wire = [g for r in out.rounds for g in r.grants]
     for grant, msg_grant in zip(grants, wire, strict=True):
         msg_grant.device_ids.extend(ids[d] for d in grant.devices_placed)
@@ -909,7 +909,9 @@ tiresias_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {
 
 def fill_admission_response(plan: Plan, out: service_pb.Plan) -> None:
     """Per job, the admission-ordering policy's queue, rank, index and state."""
-    for entry, info in zip(out.jobs, plan.admission, strict=False):
+    if plan.admission is None:
+        return
+    for entry, info in zip(out.jobs, plan.admission.jobs, strict=True):
         if info is None:
             continue
         msg = entry.admission

@@ -101,3 +101,12 @@ class AdmissionInfo:
     promoted: bool
     executed_time_s: float
     waiting_time_s: float
+
+
+@dataclass(frozen=True)
+class AdmissionSection:
+    """Admission-ordering plans (tiresias)."""
+
+    jobs: tuple[AdmissionInfo | None, ...]
+    """Per job (problem order), its queue, rank, index and state; None = the job was not
+    offered to the policy (admission stage)."""

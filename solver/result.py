@@ -14,7 +14,7 @@ from apportion.solver.model import FloatArray, ReferenceFinishState
 
 if TYPE_CHECKING:
     from apportion.solver.fairness_result import AuctionSection, StrideSection, UsageSection
-    from apportion.solver.placement_plan import AdmissionInfo, PlacementSection
+    from apportion.solver.placement_plan import AdmissionSection, PlacementSection
 
 
 class Termination(StrEnum):
@@ -292,9 +292,8 @@ class Plan:
     """Astraea plans (B3): leases and GPU-time bookkeeping; None = n/a."""
     placement: PlacementSection | None = None
     """The placement stage's devices and certificate (`policy.placement`); None = no stage."""
-    admission: tuple[AdmissionInfo | None, ...] = ()
-    """Per job, an admission-ordering policy's queue, rank and state (tiresias); empty =
-    n/a."""
+    admission: AdmissionSection | None = None
+    """Admission-ordering plans (tiresias): each job's queue, rank and state; None = n/a."""
 
     @staticmethod
     def empty(m: int, n: int, certificate: Certificate) -> Plan:

@@ -18,7 +18,17 @@ import numpy as np
 
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import Colocations, IntArray, PolicyRequest, Problem, SolveOptions
-from apportion.solver.result import DeviceQueue, JobStatus, Plan, ScheduledRound
+from apportion.solver.placement_plan import AdmissionSection
+from apportion.solver.result import (
+    ConfigurationSection,
+    DeviceQueue,
+    JobStatus,
+    MarketSection,
+    Plan,
+    QueueSection,
+    ScheduledRound,
+    WindowSection,
+)
 from apportion.solver.stages import AdmissionMode, AdmissionParameters
 from apportion.solver.topology import PlacementInputs
 
@@ -102,28 +112,49 @@ def expand_plan(plan: Plan, index: IntArray, m: int, reason: str) -> Plan:
         return out
 
     def per_job(values: tuple[Any, ...], fill: Any) -> tuple[Any, ...]:
-        if not values:
-            return values
         out = [fill] * m
         for k, i in enumerate(back.tolist()):
             out[i] = values[k]
         return tuple(out)
 
-    status = list(per_job(plan.job_status or (JobStatus.ALLOCATED,) * index.size,
-                          JobStatus.DEFERRED))
-    reasons = list(per_job(plan.job_reason or ("",) * index.size, reason))
-    rounds = tuple(ScheduledRound(r.index, tuple(
-        replace(g, job=int(back[g.job]),
-                colocated_with=int(back[g.colocated_with]) if g.colocated_with >= 0 else -1)
-        for g in r.grants)) for r in plan.rounds)
-    schedule = plan.round_schedule
-    if schedule is not None:
-        full = np.zeros((schedule.shape[0], m), dtype=bool)
-        full[:, back] = schedule
-        schedule = full
+    shares = plan.shares
+    shares = replace(
+        shares,
+        colocated=tuple((int(back[a]), int(back[b]), j, s) for a, b, j, s in shares.colocated),
+        rounds=tuple(ScheduledRound(r.index, tuple(
+            replace(g, job=int(back[g.job]),
+                    colocated_with=int(back[g.colocated_with]) if g.colocated_with >= 0 else -1)
+            for g in r.grants)) for r in shares.rounds),
+        cumulative_isolated_time_s=rows(shares.cumulative_isolated_time_s),
+        isolated_throughput=rows(shares.isolated_throughput),
+        remaining_steps=rows(shares.remaining_steps),
+        slo_shortfall=rows(shares.slo_shortfall, np.nan),
+    )
+    queues = plan.queues
+    if queues is not None:
+        queues = QueueSection(per_job(queues.job_queue, None),
+                              tuple(_queue(q, back) for q in queues.device_queues))
+    configurations = plan.configurations
+    if configurations is not None:
+        configurations = ConfigurationSection(per_job(configurations.choices, None))
+    market = plan.market
+    if market is not None:
+        market = MarketSection(rows(market.spending))
+    window = plan.window
+    if window is not None:
+        schedule = np.zeros((window.schedule.shape[0], m), dtype=bool)
+        schedule[:, back] = window.schedule
+        state = window.reference_state
+        window = WindowSection(schedule, rows(window.reference_finish_time_s), replace(
+            state, **{f.name: rows(getattr(state, f.name),
+                                   np.nan if f.name == "estimate_s" else 0)
+                      for f in fields(state)}))
     placement = plan.placement
     if placement is not None:
         placement = replace(placement, jobs=per_job(placement.jobs, None))
+    admission = plan.admission
+    if admission is not None:
+        admission = AdmissionSection(per_job(admission.jobs, None))
     return replace(
         plan,
         time_share=rows(plan.time_share),
@@ -131,23 +162,16 @@ def expand_plan(plan: Plan, index: IntArray, m: int, reason: str) -> Plan:
         normalized_throughput=rows(plan.normalized_throughput),
         objective_value=rows(plan.objective_value),
         job_dual=rows(plan.job_dual),
-        job_status=tuple(status),
-        job_reason=tuple(reasons),
-        job_queue=per_job(plan.job_queue, None),
-        device_queues=tuple(_queue(q, back) for q in plan.device_queues),
-        colocated=tuple((int(back[a]), int(back[b]), j, s) for a, b, j, s in plan.colocated),
-        cumulative_isolated_time_s=rows(plan.cumulative_isolated_time_s),
-        isolated_throughput=rows(plan.isolated_throughput),
-        remaining_steps=rows(plan.remaining_steps),
-        slo_shortfall=rows(plan.slo_shortfall, np.nan),
-        rounds=rounds,
-        job_spending=rows(plan.job_spending),
-        round_schedule=schedule,
-        reference_finish_time_s=rows(plan.reference_finish_time_s),
-        reference_state=None,
-        configuration=per_job(plan.configuration, None),
+        job_status=per_job(plan.job_status or (JobStatus.ALLOCATED,) * index.size,
+                           JobStatus.DEFERRED),
+        job_reason=per_job(plan.job_reason or ("",) * index.size, reason),
+        shares=shares,
+        queues=queues,
+        configurations=configurations,
+        market=market,
+        window=window,
         placement=placement,
-        admission=per_job(plan.admission, None),
+        admission=admission,
     )
 
 

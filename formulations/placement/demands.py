@@ -52,16 +52,17 @@ def plan_grants(problem: Problem, plan: Plan, kind: PlanKind) -> list[Grant]:
     m = problem.jobs.num_jobs
     scale = problem.jobs.scale_factor
     out: list[Grant] = []
-    if kind is PlanKind.QUEUE:
-        for i, entry in enumerate(plan.job_queue or ()):
+    if kind is PlanKind.QUEUE and plan.queues is not None:
+        for i, entry in enumerate(plan.queues.job_queue):
             if entry is not None and (entry.running or entry.start_now):
                 out.append(Grant((i,), entry.type_index, max(1, len(entry.devices))))
-    elif kind is PlanKind.CONFIGURATION:
-        for i, choice in enumerate(plan.configuration or ()):
+    elif kind is PlanKind.CONFIGURATION and plan.configurations is not None:
+        for i, choice in enumerate(plan.configurations.choices):
             if choice is not None and choice.devices > 0:
                 out.append(Grant((i,), choice.type_index, choice.devices, choice.nodes))
-    elif kind is PlanKind.WINDOW and plan.round_schedule is not None:
-        running = plan.round_schedule[0] if plan.round_schedule.shape[0] else np.zeros(m, bool)
+    elif kind is PlanKind.WINDOW and plan.window is not None:
+        schedule = plan.window.schedule
+        running = schedule[0] if schedule.shape[0] else np.zeros(m, bool)
         for i in np.flatnonzero(running).tolist():
             out.append(Grant((i,), int(np.argmax(plan.time_share[i])), int(scale[i])))
     return out

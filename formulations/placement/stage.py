@@ -270,8 +270,10 @@ def apply_placement(
     grants = plan_grants(problem, plan, kind)
     placed = place_grants(problem, grants, parameters, None, options, deadline)
     plan = replace(plan, placement=section(problem, placed))
-    if kind is PlanKind.CONFIGURATION and plan.configuration:
-        plan = replace(plan, configuration=_configurations(problem, plan, placed))
+    if kind is PlanKind.CONFIGURATION and plan.configurations is not None:
+        plan = replace(plan, configurations=replace(
+            plan.configurations, choices=_configurations(problem, plan.configurations.choices,
+                                                         placed)))
     return plan
 
 
@@ -279,7 +281,9 @@ def _place_rounds(
     problem: Problem, plan: Plan, parameters: PlacementParameters, options: SolveOptions,
     deadline: Deadline,
 ) -> Plan:
-    rounds = plan.rounds or round_schedule(problem, plan.time_share, 1, plan.colocated, deadline)
+    shares = plan.shares
+    rounds = shares.rounds or round_schedule(problem, plan.time_share, 1, shares.colocated,
+                                             deadline)
     names = problem.cluster.node_names
     previous: dict[int, tuple[int, ...]] | None = None
     placed_rounds: list[ScheduledRound] = []
@@ -311,17 +315,17 @@ def _place_rounds(
         return plan
     note = f"{dropped} grants could not be placed and were left out of their rounds" \
         if dropped else ""
-    return replace(plan, rounds=tuple(placed_rounds) if plan.rounds else plan.rounds,
-                   placement=section(problem, first, note))
+    placed_shares = replace(shares, rounds=tuple(placed_rounds)) if shares.rounds else shares
+    return replace(plan, shares=placed_shares, placement=section(problem, first, note))
 
 
 def _configurations(
-    problem: Problem, plan: Plan, placed: GrantPlacement
+    problem: Problem, choices: tuple[ConfigurationChoice | None, ...], placed: GrantPlacement
 ) -> tuple[ConfigurationChoice | None, ...]:
     """Configurations with the stage's nodes."""
     names = problem.cluster.node_names
     out: list[ConfigurationChoice | None] = []
-    for i, choice in enumerate(plan.configuration):
+    for i, choice in enumerate(choices):
         where = placed.jobs.get(i)
         if choice is None or where is None:
             out.append(choice)

@@ -59,7 +59,7 @@ def test_promotion_exactly_when_the_wait_reaches_rho_times_executed() -> None:
     problem = problem_with([1, 1], 1, executed=[4000.0, 4000.0], waiting=[7999.0, 8000.0])
     plan = solve_policy(problem, TiresiasParameters(promote_knob=2.0), Compat.NONE,
                         SolveOptions(), NO_DEADLINE)
-    first, second = plan.admission
+    first, second = plan.admission.jobs
     assert first is not None and second is not None
     assert (first.queue, first.promoted) == (1, False)
     assert (second.queue, second.promoted) == (0, True)
@@ -70,17 +70,17 @@ def test_promotion_exactly_when_the_wait_reaches_rho_times_executed() -> None:
 def test_gpu_time_and_time_services() -> None:
     problem = problem_with([4, 1], 8, executed=[1000.0, 1000.0])
     gpu = solve_policy(problem, TiresiasParameters(), Compat.NONE, SolveOptions(), NO_DEADLINE)
-    assert [a.queue for a in gpu.admission if a] == [1, 0]  # 4,000 GPU s vs 1,000
+    assert [a.queue for a in gpu.admission.jobs if a] == [1, 0]  # 4,000 GPU s vs 1,000
     timed = solve_policy(problem, TiresiasParameters(service=TiresiasService.TIME), Compat.NONE,
                          SolveOptions(), NO_DEADLINE)
-    assert [a.queue for a in timed.admission if a] == [0, 0]
+    assert [a.queue for a in timed.admission.jobs if a] == [0, 0]
 
 
 def test_lucid_parametrization_has_two_queues() -> None:
     problem = problem_with([1, 1], 2, executed=[17999.0, 18000.0])
     plan = solve_policy(problem, TiresiasParameters(thresholds=(18000.0,)), Compat.NONE,
                         SolveOptions(), NO_DEADLINE)
-    assert [a.queue for a in plan.admission if a] == [0, 1]
+    assert [a.queue for a in plan.admission.jobs if a] == [0, 1]
 
 
 def index_by_definition(a: float, samples: list[float], quantum: float = 0.0) -> float:
@@ -122,7 +122,7 @@ def test_memoryless_service_gives_a_constant_index() -> None:
     params = TiresiasParameters(mode=TiresiasMode.GITTINS, service_samples=tuple(samples),
                                 thresholds=(1e9,))
     plan = solve_policy(problem, params, Compat.NONE, SolveOptions(), NO_DEADLINE)
-    assert [a.rank for a in plan.admission if a] == [2, 0, 1]
+    assert [a.rank for a in plan.admission.jobs if a] == [2, 0, 1]
 
 
 def test_decreasing_hazard_orders_like_las() -> None:
@@ -188,7 +188,7 @@ def test_placement_admission_beats_counts_when_a_consolidated_job_needs_a_node()
     params = TiresiasParameters(admission=TiresiasAdmission.PLACEMENT, consolidate_skew_above=2)
     plan = solve_policy(problem, params, Compat.NONE, SolveOptions(), NO_DEADLINE)
     assert plan.certificate.termination is Termination.OPTIMAL
-    assert [a.admitted for a in plan.admission if a] == [True, True, True]
+    assert [a.admitted for a in plan.admission.jobs if a] == [True, True, True]
     # the greedy alternative: count admission, then Tiresias's YARN placement in rank order
     stage = PlacementParameters(consolidate_skew_above=2)
     inputs = placement_jobs(problem)
@@ -202,7 +202,7 @@ def test_running_jobs_stay_ahead_inside_a_queue_and_lower_queues_wait() -> None:
     problem = problem_with([2, 2, 2], 4, executed=[10.0, 0.0, 5000.0],
                            running=[True, False, True], arrival=[5.0, 0.0, 1.0])
     plan = solve_policy(problem, TiresiasParameters(), Compat.NONE, SolveOptions(), NO_DEADLINE)
-    info = [a for a in plan.admission if a]
+    info = [a for a in plan.admission.jobs if a]
     assert [a.rank for a in info] == [0, 1, 2]  # running first inside queue 0
     assert [a.admitted for a in info] == [True, True, False]
     assert plan.job_reason[2].startswith("preempted")

@@ -94,8 +94,8 @@ def test_rounds_keep_devices_across_rounds() -> None:
     policy = PolicyRequest("weighted_max_min_fairness", MaxMinFairnessParameters(),
                            placement=PlacementParameters())
     plan = solve(problem, policy, SolveOptions(schedule_rounds=3))
-    assert plan.placement is not None and len(plan.rounds) == 3
-    for before, after in zip(plan.rounds, plan.rounds[1:], strict=False):
+    assert plan.placement is not None and len(plan.shares.rounds) == 3
+    for before, after in zip(plan.shares.rounds, plan.shares.rounds[1:], strict=False):
         devices = {g.job: g.devices_placed for g in before.grants}
         for grant in after.grants:
             if grant.job in devices:

@@ -47,8 +47,8 @@ def test_stage_through_solve_equals_policy_then_stage() -> None:
     assert np.array_equal(composed.time_share, alone.time_share)
     assert composed.placement is not None and sequence.placement is not None
     assert composed.placement.objective == sequence.placement.objective
-    assert [[(g.job, g.devices_placed) for g in r.grants] for r in composed.rounds] == \
-        [[(g.job, g.devices_placed) for g in r.grants] for r in sequence.rounds]
+    assert [[(g.job, g.devices_placed) for g in r.grants] for r in composed.shares.rounds] == \
+        [[(g.job, g.devices_placed) for g in r.grants] for r in sequence.shares.rounds]
 
 
 def test_load_based_admission_defers_the_overflow() -> None:

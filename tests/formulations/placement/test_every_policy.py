@@ -56,4 +56,4 @@ def test_every_policy_with_placement(spec: PolicySpec, problem: Problem) -> None
         used.extend(where.devices)
         assert np.all(topo.device_healthy[list(where.devices)])
     assert len(used) == len(set(used)) or any(
-        plan.placement.jobs[i] is not None for i, _, _, _ in plan.colocated)
+        plan.placement.jobs[i] is not None for i, _, _, _ in plan.shares.colocated)
