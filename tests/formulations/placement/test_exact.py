@@ -130,3 +130,32 @@ def test_permuting_identical_nodes_keeps_the_optimum(instance: PlacementInstance
     first, second = place_exact(instance), place_exact(mapped)
     assert first.score.placed_value == second.score.placed_value
     assert abs(first.score.cost - second.score.cost) <= 1e-6
+
+
+@given(instance=instances(inner_weights=False))
+def test_node_milp_alone_equals_brute_force(instance: PlacementInstance) -> None:
+    """The node-level MILP by itself (every pair a candidate, no starts): its optimum at the
+    best placed value is the brute-force cost, and its node counts decode to devices of that
+    cost (without intra-node terms the device choice inside a node is free)."""
+    from apportion.formulations.placement import milp
+    from apportion.formulations.placement.bounds import demand_bounds
+    from apportion.formulations.placement.intra_node import choose_devices
+    from apportion.formulations.placement.objective import evaluate
+    from apportion.solver.deadline import NO_DEADLINE
+
+    best = brute_force(instance)
+    bounds = demand_bounds(instance)
+    active = np.flatnonzero(bounds.placeable).astype(np.int64)
+    units = milp.node_units(instance)
+    a, v = np.nonzero(units.eligible[active])
+    model = milp.build(instance, units, active, a.astype(np.int64), v.astype(np.int64),
+                       value_stage=False, min_value=best.placed_value)
+    result = milp.solve(model, NO_DEADLINE, 0.0)
+    assert result.status.solved and result.objective is not None
+    lost = float(bounds.unplaced_cost[~bounds.placeable].sum())
+    assert abs(result.objective + lost - best.cost) <= 1e-6
+    counts = milp.counts_of(model, result.x, instance.num_demands)
+    assignment, _ = choose_devices(instance, counts)
+    score = evaluate(instance, assignment)
+    assert score.placed_value == best.placed_value
+    assert abs(score.cost - best.cost) <= 1e-6
