@@ -30,7 +30,7 @@ from apportion.solver.parameters import (
 )
 from apportion.solver.placement_plan import PlacementSection
 from apportion.solver.registry import PolicySpec
-from apportion.solver.result import Plan, Termination
+from apportion.solver.result import Plan
 from apportion.solver.stages import (
     DEVICE_LEVEL_MAX_DEVICES,
     MAX_CANDIDATE_PAIRS_LIMIT,
@@ -133,16 +133,6 @@ _ADMISSION = {
 }
 LEVEL_NAMES: dict[str, DomainLevel] = {level.name.lower(): level for level in LEVELS}
 """Lower-case level names used as map keys ("node", "rack", ...)."""
-_TERMINATION = {
-    Termination.OPTIMAL: service_pb.TERMINATION_REASON_OPTIMAL,
-    Termination.OPTIMAL_INACCURATE: service_pb.TERMINATION_REASON_OPTIMAL_INACCURATE,
-    Termination.FEASIBLE: service_pb.TERMINATION_REASON_FEASIBLE,
-    Termination.INFEASIBLE: service_pb.TERMINATION_REASON_INFEASIBLE,
-    Termination.UNBOUNDED: service_pb.TERMINATION_REASON_UNBOUNDED,
-    Termination.HEURISTIC: service_pb.TERMINATION_REASON_HEURISTIC,
-    Termination.NO_SOLUTION: service_pb.TERMINATION_REASON_NO_SOLUTION,
-    Termination.ERROR: service_pb.TERMINATION_REASON_ERROR,
-}
 
 
 def _finite(x: float) -> bool:
@@ -153,6 +143,19 @@ def _nonnegative(value: float, path: str, violations: list[Violation]) -> bool:
     if not (_finite(value) and value >= 0):
         violations.append(Violation(path, f"must be finite and >= 0, got {value}"))
         return False
+    return True
+
+
+def _unique(name: str, k: int, path: str, first: dict[str, int], what: str,
+            violations: list[Violation]) -> bool:
+    """`name` is non-empty and not seen before (recorded in `first` at index k)."""
+    if not name:
+        violations.append(Violation(path, "must be non-empty"))
+        return False
+    if name in first:
+        violations.append(Violation(path, f"duplicate {what} {name!r} (first at [{first[name]}])"))
+        return False
+    first[name] = k
     return True
 
 
@@ -177,15 +180,7 @@ def _domains(
     out: list[tuple[str, DomainLevel, str]] = []
     for k, domain in enumerate(msg.domains):
         p = f"{_TOPO}.domains[{k}]"
-        if not domain.name:
-            violations.append(Violation(f"{p}.name", "must be non-empty"))
-            ok = False
-        elif domain.name in first:
-            violations.append(Violation(
-                f"{p}.name", f"duplicate domain {domain.name!r} (first at [{first[domain.name]}])"))
-            ok = False
-        else:
-            first[domain.name] = k
+        ok &= _unique(domain.name, k, f"{p}.name", first, "domain", violations)
         level = _LEVEL.get(domain.level)
         if level is None:
             violations.append(Violation(f"{p}.level", "must be a domain level (1-7)"))
@@ -309,15 +304,7 @@ def _devices(
     unhealthy: list[str] = []
     for k, device in enumerate(topo.devices):
         p = f"{_TOPO}.devices[{k}]"
-        if not device.id:
-            violations.append(Violation(f"{p}.id", "must be non-empty"))
-            ok = False
-        elif device.id in first:
-            violations.append(Violation(
-                f"{p}.id", f"duplicate device {device.id!r} (first at [{first[device.id]}])"))
-            ok = False
-        else:
-            first[device.id] = k
+        ok &= _unique(device.id, k, f"{p}.id", first, "device", violations)
         v = node_index.get(device.node)
         if v is None:
             violations.append(Violation(f"{p}.node", f"unknown node {device.node!r}"))
@@ -803,7 +790,8 @@ def fill_placement_response(plan: Plan, problem: Problem, out: service_pb.Plan) 
 def _summary(placed: PlacementSection, problem: Problem, msg: service_pb.PlacementSummary
              ) -> None:
     msg.placer = placed.placer
-    msg.termination = _TERMINATION[placed.termination]
+    msg.termination = service_pb.TerminationReason.Value(
+        f"TERMINATION_REASON_{placed.termination.name}")
     if placed.objective is not None:
         msg.objective = placed.objective
     if placed.bound is not None:

@@ -72,10 +72,11 @@ def _keep_running(instance: PlacementInstance, state: FreeState) -> list[tuple[i
     return devices
 
 
-def _take_pairs(state: FreeState, r: int, pairs: list[tuple[int, int]]) -> tuple[int, ...]:
+def _take_pairs(state: FreeState, r: int, pairs: list[tuple[int, int]],
+                prefer: tuple[int, ...] = ()) -> tuple[int, ...]:
     out: list[int] = []
     for node, count in pairs:
-        out.extend(state.take(r, node, count))
+        out.extend(state.take(r, node, count, prefer))
     return tuple(out)
 
 
@@ -285,16 +286,25 @@ def sia_bfd(instance: PlacementInstance, deadline: Deadline = NO_DEADLINE) -> As
     result = sia_place(layout, configs, np.arange(len(pending)), free_devices=free)
     reasons = [""] * instance.num_demands
     for k, r in enumerate(pending):
-        pairs = list(result.nodes[k])
-        if not pairs or k in result.failed or not _span_ok(instance, r, pairs):
-            reasons[r] = "best-fit decreasing found no nodes for its configuration"
-            continue
-        avail = state.node_avail(r)
-        if any(avail[v] < c for v, c in pairs):
-            reasons[r] = "its nodes' free devices are not eligible for it"
-            continue
-        devices[r] = _take_pairs(state, r, pairs)
+        pairs = [] if k in result.failed else list(result.nodes[k])
+        devices[r], reasons[r] = _take_checked(
+            instance, state, r, pairs, "best-fit decreasing found no nodes for its configuration")
     return _result(devices, reasons)
+
+
+def _take_checked(
+    instance: PlacementInstance, state: FreeState, r: int, pairs: list[tuple[int, int]],
+    failure: str,
+) -> tuple[tuple[int, ...], str]:
+    """(devices, "") when the (node, devices) pairs hold demand r within its limits and its
+    eligible free devices, else ((), why)."""
+    if sum(c for _, c in pairs) != instance.demands[r].devices or \
+            not _span_ok(instance, r, pairs):
+        return (), failure
+    avail = state.node_avail(r)
+    if any(avail[v] < c for v, c in pairs):
+        return (), "its nodes' free devices are not eligible for it"
+    return _take_pairs(state, r, pairs, instance.demands[r].previous), ""
 
 
 def gavel_servers(instance: PlacementInstance, deadline: Deadline = NO_DEADLINE) -> Assignment:
@@ -321,16 +331,8 @@ def gavel_servers(instance: PlacementInstance, deadline: Deadline = NO_DEADLINE)
                                    previous)
         for r in mine:
             pairs = [(v, c) for v, c in placed.get(r, ()) if c > 0]
-            if sum(c for _, c in pairs) != instance.demands[r].devices or \
-                    not _span_ok(instance, r, pairs):
-                reasons[r] = "not enough free devices of its type"
-                continue
-            avail = state.node_avail(r)
-            if any(avail[v] < c for v, c in pairs):
-                reasons[r] = "its nodes' free devices are not eligible for it"
-                continue
-            prefer = instance.demands[r].previous
-            devices[r] = tuple(d for v, c in pairs for d in state.take(r, v, c, prefer))
+            devices[r], reasons[r] = _take_checked(instance, state, r, pairs,
+                                                   "not enough free devices of its type")
     return _result(devices, reasons)
 
 
