@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from apportion.solver.deadline import Deadline
+from apportion.solver.fairness_result import AuctionOutcome
 from apportion.solver.model import Colocations, IntArray, PolicyRequest, Problem, SolveOptions
 from apportion.solver.placement_plan import AdmissionSection
 from apportion.solver.result import (
@@ -155,6 +156,17 @@ def expand_plan(plan: Plan, index: IntArray, m: int, reason: str) -> Plan:
     admission = plan.admission
     if admission is not None:
         admission = AdmissionSection(per_job(admission.jobs, None))
+    auction, stride, usage = plan.auction, plan.stride, plan.usage
+    if auction is not None:
+        auction = replace(auction, leases=per_job(auction.leases, None),
+                          outcomes=per_job(auction.outcomes,
+                                           AuctionOutcome(False, np.nan, np.nan, np.nan)))
+    if stride is not None:
+        stride = replace(stride, stride_pass=rows(stride.stride_pass),
+                         home_type=per_job(stride.home_type, -1))
+    if usage is not None:
+        usage = replace(usage, leases=per_job(usage.leases, None),
+                        job_gpu_time_s=rows(usage.job_gpu_time_s))
     return replace(
         plan,
         time_share=rows(plan.time_share),
@@ -172,6 +184,9 @@ def expand_plan(plan: Plan, index: IntArray, m: int, reason: str) -> Plan:
         window=window,
         placement=placement,
         admission=admission,
+        auction=auction,
+        stride=stride,
+        usage=usage,
     )
 
 
