@@ -17,7 +17,9 @@ from pathlib import Path
 
 from google.protobuf import json_format
 
+from apportion.datasets.topologies import NodeKind, fill_cluster_message, rack_cluster
 from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1 import policy_pb2 as policy_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
 
 EXAMPLES = Path(__file__).resolve().parent
@@ -147,11 +149,45 @@ def tenants_and_sharing() -> service_pb.SolveRequest:
     return request
 
 
+def dgx_racks() -> service_pb.SolveRequest:
+    """Max-min fairness followed by the placement stage on 2 racks x 2 DGX-1 nodes (8 v100
+    each: two sockets, two PCIe switches per socket, the hybrid cube-mesh NVLink graph): ring
+    all-reduce jobs of 1-8 GPUs, one consolidated, one running on known devices; the exact
+    placer is compared with Blox's, Tiresias's and MAPA's placers."""
+    request = _request("weighted_max_min_fairness")
+    cluster = rack_cluster(2, 2, 8, "v100", kind=NodeKind.DGX1)
+    fill_cluster_message(cluster, request.snapshot.cluster)
+    sizes = (8, 4, 4, 2, 2, 2, 1, 1, 4, 2)
+    for k, size in enumerate(sizes):
+        job = _add_job(request, f"job-{k}", {"v100": round(1.0 + 0.3 * k, 2)},
+                       scale_factor=size if size > 1 else None)
+        if size > 1:
+            job.communication.pattern = snapshot_pb.COMMUNICATION_PATTERN_RING_ALLREDUCE
+            job.communication.bandwidth_sensitive = size >= 4
+        if k == 1:
+            job.placement.max_span_level = snapshot_pb.DOMAIN_LEVEL_SOCKET
+        if k == 3:
+            job.migration.checkpoint_s = 20.0
+            job.migration.restore_s = 40.0
+    running = request.snapshot.history.jobs.add(job_id="job-3")
+    running.current.accelerator_type = "v100"
+    running.current.devices = 2
+    running.current.nodes.append("r1n1")
+    running.devices.extend(["r1n1/0", "r1n1/3"])
+    stage = request.policy.placement
+    stage.compare.extend([policy_pb.PLACER_BLOX_CONSOLIDATED, policy_pb.PLACER_TIRESIAS_YARN,
+                          policy_pb.PLACER_MAPA_GREEDY])
+    stage.weights.move_per_s = 0.01
+    request.options.schedule_rounds = 2
+    return request
+
+
 BUILDERS: dict[str, Callable[[], service_pb.SolveRequest]] = {
     "four_jobs.json": four_jobs,
     "cluster_32_jobs.json": cluster_32_jobs,
     "invalid.json": invalid,
     "tenants_and_sharing.json": tenants_and_sharing,
+    "dgx_racks.json": dgx_racks,
 }
 
 

@@ -155,18 +155,34 @@ def _placement(
     if nodes.size == 0:
         return {c: () for c, _ in items}, set()
     free = {int(k): int(cluster.node_devices[k]) for k in nodes}
-    out: dict[int, tuple[int, ...]] = {}
+    placed, kept = place_on_nodes(free, items, previous)
+    return {c: tuple(k for k, _ in pairs) for c, pairs in placed.items()}, kept
+
+
+def place_on_nodes(
+    free: dict[int, int],
+    items: list[tuple[int, int]],
+    previous: dict[int, tuple[int, ...]],
+) -> tuple[dict[int, tuple[tuple[int, int], ...]], set[int]]:
+    """Gavel's server placement on nodes with `free` devices (node -> free devices, changed
+    in place): items (key, devices) in decreasing devices; leases first (an item keeps its
+    `previous` nodes when they still have room), then the node with the fewest free devices
+    that holds the item whole, else nodes in decreasing free devices. Returns per item its
+    (node, devices) pairs, and the keys that kept their previous nodes."""
+    out: dict[int, tuple[tuple[int, int], ...]] = {}
     kept: set[int] = set()
     ordered = sorted(items, key=lambda item: (-item[1], item[0]))
     for c, need in ordered:  # lease extensions first
         before = previous.get(c, ())
         if before and all(k in free for k in before) and sum(free[k] for k in before) >= need:
             left = need
+            pairs = []
             for k in before:
                 use = min(free[k], left)
                 free[k] -= use
                 left -= use
-            out[c] = before
+                pairs.append((k, use))
+            out[c] = tuple(pairs)
             kept.add(c)
     for c, need in ordered:
         if c in out:
@@ -175,9 +191,9 @@ def _placement(
         if whole:
             k = min(whole, key=lambda k: (free[k], k))
             free[k] -= need
-            out[c] = (k,)
+            out[c] = ((k, need),)
             continue
-        taken: list[int] = []
+        taken: list[tuple[int, int]] = []
         for k in sorted(free, key=lambda k: (-free[k], k)):
             if need == 0:
                 break
@@ -185,7 +201,7 @@ def _placement(
             if use:
                 free[k] -= use
                 need -= use
-                taken.append(k)
+                taken.append((k, use))
         out[c] = tuple(taken)
     return out, kept
 

@@ -127,8 +127,10 @@ def _place(
     choice: IntArray,
     previous: tuple[tuple[int, ...], ...],
     keep: np.ndarray,
+    free_devices: IntArray | None = None,
 ) -> PlacementResult:
-    free = layout.node_devices.astype(np.int64).copy()
+    free = (layout.node_devices if free_devices is None else free_devices).astype(np.int64)
+    free = free.copy()
     size = layout.node_devices
     result: list[tuple[tuple[int, int], ...]] = [()] * len(choice)
     failed: list[int] = []
@@ -168,12 +170,14 @@ def place(
     choice: IntArray,
     previous: tuple[tuple[int, ...], ...] = (),
     current: IntArray | None = None,
+    free_devices: IntArray | None = None,
 ) -> PlacementResult:
     """Best-fit decreasing (A5.6): largest configurations first; multi-node ones take whole
     free nodes, single-node ones the node with the fewest free GPUs that fits. Jobs keeping
     their current configuration prefer their previous nodes; if that preference makes any
     placement fail, everything is placed again without it (which always succeeds when the
-    per-type totals fit and node sizes are equal powers of two)."""
+    per-type totals fit and node sizes are equal powers of two). `free_devices`: (nodes,) free
+    GPUs to start from (default every GPU of every node)."""
     m = len(choice)
     prev = previous if len(previous) == m else ((),) * m
     cur = np.full(m, -1, np.int64) if current is None or len(current) != m else current
@@ -182,8 +186,9 @@ def place(
         & (np.asarray(choice) == cur)
         & np.asarray([len(p) > 0 for p in prev], dtype=bool)
     )
-    first = _place(layout, configs, np.asarray(choice), prev, keep)
+    first = _place(layout, configs, np.asarray(choice), prev, keep, free_devices)
     if not first.failed or not keep.any():
         return first
-    second = _place(layout, configs, np.asarray(choice), prev, np.zeros(m, dtype=bool))
+    second = _place(layout, configs, np.asarray(choice), prev, np.zeros(m, dtype=bool),
+                    free_devices)
     return PlacementResult(second.nodes, second.failed, fell_back=True)

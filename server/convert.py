@@ -28,6 +28,12 @@ from apportion.server.market_inputs import (
     market_parameters,
 )
 from apportion.server.sia_inputs import fill_sia_response, sia_parameters, sia_problem
+from apportion.server.topology_inputs import (
+    fill_placement_response,
+    tiresias_parameters,
+    with_stages,
+    with_topology,
+)
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import (
     Cluster,
@@ -58,6 +64,7 @@ _COMPAT = {
     policy_pb.COMPAT_GAVEL: Compat.GAVEL,
     policy_pb.COMPAT_SHOCKWAVE: Compat.SHOCKWAVE,
     policy_pb.COMPAT_SIA: Compat.SIA,
+    policy_pb.COMPAT_TIRESIAS: Compat.TIRESIAS,
 }
 _SOLVER = {
     policy_pb.SOLVER_PREFERENCE_UNSPECIFIED: SolverPreference.AUTO,
@@ -518,7 +525,7 @@ def snapshot_to_problem(msg: snapshot_pb.Snapshot, violations: list[Violation]) 
     history = _history(msg, cluster, jobs, violations)
     history = replace(history, colocated_with=history_partners(msg, jobs, violations))
     jobs, history = epoch_inputs(msg, jobs, history, violations)
-    return Problem(
+    problem = Problem(
         cluster=cluster,
         jobs=jobs,
         history=history,
@@ -528,6 +535,7 @@ def snapshot_to_problem(msg: snapshot_pb.Snapshot, violations: list[Violation]) 
         colocations=colocations(msg, cluster, jobs, violations),
         fairness=fairness_inputs(msg, cluster, jobs, history, violations),
     )
+    return with_topology(msg, problem, violations)
 
 
 _SHARING = {
@@ -597,6 +605,8 @@ def _policy(msg: policy_pb.Policy, violations: list[Violation]) -> PolicyRequest
         parameters = sia_parameters[given](getattr(msg, given), violations)
     elif given is not None and given in fairness_parameters:
         parameters = fairness_parameters[given](getattr(msg, given), violations)
+    elif given is not None and given in tiresias_parameters:
+        parameters = tiresias_parameters[given](getattr(msg, given), violations)
     elif given is not None and given in gavel_parameters:
         parameters = gavel_parameters[given](getattr(msg, given), violations)
     elif given == "water_filling":
@@ -671,6 +681,7 @@ def request_to_model(
     policy = _policy(request.policy, violations)
     options = _options(request.options, violations)
     if policy is not None:
+        policy = with_stages(request.policy, policy, lookup(policy.name), problem, violations)
         known = {v.field for v in violations}
         gavel = gavel_input_violations(problem, policy)
         violations.extend(v for v in gavel if v.field not in known)
@@ -781,6 +792,7 @@ def plan_to_response(
                 ),
                 lease_extended=grant.lease_extended,
             )
+    fill_placement_response(plan, problem, out)
     ids = problem.jobs.ids
     for device in queues.device_queues if queues is not None else ():
         dq = out.device_queues.add()

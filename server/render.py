@@ -127,7 +127,7 @@ def colocation_table(response: service_pb.SolveResponse, max_rows: int = DEFAULT
 
 
 def _optional(
-    stats: service_pb.SolveStats,
+    stats: service_pb.SolveStats | service_pb.PlacementSummary,
     field: Literal["objective", "best_bound", "relative_gap"],
     digits: int = 10,
 ) -> str:
@@ -183,10 +183,51 @@ def solve_report(
     if response.plan.colocated:
         parts += ["", colocation_table(response, max_rows)]
     parts += ["", stats_block(response.stats)]
+    if response.plan.HasField("placement"):
+        parts += ["", placement_block(response, max_rows)]
     if response.stats.termination != service_pb.TERMINATION_REASON_OPTIMAL:
         reason = termination_name(response.stats.termination)
         parts += ["", f"note: the solve ended with termination {reason!r}, not a proven optimum"]
     return "\n".join(parts)
+
+
+def placement_block(response: service_pb.SolveResponse, max_rows: int = DEFAULT_MAX_ROWS) -> str:
+    """The placement stage's answer: one row per job with devices (nodes, kept / moved, its
+    cost, widest level crossed), then the stage's certificate and the compared placers."""
+    summary = response.plan.placement
+    rows = []
+    jobs = [job for job in response.plan.jobs if job.HasField("placement")]
+    shown = jobs if max_rows <= 0 else jobs[:max_rows]
+    for job in shown:
+        place = job.placement
+        nodes = ", ".join(f"{name}:{count}" for name, count in sorted(place.node_devices.items()))
+        state = "kept" if place.kept else "moved" if place.migrated else \
+            "resized" if place.resized else "preempted" if place.preempted else ""
+        rows.append([_clip(job.job_id), nodes if place.placed else f"- ({place.reason})",
+                     state, _number(place.cost), place.widest_level or "-"])
+    lines = _format_rows(["job", "nodes:devices", "run", "cost", "crosses"], rows, left=3)
+    if len(jobs) > len(shown):
+        lines.append(f"... {len(jobs) - len(shown)} more jobs (use --all to print every job)")
+    items = [
+        ("placer", summary.placer),
+        ("termination", termination_name(summary.termination)),
+        ("cost", _optional(summary, "objective", 6) + " (minimize)"),
+        ("best bound", _optional(summary, "best_bound", 6)),
+        ("gap", _optional(summary, "relative_gap", 3)),
+        ("placed", f"{summary.jobs_placed} jobs (value {_number(summary.placed_value)} of at "
+                   f"most {_number(summary.placed_value_bound)}), "
+                   f"{summary.jobs_not_placed} not placed"),
+        ("time", f"{summary.solve_time_s:.3f} s"),
+    ]
+    for other in summary.compared:
+        items.append((f"vs {other.placer}",
+                       f"{other.jobs_placed} placed, cost {_number(other.objective)} "
+                       f"({other.objective_difference:+.4g})"))
+    if summary.detail:
+        items.append(("detail", summary.detail))
+    width = max(len(label) for label, _ in items)
+    lines += [""] + [f"{label.ljust(width)}  {value}" for label, value in items]
+    return "\n".join(lines)
 
 
 def _wrapped(label: str, text: str, width: int = 88) -> list[str]:

@@ -39,6 +39,7 @@ from apportion.server.workers import (
 )
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.registry import policies
+from apportion.solver.stages import Placer
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 SERVICE_NAME: str = service_pb.DESCRIPTOR.services_by_name["AllocationService"].full_name
@@ -101,6 +102,9 @@ def list_policies_response() -> service_pb.ListPoliciesResponse:
                 space_sharing=bool(spec.packed_entry_point),
                 default_relative_gap=caps.default_relative_gap,
             ),
+            combines_with=list(spec.capabilities.combines_with),
+            placers=[placer.value for placer in Placer] if spec.capabilities.placement_stage
+            else [],
         )
     return response
 

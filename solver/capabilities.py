@@ -72,6 +72,23 @@ class Capabilities:
     mechanism, unless the policy returns rounds of its own (Gandiva_fair's stride quanta)."""
     relative_gap: float | None = None
     """The policy's own default gap tolerance; None = `DEFAULT_RELATIVE_GAP[problem_class]`."""
+    placement_stage: bool = True
+    """Its plan can be followed by the placement stage (`policy.placement`): it grants devices
+    per job (time shares through the round schedule, queues, configurations, windows)."""
+    admission_stage: bool = True
+    """It can be preceded by the admission stage (`policy.admission`)."""
+
+    @property
+    def combines_with(self) -> tuple[str, ...]:
+        """The stages a request may combine with this policy (`PolicyInfo.combines_with`)."""
+        stages = []
+        if self.admission_stage:
+            stages.append("admission")
+        if self.placement_stage:
+            stages.append("placement")
+        if self.round_schedule:
+            stages.append("round_schedule")
+        return tuple(stages)
 
     @property
     def default_relative_gap(self) -> float:

@@ -20,7 +20,8 @@ from apportion.solver.arrays import IntArray as IntArray
 
 if TYPE_CHECKING:
     from apportion.solver.fairness_model import FairnessInputs
-
+    from apportion.solver.stages import AdmissionParameters, PlacementParameters
+    from apportion.solver.topology import PlacementInputs, Topology
 
 
 class Compat(StrEnum):
@@ -30,6 +31,7 @@ class Compat(StrEnum):
     GAVEL = "gavel"
     SHOCKWAVE = "shockwave"
     SIA = "sia"
+    TIRESIAS = "tiresias"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ class Cluster:
     """(nodes,) type index of each node's devices."""
     node_devices: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
     """(nodes,) devices on each node (>= 0); per type they sum to `count` (validated)."""
+    topology: Topology | None = None
+    """Domains, devices and links (`apportion.solver.topology`); None = not given (placement
+    then uses `topology.default_topology`)."""
 
     @property
     def num_types(self) -> int:
@@ -284,6 +289,9 @@ class Problem:
     fairness: FairnessInputs | None = None
     """Bids, leases, stride passes and GPU-time of the fairness policies (B1-B3,
     `apportion.solver.fairness_model`); None = none given."""
+    placement: PlacementInputs | None = None
+    """Per-job placement inputs and cell quotas (`apportion.solver.topology`); None = none
+    given (every job with the defaults of `PlacementJobs.defaults`)."""
 
     @property
     def usable(self) -> NDArray[np.bool_]:
@@ -322,6 +330,10 @@ class PolicyRequest:
     requested_name: str = ""
     """The name the client used (an alias or the canonical name)."""
     extra: dict[str, object] = field(default_factory=dict)
+    placement: PlacementParameters | None = None
+    """The placement stage after the policy (`apportion.solver.stages`); None = none."""
+    admission: AdmissionParameters | None = None
+    """The admission stage before the policy; None = accept every job."""
 
 
 def make_problem(

@@ -225,3 +225,48 @@ class AstraeaParameters:
     lease_s: float = 600.0
     """Length of the leases granted (s, > 0): the accumulated and entitled GPU-time returned
     are projected to the end of this lease."""
+class TiresiasMode(StrEnum):
+    LAS = "las"
+    """Discretized 2D-LAS: queues by attained service, first come first served inside."""
+    GITTINS = "gittins"
+    """Discretized 2D-Gittins: inside a queue, the highest Gittins index first."""
+
+
+class TiresiasService(StrEnum):
+    GPU_TIME = "gpu_time"
+    """Attained service = executed time x devices (GPU s)."""
+    TIME = "time"
+    """Attained service = executed time (s) (Tiresias's `dlas` variant)."""
+
+
+class TiresiasAdmission(StrEnum):
+    COUNT = "count"
+    """Skip-fit on device counts per type: the lexicographically best admitted set."""
+    PLACEMENT = "placement"
+    """Lexicographic admission under placement constraints (a placement check per job)."""
+
+
+TIRESIAS_THRESHOLDS: tuple[float, ...] = (3250.0, 7200.0)
+"""Tiresias simulator's queue thresholds (GPU s): 3 queues."""
+TIRESIAS_GITTINS_QUANTUM = 3250.0
+"""Tiresias simulator's fixed Gittins quantum (GPU s), used with compat = tiresias."""
+
+
+@dataclass(frozen=True)
+class TiresiasParameters:
+    """Tiresias: discretized 2D-LAS / 2D-Gittins with admission in priority order (D1)."""
+
+    mode: TiresiasMode = TiresiasMode.LAS
+    service: TiresiasService = TiresiasService.GPU_TIME
+    thresholds: tuple[float, ...] = TIRESIAS_THRESHOLDS
+    """Queue thresholds on attained service (GPU s or s), increasing."""
+    promote_knob: float = 0.0
+    """rho >= 0: a waiting job with waiting >= rho x executed time returns to queue 0; 0 =
+    never."""
+    service_samples: tuple[float, ...] = ()
+    """2D-Gittins: samples of the total service of jobs (same unit as the service)."""
+    gittins_quantum: float = 0.0
+    """2D-Gittins quantum Delta (> 0 = fixed, as Tiresias); 0 = the supremum over Delta."""
+    admission: TiresiasAdmission = TiresiasAdmission.COUNT
+    consolidate_skew_above: float = 0.0
+    """Jobs with tensor skew above this run inside one node (0 = off)."""

@@ -24,6 +24,7 @@ from apportion.solver.parameters import (
     MaxSumThroughputParameters,
     MinMakespanParameters,
     NoParameters,
+    TiresiasParameters,
     WaterFillingParameters,
 )
 from apportion.solver.result import Plan
@@ -37,6 +38,14 @@ checking `deadline.expired()`)."""
 ROUND_SCHEDULE_ENTRY = "apportion.formulations.rounds:round_schedule"
 """The round mechanism (A2.11) applied to time-share plans when `options.schedule_rounds > 0`
 (policies with `Capabilities.round_schedule`)."""
+
+
+PLACEMENT_STAGE_ENTRY = "apportion.formulations.placement.stage:apply_placement"
+"""The placement stage (which devices) applied after the policy when `policy.placement` is
+set (policies with `Capabilities.placement_stage`)."""
+
+ADMISSION_STAGE_ENTRY = "apportion.formulations.placement.admission:admit_and_solve"
+"""The admission stage applied around the policy when `policy.admission` is set."""
 
 
 def load_entry(entry_point: str) -> Any:
@@ -678,6 +687,43 @@ _POLICIES: tuple[PolicySpec, ...] = (
             needs_history=True,
             round_schedule=True,
         ),
+    ),
+    PolicySpec(
+        name="tiresias",
+        description=(
+            "Tiresias (D1): discretized 2D-LAS or 2D-Gittins priority queues by attained "
+            "service (executed time x devices, or time), optional starvation knob, admission "
+            "in priority order: skip-fit on device counts (exactly the lexicographically best "
+            "admitted set) or exact lexicographic admission under placement constraints "
+            "(consolidated skewed jobs, spans, pins) by placement checks. Admitted jobs get "
+            "time share 1 on their type; queues, ranks, Gittins indices and the state to send "
+            "back are in JobAllocation.admission."
+        ),
+        parameters_type=TiresiasParameters,
+        parameters_message="apportion.v1.TiresiasParameters",
+        parameters_field="tiresias",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+            "jobs[].arrival_time_s",
+            "history.jobs[].current",
+            "history.jobs[].executed_time_s",
+            "history.jobs[].waiting_time_s",
+            "jobs[].communication.tensor_skew (consolidation)",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.tiresias:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.TIME_SHARE,
+            ProblemClass.MILP,
+            needs_history=True,
+            round_schedule=True,
+        ),
+        aliases={
+            "tiresias_las": {"mode": _params.TiresiasMode.LAS},
+            "tiresias_gittins": {"mode": _params.TiresiasMode.GITTINS},
+        },
     ),
 )
 

@@ -14,6 +14,7 @@ from apportion.solver.model import FloatArray, ReferenceFinishState
 
 if TYPE_CHECKING:
     from apportion.solver.fairness_result import AuctionSection, StrideSection, UsageSection
+    from apportion.solver.placement_plan import AdmissionSection, PlacementSection
 
 
 class Termination(StrEnum):
@@ -176,6 +177,8 @@ class RoundGrant:
     devices and nodes); -1 = the job runs alone."""
     lease_extended: bool = False
     """The job keeps the nodes it held in the previous round (Gavel's lease extension)."""
+    devices_placed: tuple[int, ...] = ()
+    """The placement stage's devices (topology device indices); empty = no placement stage."""
 
 
 @dataclass(frozen=True)
@@ -287,6 +290,10 @@ class Plan:
     """Gandiva_fair plans (B2): user shares, trades, stride passes; None = n/a."""
     usage: UsageSection | None = None
     """Astraea plans (B3): leases and GPU-time bookkeeping; None = n/a."""
+    placement: PlacementSection | None = None
+    """The placement stage's devices and certificate (`policy.placement`); None = no stage."""
+    admission: AdmissionSection | None = None
+    """Admission-ordering plans (tiresias): each job's queue, rank and state; None = n/a."""
 
     @staticmethod
     def empty(m: int, n: int, certificate: Certificate) -> Plan:

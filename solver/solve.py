@@ -8,7 +8,13 @@ from dataclasses import replace
 from apportion.solver.certificate import enforce
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
-from apportion.solver.registry import ROUND_SCHEDULE_ENTRY, load_entry, lookup
+from apportion.solver.registry import (
+    ADMISSION_STAGE_ENTRY,
+    PLACEMENT_STAGE_ENTRY,
+    ROUND_SCHEDULE_ENTRY,
+    load_entry,
+    lookup,
+)
 from apportion.solver.result import Plan, Termination
 
 
@@ -26,9 +32,18 @@ def solve(
     Never raises for infeasible, unbounded or timed-out solves: those come back as a plan whose
     certificate says so; and a plan says `optimal` only when its certificate proves it
     (`apportion.solver.certificate.enforce`).
+
+    Stages around the policy (Blox-style composition): `policy.admission` decides which jobs
+    the policy sees (the others come back deferred); `options.schedule_rounds` turns time
+    shares into rounds; `policy.placement` maps the plan's grants to devices (its own
+    certificate is in `plan.placement`). Each is loaded from its registry entry point.
     """
     opts = options or SolveOptions()
     spec = lookup(policy.name)
+    if policy.admission is not None and spec.capabilities.admission_stage:
+        admit = load_entry(ADMISSION_STAGE_ENTRY)
+        admitted: Plan = admit(problem, policy, opts, deadline or Deadline.never(), solve)
+        return admitted
     if not isinstance(policy.parameters, spec.parameters_type):
         raise TypeError(
             f"policy {spec.name!r} takes {spec.parameters_type.__name__}, "
@@ -57,6 +72,9 @@ def solve(
             note = f"round schedule cut at {len(rounds)} rounds by the time limit"
             detail = f"{plan.certificate.detail}; {note}" if plan.certificate.detail else note
             plan = replace(plan, certificate=replace(plan.certificate, detail=detail))
+    if policy.placement is not None and spec.capabilities.placement_stage and _has_plan(plan):
+        place = load_entry(PLACEMENT_STAGE_ENTRY)
+        plan = place(problem, plan, spec.capabilities, policy.placement, opts, due)
     return plan
 
 

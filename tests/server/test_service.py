@@ -116,6 +116,32 @@ def test_list_policies(stub: service_grpc.AllocationServiceStub) -> None:
     assert by_name["fifo"].capabilities.problem_class == service_pb.PROBLEM_CLASS_HEURISTIC
 
 
+def test_list_policies_says_which_stages_combine(
+    stub: service_grpc.AllocationServiceStub,
+) -> None:
+    reply = stub.ListPolicies(service_pb.ListPoliciesRequest(), timeout=CALL_TIMEOUT_S)
+    by_name = {p.name: p for p in reply.policies}
+    assert set(by_name["weighted_max_min_fairness"].combines_with) == {
+        "admission", "placement", "round_schedule"}
+    assert "round_schedule" not in by_name["sia"].combines_with
+    assert "exact" in by_name["sia"].placers and "blox_consolidated" in by_name["sia"].placers
+
+
+def test_placement_through_the_server(stub: service_grpc.AllocationServiceStub) -> None:
+    from google.protobuf import json_format
+
+    request = service_pb.SolveRequest()
+    example = Path(__file__).resolve().parents[2] / "examples" / "dgx_racks.json"
+    json_format.Parse(example.read_text(), request)
+    reply = stub.Solve(request, timeout=CALL_TIMEOUT_S)
+    assert reply.plan.placement.placer == "exact"
+    devices = [d for job in reply.plan.jobs for d in job.placement.devices]
+    assert len(devices) == len(set(devices)) == sum(
+        max(job.scale_factor, 1) for job in request.snapshot.jobs)
+    request.snapshot.cluster.topology.links[0].device_b = "ghost"
+    assert "snapshot.cluster.topology.links[0].device_b" in rejected_fields(stub, request)
+
+
 def test_solve_matches_in_process(stub: service_grpc.AllocationServiceStub) -> None:
     request = small_request()
     reply = stub.Solve(request, timeout=CALL_TIMEOUT_S)

@@ -243,6 +243,7 @@ class Plan(_message.Message):
     TENANT_USAGE_FIELD_NUMBER: _builtins.int
     USER_SHARES_FIELD_NUMBER: _builtins.int
     TRADES_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobAllocation]:
         """One entry per job of the snapshot, in the snapshot's order."""
@@ -283,6 +284,12 @@ class Plan(_message.Message):
     def trades(self) -> _containers.RepeatedCompositeFieldContainer[Global___Trade]:
         """gandiva_fair: the trades made, in order."""
 
+    @_builtins.property
+    def placement(self) -> Global___PlacementSummary:
+        """The placement stage's summary (policy.placement set): certificate, objective terms,
+        comparisons with other placers, time-shift and quota reports.
+        """
+
     def __init__(
         self,
         *,
@@ -294,10 +301,11 @@ class Plan(_message.Message):
         tenant_usage: _abc.Iterable[_snapshot_pb2.TenantUsage] | None = ...,
         user_shares: _abc.Iterable[Global___UserShare] | None = ...,
         trades: _abc.Iterable[Global___Trade] | None = ...,
+        placement: Global___PlacementSummary | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["placement", b"placement"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "colocated", b"colocated", "device_queues", b"device_queues", "jobs", b"jobs", "rounds", b"rounds", "tenant_usage", b"tenant_usage", "trades", b"trades", "user_shares", b"user_shares"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "colocated", b"colocated", "device_queues", b"device_queues", "jobs", b"jobs", "placement", b"placement", "rounds", b"rounds", "tenant_usage", b"tenant_usage", "trades", b"trades", "user_shares", b"user_shares"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -518,6 +526,229 @@ class Trade(_message.Message):
 Global___Trade: _TypeAlias = Trade  # noqa: Y015
 
 @_typing.final
+class PlacementSummary(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ObjectiveTermsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class FreeDomainsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    PLACER_FIELD_NUMBER: _builtins.int
+    TERMINATION_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_FIELD_NUMBER: _builtins.int
+    BEST_BOUND_FIELD_NUMBER: _builtins.int
+    RELATIVE_GAP_FIELD_NUMBER: _builtins.int
+    PLACED_VALUE_FIELD_NUMBER: _builtins.int
+    PLACED_VALUE_BOUND_FIELD_NUMBER: _builtins.int
+    JOBS_PLACED_FIELD_NUMBER: _builtins.int
+    JOBS_NOT_PLACED_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_TERMS_FIELD_NUMBER: _builtins.int
+    FREE_DOMAINS_FIELD_NUMBER: _builtins.int
+    COMPARED_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    SOLVE_TIME_S_FIELD_NUMBER: _builtins.int
+    MODEL_SIZE_FIELD_NUMBER: _builtins.int
+    SHIFT_OVERFLOW_FIELD_NUMBER: _builtins.int
+    SHIFT_OVERFLOW_BOUND_FIELD_NUMBER: _builtins.int
+    SHIFT_PERIOD_S_FIELD_NUMBER: _builtins.int
+    QUOTA_SLACK_FIELD_NUMBER: _builtins.int
+    placer: _builtins.str
+    """The placer that produced the devices (e.g. "exact", "blox_consolidated")."""
+    termination: Global___TerminationReason.ValueType
+    """The exact placer's proof: TERMINATION_REASON_OPTIMAL when the cost is within the gap
+    tolerance of the bound and the placed value is proven largest; compat placers report
+    TERMINATION_REASON_HEURISTIC.
+    """
+    objective: _builtins.float
+    """Placement cost of the returned devices (see PlacementStage) and the proven lower bound."""
+    best_bound: _builtins.float
+    relative_gap: _builtins.float
+    placed_value: _builtins.float
+    """Sum of the placed jobs' priority weights, and the proven largest possible."""
+    placed_value_bound: _builtins.float
+    jobs_placed: _builtins.int
+    jobs_not_placed: _builtins.int
+    detail: _builtins.str
+    solve_time_s: _builtins.float
+    shift_overflow: _builtins.float
+    """Time shifts (CASSINI): total overflow over the common period (Gb/s x s) and its bound."""
+    shift_overflow_bound: _builtins.float
+    shift_period_s: _builtins.float
+    @_builtins.property
+    def objective_terms(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """The cost by term: "crossing", "bottleneck", "move", "free_domain", "link_score",
+        "throughput_by_span".
+        """
+
+    @_builtins.property
+    def free_domains(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Domains left entirely free after placement, by level name."""
+
+    @_builtins.property
+    def compared(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlacerComparison]:
+        """The other placers of PlacementStage.compare on the same grants."""
+
+    @_builtins.property
+    def model_size(self) -> Global___ModelSize: ...
+    @_builtins.property
+    def quota_slack(self) -> _containers.RepeatedCompositeFieldContainer[Global___QuotaSlack]:
+        """Cell quotas (HiveD): per accelerator type and level, the volume slack of the safety
+        condition after placement (devices; negative = a quota can no longer be honoured).
+        """
+
+    def __init__(
+        self,
+        *,
+        placer: _builtins.str = ...,
+        termination: Global___TerminationReason.ValueType = ...,
+        objective: _builtins.float | None = ...,
+        best_bound: _builtins.float | None = ...,
+        relative_gap: _builtins.float | None = ...,
+        placed_value: _builtins.float = ...,
+        placed_value_bound: _builtins.float = ...,
+        jobs_placed: _builtins.int = ...,
+        jobs_not_placed: _builtins.int = ...,
+        objective_terms: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        free_domains: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        compared: _abc.Iterable[Global___PlacerComparison] | None = ...,
+        detail: _builtins.str = ...,
+        solve_time_s: _builtins.float = ...,
+        model_size: Global___ModelSize | None = ...,
+        shift_overflow: _builtins.float | None = ...,
+        shift_overflow_bound: _builtins.float | None = ...,
+        shift_period_s: _builtins.float = ...,
+        quota_slack: _abc.Iterable[Global___QuotaSlack] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "_shift_overflow", b"_shift_overflow", "_shift_overflow_bound", b"_shift_overflow_bound", "best_bound", b"best_bound", "model_size", b"model_size", "objective", b"objective", "relative_gap", b"relative_gap", "shift_overflow", b"shift_overflow", "shift_overflow_bound", b"shift_overflow_bound"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "_shift_overflow", b"_shift_overflow", "_shift_overflow_bound", b"_shift_overflow_bound", "best_bound", b"best_bound", "compared", b"compared", "detail", b"detail", "free_domains", b"free_domains", "jobs_not_placed", b"jobs_not_placed", "jobs_placed", b"jobs_placed", "model_size", b"model_size", "objective", b"objective", "objective_terms", b"objective_terms", "placed_value", b"placed_value", "placed_value_bound", b"placed_value_bound", "placer", b"placer", "quota_slack", b"quota_slack", "relative_gap", b"relative_gap", "shift_overflow", b"shift_overflow", "shift_overflow_bound", b"shift_overflow_bound", "shift_period_s", b"shift_period_s", "solve_time_s", b"solve_time_s", "termination", b"termination"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__best_bound: _TypeAlias = _typing.Literal["best_bound"]  # noqa: Y015
+    _WhichOneofArgType__best_bound: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound"]  # noqa: Y015
+    _WhichOneofReturnType__objective: _TypeAlias = _typing.Literal["objective"]  # noqa: Y015
+    _WhichOneofArgType__objective: _TypeAlias = _typing.Literal["_objective", b"_objective"]  # noqa: Y015
+    _WhichOneofReturnType__relative_gap: _TypeAlias = _typing.Literal["relative_gap"]  # noqa: Y015
+    _WhichOneofArgType__relative_gap: _TypeAlias = _typing.Literal["_relative_gap", b"_relative_gap"]  # noqa: Y015
+    _WhichOneofReturnType__shift_overflow: _TypeAlias = _typing.Literal["shift_overflow"]  # noqa: Y015
+    _WhichOneofArgType__shift_overflow: _TypeAlias = _typing.Literal["_shift_overflow", b"_shift_overflow"]  # noqa: Y015
+    _WhichOneofReturnType__shift_overflow_bound: _TypeAlias = _typing.Literal["shift_overflow_bound"]  # noqa: Y015
+    _WhichOneofArgType__shift_overflow_bound: _TypeAlias = _typing.Literal["_shift_overflow_bound", b"_shift_overflow_bound"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__best_bound) -> _WhichOneofReturnType__best_bound | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__objective) -> _WhichOneofReturnType__objective | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__relative_gap) -> _WhichOneofReturnType__relative_gap | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__shift_overflow) -> _WhichOneofReturnType__shift_overflow | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__shift_overflow_bound) -> _WhichOneofReturnType__shift_overflow_bound | None: ...
+
+Global___PlacementSummary: _TypeAlias = PlacementSummary  # noqa: Y015
+
+@_typing.final
+class PlacerComparison(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLACER_FIELD_NUMBER: _builtins.int
+    PLACED_VALUE_FIELD_NUMBER: _builtins.int
+    JOBS_PLACED_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_DIFFERENCE_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    placer: _builtins.str
+    placed_value: _builtins.float
+    jobs_placed: _builtins.int
+    objective: _builtins.float
+    """Its cost on the exact placer's objective, and cost minus the returned answer's cost
+    (meaningful when the placed values are equal; a compat placer that places less is worse
+    whatever its cost).
+    """
+    objective_difference: _builtins.float
+    detail: _builtins.str
+    def __init__(
+        self,
+        *,
+        placer: _builtins.str = ...,
+        placed_value: _builtins.float = ...,
+        jobs_placed: _builtins.int = ...,
+        objective: _builtins.float = ...,
+        objective_difference: _builtins.float = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "jobs_placed", b"jobs_placed", "objective", b"objective", "objective_difference", b"objective_difference", "placed_value", b"placed_value", "placer", b"placer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlacerComparison: _TypeAlias = PlacerComparison  # noqa: Y015
+
+@_typing.final
+class QuotaSlack(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACCELERATOR_TYPE_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    SLACK_DEVICES_FIELD_NUMBER: _builtins.int
+    accelerator_type: _builtins.str
+    level: _snapshot_pb2.DomainLevel.ValueType
+    slack_devices: _builtins.float
+    """Devices in entirely free domains of this level minus the devices of unused quota cells of
+    this level or above.
+    """
+    def __init__(
+        self,
+        *,
+        accelerator_type: _builtins.str = ...,
+        level: _snapshot_pb2.DomainLevel.ValueType = ...,
+        slack_devices: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "level", b"level", "slack_devices", b"slack_devices"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QuotaSlack: _TypeAlias = QuotaSlack  # noqa: Y015
+
+@_typing.final
 class ColocatedShare(_message.Message):
     """Two jobs sharing the same devices of one type for a fraction of the time."""
 
@@ -655,6 +886,8 @@ class JobAllocation(_message.Message):
     AUCTION_FIELD_NUMBER: _builtins.int
     STRIDE_PASS_FIELD_NUMBER: _builtins.int
     GPU_TIME_S_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
+    ADMISSION_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     status: Global___JobStatus.ValueType
     reason: _builtins.str
@@ -743,6 +976,14 @@ class JobAllocation(_message.Message):
     def auction(self) -> Global___AuctionOutcome:
         """themis_auction: the job's auction outcome."""
 
+    @_builtins.property
+    def placement(self) -> Global___JobPlacement:
+        """The placement stage (policy.placement): the job's devices for the next round."""
+
+    @_builtins.property
+    def admission(self) -> Global___AdmissionResult:
+        """Admission-ordering policies (tiresias): queue, priority and the state to send back."""
+
     def __init__(
         self,
         *,
@@ -771,10 +1012,12 @@ class JobAllocation(_message.Message):
         auction: Global___AuctionOutcome | None = ...,
         stride_pass: _builtins.float | None = ...,
         gpu_time_s: _builtins.float | None = ...,
+        placement: Global___JobPlacement | None = ...,
+        admission: Global___AdmissionResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "auction", b"auction", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "gpu_time_s", b"gpu_time_s", "isolated_throughput", b"isolated_throughput", "lease", b"lease", "queue", b"queue", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "stride_pass", b"stride_pass"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "admission", b"admission", "auction", b"auction", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "gpu_time_s", b"gpu_time_s", "isolated_throughput", b"isolated_throughput", "lease", b"lease", "placement", b"placement", "queue", b"queue", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "stride_pass", b"stride_pass"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "auction", b"auction", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "dual", b"dual", "effective_throughput", b"effective_throughput", "gpu_time_s", b"gpu_time_s", "isolated_throughput", b"isolated_throughput", "job_id", b"job_id", "lease", b"lease", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "queue", b"queue", "reason", b"reason", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "status", b"status", "stride_pass", b"stride_pass", "time_share", b"time_share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "admission", b"admission", "auction", b"auction", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "dual", b"dual", "effective_throughput", b"effective_throughput", "gpu_time_s", b"gpu_time_s", "isolated_throughput", b"isolated_throughput", "job_id", b"job_id", "lease", b"lease", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "placement", b"placement", "queue", b"queue", "reason", b"reason", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "status", b"status", "stride_pass", b"stride_pass", "time_share", b"time_share"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cumulative_isolated_time_s: _TypeAlias = _typing.Literal["cumulative_isolated_time_s"]  # noqa: Y015
     _WhichOneofArgType__cumulative_isolated_time_s: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s"]  # noqa: Y015
@@ -830,6 +1073,142 @@ class JobAllocation(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__stride_pass) -> _WhichOneofReturnType__stride_pass | None: ...
 
 Global___JobAllocation: _TypeAlias = JobAllocation  # noqa: Y015
+
+@_typing.final
+class JobPlacement(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class NodeDevicesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    PLACED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    DEVICES_FIELD_NUMBER: _builtins.int
+    NODE_DEVICES_FIELD_NUMBER: _builtins.int
+    KEPT_FIELD_NUMBER: _builtins.int
+    MIGRATED_FIELD_NUMBER: _builtins.int
+    RESIZED_FIELD_NUMBER: _builtins.int
+    PREEMPTED_FIELD_NUMBER: _builtins.int
+    TIME_SHIFT_S_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
+    WIDEST_LEVEL_FIELD_NUMBER: _builtins.int
+    LINK_SCORE_FIELD_NUMBER: _builtins.int
+    placed: _builtins.bool
+    """True when the job got devices; false with `reason` when it was granted devices it could
+    not be placed on (or was not granted any).
+    """
+    reason: _builtins.str
+    kept: _builtins.bool
+    """A running job: kept its devices, moved, grew or shrank in place, or lost them."""
+    migrated: _builtins.bool
+    resized: _builtins.bool
+    preempted: _builtins.bool
+    time_shift_s: _builtins.float
+    """CASSINI: delay of the job's iteration start (s, in [0, iteration time))."""
+    cost: _builtins.float
+    """The job's share of the placement cost."""
+    widest_level: _builtins.str
+    """The widest domain level the job crosses (lower-case name; "" = inside one innermost
+    domain).
+    """
+    link_score: _builtins.float
+    """Intra-node link score in [0, 1] (1 = the best pattern for its size)."""
+    @_builtins.property
+    def devices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Device ids (Topology.devices, or "<node>/<k>"), in ring order for ring jobs."""
+
+    @_builtins.property
+    def node_devices(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Devices per node."""
+
+    def __init__(
+        self,
+        *,
+        placed: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        devices: _abc.Iterable[_builtins.str] | None = ...,
+        node_devices: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        kept: _builtins.bool = ...,
+        migrated: _builtins.bool = ...,
+        resized: _builtins.bool = ...,
+        preempted: _builtins.bool = ...,
+        time_shift_s: _builtins.float = ...,
+        cost: _builtins.float = ...,
+        widest_level: _builtins.str = ...,
+        link_score: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "devices", b"devices", "kept", b"kept", "link_score", b"link_score", "migrated", b"migrated", "node_devices", b"node_devices", "placed", b"placed", "preempted", b"preempted", "reason", b"reason", "resized", b"resized", "time_shift_s", b"time_shift_s", "widest_level", b"widest_level"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobPlacement: _TypeAlias = JobPlacement  # noqa: Y015
+
+@_typing.final
+class AdmissionResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADMITTED_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    RANK_FIELD_NUMBER: _builtins.int
+    PRIORITY_INDEX_FIELD_NUMBER: _builtins.int
+    ATTAINED_SERVICE_FIELD_NUMBER: _builtins.int
+    PROMOTED_FIELD_NUMBER: _builtins.int
+    EXECUTED_TIME_S_FIELD_NUMBER: _builtins.int
+    WAITING_TIME_S_FIELD_NUMBER: _builtins.int
+    admitted: _builtins.bool
+    queue: _builtins.int
+    """0 = highest-priority queue."""
+    rank: _builtins.int
+    """Rank in the admission order (0 = first)."""
+    priority_index: _builtins.float
+    """2D-Gittins index (higher first; 0 for LAS)."""
+    attained_service: _builtins.float
+    """Attained service used (GPU s or s)."""
+    promoted: _builtins.bool
+    """Promoted to queue 0 by the starvation knob in this call."""
+    executed_time_s: _builtins.float
+    """State to send back in history.jobs[]: executed_time_s and waiting_time_s now (before the
+    next interval runs).
+    """
+    waiting_time_s: _builtins.float
+    def __init__(
+        self,
+        *,
+        admitted: _builtins.bool = ...,
+        queue: _builtins.int = ...,
+        rank: _builtins.int = ...,
+        priority_index: _builtins.float = ...,
+        attained_service: _builtins.float = ...,
+        promoted: _builtins.bool = ...,
+        executed_time_s: _builtins.float = ...,
+        waiting_time_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "attained_service", b"attained_service", "executed_time_s", b"executed_time_s", "priority_index", b"priority_index", "promoted", b"promoted", "queue", b"queue", "rank", b"rank", "waiting_time_s", b"waiting_time_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdmissionResult: _TypeAlias = AdmissionResult  # noqa: Y015
 
 @_typing.final
 class ConfigurationChoice(_message.Message):
@@ -1010,6 +1389,7 @@ class RoundGrant(_message.Message):
     NODES_FIELD_NUMBER: _builtins.int
     COLOCATED_WITH_FIELD_NUMBER: _builtins.int
     LEASE_EXTENDED_FIELD_NUMBER: _builtins.int
+    DEVICE_IDS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     accelerator_type: _builtins.str
     devices: _builtins.int
@@ -1023,6 +1403,10 @@ class RoundGrant(_message.Message):
     """
     @_builtins.property
     def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def device_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The placement stage (policy.placement): device ids of the grant."""
+
     def __init__(
         self,
         *,
@@ -1032,10 +1416,11 @@ class RoundGrant(_message.Message):
         nodes: _abc.Iterable[_builtins.str] | None = ...,
         colocated_with: _builtins.str = ...,
         lease_extended: _builtins.bool = ...,
+        device_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "colocated_with", b"colocated_with", "devices", b"devices", "job_id", b"job_id", "lease_extended", b"lease_extended", "nodes", b"nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "colocated_with", b"colocated_with", "device_ids", b"device_ids", "devices", b"devices", "job_id", b"job_id", "lease_extended", b"lease_extended", "nodes", b"nodes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1204,6 +1589,8 @@ class PolicyInfo(_message.Message):
     MAXIMIZE_FIELD_NUMBER: _builtins.int
     PARAMETERS_FIELD_FIELD_NUMBER: _builtins.int
     CAPABILITIES_FIELD_NUMBER: _builtins.int
+    COMBINES_WITH_FIELD_NUMBER: _builtins.int
+    PLACERS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Canonical name."""
     description: _builtins.str
@@ -1228,6 +1615,16 @@ class PolicyInfo(_message.Message):
     def capabilities(self) -> Global___PolicyCapabilities:
         """What the policy reads from a snapshot and what its plan holds."""
 
+    @_builtins.property
+    def combines_with(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Stages this policy combines with in one request: "admission" (policy.admission, before
+        it), "placement" (policy.placement, after it), "round_schedule" (options.schedule_rounds).
+        """
+
+    @_builtins.property
+    def placers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Placers accepted by PlacementStage.placer and .compare (lower-case names)."""
+
     def __init__(
         self,
         *,
@@ -1239,10 +1636,12 @@ class PolicyInfo(_message.Message):
         maximize: _builtins.bool = ...,
         parameters_field: _builtins.str = ...,
         capabilities: Global___PolicyCapabilities | None = ...,
+        combines_with: _abc.Iterable[_builtins.str] | None = ...,
+        placers: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "capabilities", b"capabilities", "description", b"description", "maximize", b"maximize", "name", b"name", "parameters_field", b"parameters_field", "parameters_message", b"parameters_message", "required_inputs", b"required_inputs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "capabilities", b"capabilities", "combines_with", b"combines_with", "description", b"description", "maximize", b"maximize", "name", b"name", "parameters_field", b"parameters_field", "parameters_message", b"parameters_message", "placers", b"placers", "required_inputs", b"required_inputs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -19,6 +19,177 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _Placer:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PlacerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Placer.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PLACER_UNSPECIFIED: _Placer.ValueType  # 0
+    """= EXACT"""
+    PLACER_EXACT: _Placer.ValueType  # 1
+    PLACER_BLOX_CONSOLIDATED: _Placer.ValueType  # 2
+    """Blox: one node, exact free-count match only (its quirk)"""
+    PLACER_BLOX_SCATTERED: _Placer.ValueType  # 3
+    """Blox: first nodes in order, overshooting (its quirk)"""
+    PLACER_TIRESIAS_YARN: _Placer.ValueType  # 4
+    """Tiresias: one rack; first node that fits, or idle nodes"""
+    PLACER_HIVED_BUDDY: _Placer.ValueType  # 5
+    """HiveD: buddy cells, node sort, lowest common ancestor"""
+    PLACER_MAPA_BASELINE: _Placer.ValueType  # 6
+    """MAPA policies inside a node (FIFO across jobs)"""
+    PLACER_MAPA_TOPO_AWARE: _Placer.ValueType  # 7
+    PLACER_MAPA_GREEDY: _Placer.ValueType  # 8
+    PLACER_MAPA_PRESERVE: _Placer.ValueType  # 9
+    PLACER_MAPA_MIN_SCORE: _Placer.ValueType  # 10
+    PLACER_LUCID_CONSOLIDATE: _Placer.ValueType  # 11
+    """Lucid: fullest node that fits, else whole nodes"""
+    PLACER_SIA_BFD: _Placer.ValueType  # 12
+    """Sia: best-fit decreasing on nodes"""
+    PLACER_GAVEL_SERVERS: _Placer.ValueType  # 13
+    """Gavel's round placement: best fit, else fewest nodes"""
+
+class Placer(_Placer, metaclass=_PlacerEnumTypeWrapper): ...
+
+PLACER_UNSPECIFIED: Placer.ValueType  # 0
+"""= EXACT"""
+PLACER_EXACT: Placer.ValueType  # 1
+PLACER_BLOX_CONSOLIDATED: Placer.ValueType  # 2
+"""Blox: one node, exact free-count match only (its quirk)"""
+PLACER_BLOX_SCATTERED: Placer.ValueType  # 3
+"""Blox: first nodes in order, overshooting (its quirk)"""
+PLACER_TIRESIAS_YARN: Placer.ValueType  # 4
+"""Tiresias: one rack; first node that fits, or idle nodes"""
+PLACER_HIVED_BUDDY: Placer.ValueType  # 5
+"""HiveD: buddy cells, node sort, lowest common ancestor"""
+PLACER_MAPA_BASELINE: Placer.ValueType  # 6
+"""MAPA policies inside a node (FIFO across jobs)"""
+PLACER_MAPA_TOPO_AWARE: Placer.ValueType  # 7
+PLACER_MAPA_GREEDY: Placer.ValueType  # 8
+PLACER_MAPA_PRESERVE: Placer.ValueType  # 9
+PLACER_MAPA_MIN_SCORE: Placer.ValueType  # 10
+PLACER_LUCID_CONSOLIDATE: Placer.ValueType  # 11
+"""Lucid: fullest node that fits, else whole nodes"""
+PLACER_SIA_BFD: Placer.ValueType  # 12
+"""Sia: best-fit decreasing on nodes"""
+PLACER_GAVEL_SERVERS: Placer.ValueType  # 13
+"""Gavel's round placement: best fit, else fewest nodes"""
+Global___Placer: _TypeAlias = Placer  # noqa: Y015
+
+class _PlacementLevel:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PlacementLevelEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PlacementLevel.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PLACEMENT_LEVEL_UNSPECIFIED: _PlacementLevel.ValueType  # 0
+    """= NODE"""
+    PLACEMENT_LEVEL_NODE: _PlacementLevel.ValueType  # 1
+    PLACEMENT_LEVEL_DEVICE: _PlacementLevel.ValueType  # 2
+
+class PlacementLevel(_PlacementLevel, metaclass=_PlacementLevelEnumTypeWrapper): ...
+
+PLACEMENT_LEVEL_UNSPECIFIED: PlacementLevel.ValueType  # 0
+"""= NODE"""
+PLACEMENT_LEVEL_NODE: PlacementLevel.ValueType  # 1
+PLACEMENT_LEVEL_DEVICE: PlacementLevel.ValueType  # 2
+Global___PlacementLevel: _TypeAlias = PlacementLevel  # noqa: Y015
+
+class _PatternScore:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PatternScoreEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PatternScore.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PATTERN_SCORE_UNSPECIFIED: _PatternScore.ValueType  # 0
+    """= BANDWIDTH"""
+    PATTERN_SCORE_BANDWIDTH: _PatternScore.ValueType  # 1
+    PATTERN_SCORE_PREDICTED: _PatternScore.ValueType  # 2
+
+class PatternScore(_PatternScore, metaclass=_PatternScoreEnumTypeWrapper): ...
+
+PATTERN_SCORE_UNSPECIFIED: PatternScore.ValueType  # 0
+"""= BANDWIDTH"""
+PATTERN_SCORE_BANDWIDTH: PatternScore.ValueType  # 1
+PATTERN_SCORE_PREDICTED: PatternScore.ValueType  # 2
+Global___PatternScore: _TypeAlias = PatternScore  # noqa: Y015
+
+class _AdmissionMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _AdmissionModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AdmissionMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ADMISSION_MODE_UNSPECIFIED: _AdmissionMode.ValueType  # 0
+    """= ACCEPT_ALL"""
+    ADMISSION_MODE_ACCEPT_ALL: _AdmissionMode.ValueType  # 1
+    ADMISSION_MODE_LOAD_BASED: _AdmissionMode.ValueType  # 2
+
+class AdmissionMode(_AdmissionMode, metaclass=_AdmissionModeEnumTypeWrapper): ...
+
+ADMISSION_MODE_UNSPECIFIED: AdmissionMode.ValueType  # 0
+"""= ACCEPT_ALL"""
+ADMISSION_MODE_ACCEPT_ALL: AdmissionMode.ValueType  # 1
+ADMISSION_MODE_LOAD_BASED: AdmissionMode.ValueType  # 2
+Global___AdmissionMode: _TypeAlias = AdmissionMode  # noqa: Y015
+
+class _TiresiasMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TiresiasModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TiresiasMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TIRESIAS_MODE_UNSPECIFIED: _TiresiasMode.ValueType  # 0
+    """= LAS"""
+    TIRESIAS_MODE_LAS: _TiresiasMode.ValueType  # 1
+    TIRESIAS_MODE_GITTINS: _TiresiasMode.ValueType  # 2
+
+class TiresiasMode(_TiresiasMode, metaclass=_TiresiasModeEnumTypeWrapper): ...
+
+TIRESIAS_MODE_UNSPECIFIED: TiresiasMode.ValueType  # 0
+"""= LAS"""
+TIRESIAS_MODE_LAS: TiresiasMode.ValueType  # 1
+TIRESIAS_MODE_GITTINS: TiresiasMode.ValueType  # 2
+Global___TiresiasMode: _TypeAlias = TiresiasMode  # noqa: Y015
+
+class _TiresiasService:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TiresiasServiceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TiresiasService.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TIRESIAS_SERVICE_UNSPECIFIED: _TiresiasService.ValueType  # 0
+    """= GPU_TIME"""
+    TIRESIAS_SERVICE_GPU_TIME: _TiresiasService.ValueType  # 1
+    TIRESIAS_SERVICE_TIME: _TiresiasService.ValueType  # 2
+
+class TiresiasService(_TiresiasService, metaclass=_TiresiasServiceEnumTypeWrapper): ...
+
+TIRESIAS_SERVICE_UNSPECIFIED: TiresiasService.ValueType  # 0
+"""= GPU_TIME"""
+TIRESIAS_SERVICE_GPU_TIME: TiresiasService.ValueType  # 1
+TIRESIAS_SERVICE_TIME: TiresiasService.ValueType  # 2
+Global___TiresiasService: _TypeAlias = TiresiasService  # noqa: Y015
+
+class _TiresiasAdmission:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TiresiasAdmissionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TiresiasAdmission.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TIRESIAS_ADMISSION_UNSPECIFIED: _TiresiasAdmission.ValueType  # 0
+    """= COUNT"""
+    TIRESIAS_ADMISSION_COUNT: _TiresiasAdmission.ValueType  # 1
+    TIRESIAS_ADMISSION_PLACEMENT: _TiresiasAdmission.ValueType  # 2
+
+class TiresiasAdmission(_TiresiasAdmission, metaclass=_TiresiasAdmissionEnumTypeWrapper): ...
+
+TIRESIAS_ADMISSION_UNSPECIFIED: TiresiasAdmission.ValueType  # 0
+"""= COUNT"""
+TIRESIAS_ADMISSION_COUNT: TiresiasAdmission.ValueType  # 1
+TIRESIAS_ADMISSION_PLACEMENT: TiresiasAdmission.ValueType  # 2
+Global___TiresiasAdmission: _TypeAlias = TiresiasAdmission  # noqa: Y015
+
 class _Compat:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -30,6 +201,8 @@ class _CompatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Compat.ValueTy
     COMPAT_GAVEL: _Compat.ValueType  # 1
     COMPAT_SHOCKWAVE: _Compat.ValueType  # 2
     COMPAT_SIA: _Compat.ValueType  # 3
+    COMPAT_TIRESIAS: _Compat.ValueType  # 30
+    """Tiresias's simulator: Gittins index at its fixed quantum with its denominator quirk."""
 
 class Compat(_Compat, metaclass=_CompatEnumTypeWrapper): ...
 
@@ -38,6 +211,8 @@ COMPAT_UNSPECIFIED: Compat.ValueType  # 0
 COMPAT_GAVEL: Compat.ValueType  # 1
 COMPAT_SHOCKWAVE: Compat.ValueType  # 2
 COMPAT_SIA: Compat.ValueType  # 3
+COMPAT_TIRESIAS: Compat.ValueType  # 30
+"""Tiresias's simulator: Gittins index at its fixed quantum with its denominator quirk."""
 Global___Compat: _TypeAlias = Compat  # noqa: Y015
 
 class _ThroughputNormalization:
@@ -216,6 +391,9 @@ class Policy(_message.Message):
     THEMIS_AUCTION_FIELD_NUMBER: _builtins.int
     GANDIVA_FAIR_FIELD_NUMBER: _builtins.int
     ASTRAEA_FIELD_NUMBER: _builtins.int
+    TIRESIAS_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
+    ADMISSION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Registered policy name or alias (see ListPolicies), e.g. "max_min_fairness" or Gavel's
     "max_min_fairness_perf". Required.
@@ -260,6 +438,23 @@ class Policy(_message.Message):
     def gandiva_fair(self) -> Global___GandivaFairParameters: ...
     @_builtins.property
     def astraea(self) -> Global___AstraeaParameters: ...
+    @_builtins.property
+    def tiresias(self) -> Global___TiresiasParameters:
+        """Tiresias (placement and topology work), numbers 60-69."""
+
+    @_builtins.property
+    def placement(self) -> Global___PlacementStage:
+        """The placement stage: which devices the plan's grants land on. Unset = no device
+        placement (time shares and node counts only, as each policy gives them). Combines with
+        every policy whose ListPolicies entry lists "placement" in combines_with.
+        """
+
+    @_builtins.property
+    def admission(self) -> Global___AdmissionStage:
+        """The admission stage, before the policy: jobs it does not accept are not offered to the
+        policy and come back as JOB_STATUS_DEFERRED. Unset = accept every job.
+        """
+
     def __init__(
         self,
         *,
@@ -279,16 +474,368 @@ class Policy(_message.Message):
         themis_auction: Global___ThemisAuctionParameters | None = ...,
         gandiva_fair: Global___GandivaFairParameters | None = ...,
         astraea: Global___AstraeaParameters | None = ...,
+        tiresias: Global___TiresiasParameters | None = ...,
+        placement: Global___PlacementStage | None = ...,
+        admission: Global___AdmissionStage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["allox", b"allox", "astraea", b"astraea", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "parameters", b"parameters", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "themis_auction", b"themis_auction", "water_filling", b"water_filling"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "allox", b"allox", "astraea", b"astraea", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "parameters", b"parameters", "placement", b"placement", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "themis_auction", b"themis_auction", "tiresias", b"tiresias", "water_filling", b"water_filling"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allox", b"allox", "astraea", b"astraea", "compat", b"compat", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "name", b"name", "parameters", b"parameters", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "themis_auction", b"themis_auction", "water_filling", b"water_filling"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "allox", b"allox", "astraea", b"astraea", "compat", b"compat", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "name", b"name", "parameters", b"parameters", "placement", b"placement", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "themis_auction", b"themis_auction", "tiresias", b"tiresias", "water_filling", b"water_filling"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["max_min_fairness", "allox", "water_filling", "max_sum_throughput", "cost_throughput", "min_makespan", "finish_time_fairness", "fisher_market", "shockwave", "sia", "pollux", "themis_auction", "gandiva_fair", "astraea"]  # noqa: Y015
+    _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["max_min_fairness", "allox", "water_filling", "max_sum_throughput", "cost_throughput", "min_makespan", "finish_time_fairness", "fisher_market", "shockwave", "sia", "pollux", "themis_auction", "gandiva_fair", "astraea", "tiresias"]  # noqa: Y015
     _WhichOneofArgType_parameters: _TypeAlias = _typing.Literal["parameters", b"parameters"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_parameters) -> _WhichOneofReturnType_parameters | None: ...
 
 Global___Policy: _TypeAlias = Policy  # noqa: Y015
+
+@_typing.final
+class PlacementStage(_message.Message):
+    """The placement stage (which devices each granted job gets). The exact placer solves a MILP
+    at node level (every job's devices per node, domain crossings, kept devices, free domains)
+    followed by an exact choice of devices inside each node; its certificate proves the
+    objective against a bound. Lexicographic: first the most placed value (the sum over placed
+    jobs of their priority weight), then the least cost:
+      cost = sum over jobs and levels l of crossing[l] * (domains of l used - 1 + crosses l)
+           + bottleneck[l] * (the job crosses l)
+           + move * (running job not kept on its devices) + move_per_s * (checkpoint + restore)
+           - free_domain[l] * (domains of l left entirely free)
+           - link_score * (the job's intra-node link score, 0..1)
+           - throughput_by_span * (the job's throughput at its widest crossed level / its best)
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLACER_FIELD_NUMBER: _builtins.int
+    COMPARE_FIELD_NUMBER: _builtins.int
+    WEIGHTS_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    MAX_CANDIDATE_PAIRS_FIELD_NUMBER: _builtins.int
+    CONSOLIDATE_SKEW_ABOVE_FIELD_NUMBER: _builtins.int
+    TIME_SHIFTS_FIELD_NUMBER: _builtins.int
+    ENFORCE_CELL_QUOTAS_FIELD_NUMBER: _builtins.int
+    MIN_LINK_SCORE_FIELD_NUMBER: _builtins.int
+    PATTERN_SCORE_FIELD_NUMBER: _builtins.int
+    placer: Global___Placer.ValueType
+    """The placer whose answer is returned. Unset = PLACER_EXACT."""
+    level: Global___PlacementLevel.ValueType
+    """PLACEMENT_LEVEL_NODE (default): node-level MILP, then devices inside each node;
+    PLACEMENT_LEVEL_DEVICE: one device-level MILP (clusters up to 4,096 devices).
+    """
+    max_candidate_pairs: _builtins.int
+    """Largest number of (job, node) pairs the node-level MILP considers before it restricts each
+    job to candidate nodes (proving the answer against the relaxation bound instead of the
+    MILP's own). 0 = 20,000.
+    """
+    consolidate_skew_above: _builtins.float
+    """Jobs whose Communication.tensor_skew is above this must fit in one node (Tiresias's
+    consolidation of skewed models). 0 = off.
+    """
+    enforce_cell_quotas: _builtins.bool
+    """Keep enough entirely free domains for every tenant's unused cell quota (HiveD's safety
+    condition) and never give a tenant's guaranteed jobs more than its quota cells.
+    """
+    min_link_score: _builtins.float
+    """A multi-device job whose intra-node link score would be below this (0..1) is not placed
+    (MAPA's min-score waiting, SC17's postponement). 0 = off.
+    """
+    pattern_score: Global___PatternScore.ValueType
+    """Intra-node link score: PATTERN_SCORE_BANDWIDTH (default; link bandwidth over the pattern's
+    edges divided by the best for its size) or PATTERN_SCORE_PREDICTED (MAPA's fitted model).
+    """
+    @_builtins.property
+    def compare(self) -> _containers.RepeatedScalarFieldContainer[Global___Placer.ValueType]:
+        """Placers also run on the same grants; the summary reports each one's placed value, cost and
+        the difference to the returned answer (on the exact placer's objective).
+        """
+
+    @_builtins.property
+    def weights(self) -> Global___PlacementWeights:
+        """Cost weights; unset = the defaults documented on PlacementWeights."""
+
+    @_builtins.property
+    def time_shifts(self) -> Global___TimeShifts:
+        """Time-shift the communication phases of jobs sharing network uplinks (CASSINI). Unset = off."""
+
+    def __init__(
+        self,
+        *,
+        placer: Global___Placer.ValueType = ...,
+        compare: _abc.Iterable[Global___Placer.ValueType] | None = ...,
+        weights: Global___PlacementWeights | None = ...,
+        level: Global___PlacementLevel.ValueType = ...,
+        max_candidate_pairs: _builtins.int = ...,
+        consolidate_skew_above: _builtins.float = ...,
+        time_shifts: Global___TimeShifts | None = ...,
+        enforce_cell_quotas: _builtins.bool = ...,
+        min_link_score: _builtins.float = ...,
+        pattern_score: Global___PatternScore.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["time_shifts", b"time_shifts", "weights", b"weights"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compare", b"compare", "consolidate_skew_above", b"consolidate_skew_above", "enforce_cell_quotas", b"enforce_cell_quotas", "level", b"level", "max_candidate_pairs", b"max_candidate_pairs", "min_link_score", b"min_link_score", "pattern_score", b"pattern_score", "placer", b"placer", "time_shifts", b"time_shifts", "weights", b"weights"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlacementStage: _TypeAlias = PlacementStage  # noqa: Y015
+
+@_typing.final
+class PlacementWeights(_message.Message):
+    """Weights of the placement cost (all finite and >= 0). Level keys are lower-case level names:
+    "device_group", "pcie_switch", "socket", "node", "rack", "pod", "cluster".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CrossingEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class BottleneckEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class FreeDomainEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CROSSING_FIELD_NUMBER: _builtins.int
+    BOTTLENECK_FIELD_NUMBER: _builtins.int
+    FREE_DOMAIN_FIELD_NUMBER: _builtins.int
+    MOVE_FIELD_NUMBER: _builtins.int
+    MOVE_PER_S_FIELD_NUMBER: _builtins.int
+    LINK_SCORE_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_BY_SPAN_FIELD_NUMBER: _builtins.int
+    move: _builtins.float
+    """Cost of not keeping a running job on its devices. Unset = 2."""
+    move_per_s: _builtins.float
+    """Cost per second of the job's checkpoint + restore time when it moves. Unset = 0."""
+    link_score: _builtins.float
+    """Weight of the intra-node link score (0..1 per multi-device job). Unset = 0.5."""
+    throughput_by_span: _builtins.float
+    """Weight of the throughput-by-span term (0..1 per job). Unset = 1."""
+    @_builtins.property
+    def crossing(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Cost per ring crossing of a level. Unset = node 1, rack 2, pod 4, cluster 8, inner levels
+        0.1 (a listed key replaces only its level).
+        """
+
+    @_builtins.property
+    def bottleneck(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Cost when the job crosses the level at all (its lowest common ancestor is above it).
+        Unset = 0.
+        """
+
+    @_builtins.property
+    def free_domain(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Reward per domain of the level left entirely free. Unset = node 0.01 (and 0 elsewhere)."""
+
+    def __init__(
+        self,
+        *,
+        crossing: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        bottleneck: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        free_domain: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        move: _builtins.float | None = ...,
+        move_per_s: _builtins.float = ...,
+        link_score: _builtins.float | None = ...,
+        throughput_by_span: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_link_score", b"_link_score", "_move", b"_move", "_throughput_by_span", b"_throughput_by_span", "link_score", b"link_score", "move", b"move", "throughput_by_span", b"throughput_by_span"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_link_score", b"_link_score", "_move", b"_move", "_throughput_by_span", b"_throughput_by_span", "bottleneck", b"bottleneck", "crossing", b"crossing", "free_domain", b"free_domain", "link_score", b"link_score", "move", b"move", "move_per_s", b"move_per_s", "throughput_by_span", b"throughput_by_span"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__link_score: _TypeAlias = _typing.Literal["link_score"]  # noqa: Y015
+    _WhichOneofArgType__link_score: _TypeAlias = _typing.Literal["_link_score", b"_link_score"]  # noqa: Y015
+    _WhichOneofReturnType__move: _TypeAlias = _typing.Literal["move"]  # noqa: Y015
+    _WhichOneofArgType__move: _TypeAlias = _typing.Literal["_move", b"_move"]  # noqa: Y015
+    _WhichOneofReturnType__throughput_by_span: _TypeAlias = _typing.Literal["throughput_by_span"]  # noqa: Y015
+    _WhichOneofArgType__throughput_by_span: _TypeAlias = _typing.Literal["_throughput_by_span", b"_throughput_by_span"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__link_score) -> _WhichOneofReturnType__link_score | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__move) -> _WhichOneofReturnType__move | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__throughput_by_span) -> _WhichOneofReturnType__throughput_by_span | None: ...
+
+Global___PlacementWeights: _TypeAlias = PlacementWeights  # noqa: Y015
+
+@_typing.final
+class TimeShifts(_message.Message):
+    """CASSINI's time shifts: every job with communication phases and an iteration time that
+    shares an uplink with another such job gets a shift of its iteration start (a multiple of
+    slot_s below its iteration time) minimizing the total bandwidth overflow on shared uplinks
+    over the common period. Exact (MILP), consistent across loops of jobs and links.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SLOT_S_FIELD_NUMBER: _builtins.int
+    MAX_PERIOD_S_FIELD_NUMBER: _builtins.int
+    slot_s: _builtins.float
+    """Slot length (s, > 0)."""
+    max_period_s: _builtins.float
+    """Longest common period considered (s). Unset = 60 s; iteration times are rounded to slots."""
+    def __init__(
+        self,
+        *,
+        slot_s: _builtins.float = ...,
+        max_period_s: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_period_s", b"_max_period_s", "max_period_s", b"max_period_s"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_period_s", b"_max_period_s", "max_period_s", b"max_period_s", "slot_s", b"slot_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max_period_s: _TypeAlias = _typing.Literal["max_period_s"]  # noqa: Y015
+    _WhichOneofArgType__max_period_s: _TypeAlias = _typing.Literal["_max_period_s", b"_max_period_s"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_period_s) -> _WhichOneofReturnType__max_period_s | None: ...
+
+Global___TimeShifts: _TypeAlias = TimeShifts  # noqa: Y015
+
+@_typing.final
+class AdmissionStage(_message.Message):
+    """The admission stage (Blox): which jobs the policy sees."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    LOAD_THRESHOLD_FIELD_NUMBER: _builtins.int
+    mode: Global___AdmissionMode.ValueType
+    load_threshold: _builtins.float
+    """LOAD_BASED: jobs are accepted in arrival order (running jobs first) while the accepted
+    jobs' devices (scale_factor) stay within threshold x the cluster's devices. Unset = 1.
+    """
+    def __init__(
+        self,
+        *,
+        mode: Global___AdmissionMode.ValueType = ...,
+        load_threshold: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_load_threshold", b"_load_threshold", "load_threshold", b"load_threshold"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_load_threshold", b"_load_threshold", "load_threshold", b"load_threshold", "mode", b"mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__load_threshold: _TypeAlias = _typing.Literal["load_threshold"]  # noqa: Y015
+    _WhichOneofArgType__load_threshold: _TypeAlias = _typing.Literal["_load_threshold", b"_load_threshold"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__load_threshold) -> _WhichOneofReturnType__load_threshold | None: ...
+
+Global___AdmissionStage: _TypeAlias = AdmissionStage  # noqa: Y015
+
+@_typing.final
+class TiresiasParameters(_message.Message):
+    """Tiresias (discretized 2D-LAS / 2D-Gittins): jobs in priority queues by attained service
+    (executed time x devices, or time), admitted in priority order. Reads jobs[].scale_factor,
+    arrival_time_s, throughput (usable types), history.jobs[].executed_time_s, waiting_time_s
+    and .current. Returns time share 1 on one type for every admitted job, each job's queue and
+    priority in JobAllocation.admission, and the updated executed / waiting times to send back.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    SERVICE_FIELD_NUMBER: _builtins.int
+    THRESHOLDS_FIELD_NUMBER: _builtins.int
+    PROMOTE_KNOB_FIELD_NUMBER: _builtins.int
+    SERVICE_SAMPLES_FIELD_NUMBER: _builtins.int
+    GITTINS_QUANTUM_FIELD_NUMBER: _builtins.int
+    ADMISSION_FIELD_NUMBER: _builtins.int
+    CONSOLIDATE_SKEW_ABOVE_FIELD_NUMBER: _builtins.int
+    mode: Global___TiresiasMode.ValueType
+    service: Global___TiresiasService.ValueType
+    """Attained service: TIRESIAS_SERVICE_GPU_TIME (default, executed time x devices) or _TIME."""
+    promote_knob: _builtins.float
+    """Starvation knob rho (>= 0): a job waiting at least rho x its executed time returns to
+    queue 0 with its executed time reset. 0 = never.
+    """
+    gittins_quantum: _builtins.float
+    """2D-Gittins quantum (same unit, > 0). Unset = the supremum of the index over the quanta
+    up to the largest sample (the textbook index); set = Tiresias's fixed quantum.
+    """
+    admission: Global___TiresiasAdmission.ValueType
+    """TIRESIAS_ADMISSION_COUNT (default): skip-fit on device counts per type (exact when only
+    counts matter); TIRESIAS_ADMISSION_PLACEMENT: lexicographic admission under placement
+    constraints (consolidated skewed jobs, spans, pins) by placement feasibility MILPs.
+    """
+    consolidate_skew_above: _builtins.float
+    """Jobs whose Communication.tensor_skew is above this must run in one node (PLACEMENT
+    admission, and the placement stage when it follows). 0 = off.
+    """
+    @_builtins.property
+    def thresholds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Queue thresholds on attained service (GPU s or s), increasing. Unset = 3,250 and 7,200."""
+
+    @_builtins.property
+    def service_samples(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """2D-Gittins: samples of the total service of jobs (same unit as the service), > 0."""
+
+    def __init__(
+        self,
+        *,
+        mode: Global___TiresiasMode.ValueType = ...,
+        service: Global___TiresiasService.ValueType = ...,
+        thresholds: _abc.Iterable[_builtins.float] | None = ...,
+        promote_knob: _builtins.float = ...,
+        service_samples: _abc.Iterable[_builtins.float] | None = ...,
+        gittins_quantum: _builtins.float | None = ...,
+        admission: Global___TiresiasAdmission.ValueType = ...,
+        consolidate_skew_above: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gittins_quantum", b"_gittins_quantum", "gittins_quantum", b"gittins_quantum"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gittins_quantum", b"_gittins_quantum", "admission", b"admission", "consolidate_skew_above", b"consolidate_skew_above", "gittins_quantum", b"gittins_quantum", "mode", b"mode", "promote_knob", b"promote_knob", "service", b"service", "service_samples", b"service_samples", "thresholds", b"thresholds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__gittins_quantum: _TypeAlias = _typing.Literal["gittins_quantum"]  # noqa: Y015
+    _WhichOneofArgType__gittins_quantum: _TypeAlias = _typing.Literal["_gittins_quantum", b"_gittins_quantum"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gittins_quantum) -> _WhichOneofReturnType__gittins_quantum | None: ...
+
+Global___TiresiasParameters: _TypeAlias = TiresiasParameters  # noqa: Y015
 
 @_typing.final
 class MaxMinFairnessParameters(_message.Message):

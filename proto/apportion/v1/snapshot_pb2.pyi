@@ -54,6 +54,65 @@ DEVICE_KIND_CPU: DeviceKind.ValueType  # 2
 DEVICE_KIND_OTHER: DeviceKind.ValueType  # 3
 Global___DeviceKind: _TypeAlias = DeviceKind  # noqa: Y015
 
+class _DomainLevel:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DomainLevelEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DomainLevel.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DOMAIN_LEVEL_UNSPECIFIED: _DomainLevel.ValueType  # 0
+    DOMAIN_LEVEL_DEVICE_GROUP: _DomainLevel.ValueType  # 1
+    """e.g. an NVLink island"""
+    DOMAIN_LEVEL_PCIE_SWITCH: _DomainLevel.ValueType  # 2
+    DOMAIN_LEVEL_SOCKET: _DomainLevel.ValueType  # 3
+    DOMAIN_LEVEL_NODE: _DomainLevel.ValueType  # 4
+    DOMAIN_LEVEL_RACK: _DomainLevel.ValueType  # 5
+    """a leaf switch"""
+    DOMAIN_LEVEL_POD: _DomainLevel.ValueType  # 6
+    """a spine"""
+    DOMAIN_LEVEL_CLUSTER: _DomainLevel.ValueType  # 7
+
+class DomainLevel(_DomainLevel, metaclass=_DomainLevelEnumTypeWrapper):
+    """Levels of the domain tree, innermost first. A job "crosses" a level when it uses two or
+    more domains of that level.
+    """
+
+DOMAIN_LEVEL_UNSPECIFIED: DomainLevel.ValueType  # 0
+DOMAIN_LEVEL_DEVICE_GROUP: DomainLevel.ValueType  # 1
+"""e.g. an NVLink island"""
+DOMAIN_LEVEL_PCIE_SWITCH: DomainLevel.ValueType  # 2
+DOMAIN_LEVEL_SOCKET: DomainLevel.ValueType  # 3
+DOMAIN_LEVEL_NODE: DomainLevel.ValueType  # 4
+DOMAIN_LEVEL_RACK: DomainLevel.ValueType  # 5
+"""a leaf switch"""
+DOMAIN_LEVEL_POD: DomainLevel.ValueType  # 6
+"""a spine"""
+DOMAIN_LEVEL_CLUSTER: DomainLevel.ValueType  # 7
+Global___DomainLevel: _TypeAlias = DomainLevel  # noqa: Y015
+
+class _LinkKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _LinkKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LinkKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LINK_KIND_UNSPECIFIED: _LinkKind.ValueType  # 0
+    LINK_KIND_NVLINK: _LinkKind.ValueType  # 1
+    LINK_KIND_PCIE: _LinkKind.ValueType  # 2
+    LINK_KIND_SOCKET_INTERCONNECT: _LinkKind.ValueType  # 3
+    LINK_KIND_NVSWITCH: _LinkKind.ValueType  # 4
+    LINK_KIND_NETWORK: _LinkKind.ValueType  # 5
+
+class LinkKind(_LinkKind, metaclass=_LinkKindEnumTypeWrapper): ...
+
+LINK_KIND_UNSPECIFIED: LinkKind.ValueType  # 0
+LINK_KIND_NVLINK: LinkKind.ValueType  # 1
+LINK_KIND_PCIE: LinkKind.ValueType  # 2
+LINK_KIND_SOCKET_INTERCONNECT: LinkKind.ValueType  # 3
+LINK_KIND_NVSWITCH: LinkKind.ValueType  # 4
+LINK_KIND_NETWORK: LinkKind.ValueType  # 5
+Global___LinkKind: _TypeAlias = LinkKind  # noqa: Y015
+
 class _TenantSharing:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -77,6 +136,52 @@ TENANT_SHARING_FIFO: TenantSharing.ValueType  # 2
 """oldest job (lowest arrival, then id) first"""
 Global___TenantSharing: _TypeAlias = TenantSharing  # noqa: Y015
 
+class _CommunicationPattern:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CommunicationPatternEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CommunicationPattern.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    COMMUNICATION_PATTERN_UNSPECIFIED: _CommunicationPattern.ValueType  # 0
+    """= NONE"""
+    COMMUNICATION_PATTERN_NONE: _CommunicationPattern.ValueType  # 1
+    COMMUNICATION_PATTERN_RING_ALLREDUCE: _CommunicationPattern.ValueType  # 2
+    COMMUNICATION_PATTERN_ALL_TO_ALL: _CommunicationPattern.ValueType  # 3
+    COMMUNICATION_PATTERN_PARAMETER_SERVER: _CommunicationPattern.ValueType  # 4
+    COMMUNICATION_PATTERN_PIPELINE: _CommunicationPattern.ValueType  # 5
+
+class CommunicationPattern(_CommunicationPattern, metaclass=_CommunicationPatternEnumTypeWrapper): ...
+
+COMMUNICATION_PATTERN_UNSPECIFIED: CommunicationPattern.ValueType  # 0
+"""= NONE"""
+COMMUNICATION_PATTERN_NONE: CommunicationPattern.ValueType  # 1
+COMMUNICATION_PATTERN_RING_ALLREDUCE: CommunicationPattern.ValueType  # 2
+COMMUNICATION_PATTERN_ALL_TO_ALL: CommunicationPattern.ValueType  # 3
+COMMUNICATION_PATTERN_PARAMETER_SERVER: CommunicationPattern.ValueType  # 4
+COMMUNICATION_PATTERN_PIPELINE: CommunicationPattern.ValueType  # 5
+Global___CommunicationPattern: _TypeAlias = CommunicationPattern  # noqa: Y015
+
+class _ServiceClass:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ServiceClassEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ServiceClass.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SERVICE_CLASS_UNSPECIFIED: _ServiceClass.ValueType  # 0
+    """= GUARANTEED"""
+    SERVICE_CLASS_GUARANTEED: _ServiceClass.ValueType  # 1
+    SERVICE_CLASS_OPPORTUNISTIC: _ServiceClass.ValueType  # 2
+    SERVICE_CLASS_BEST_EFFORT: _ServiceClass.ValueType  # 3
+
+class ServiceClass(_ServiceClass, metaclass=_ServiceClassEnumTypeWrapper): ...
+
+SERVICE_CLASS_UNSPECIFIED: ServiceClass.ValueType  # 0
+"""= GUARANTEED"""
+SERVICE_CLASS_GUARANTEED: ServiceClass.ValueType  # 1
+SERVICE_CLASS_OPPORTUNISTIC: ServiceClass.ValueType  # 2
+SERVICE_CLASS_BEST_EFFORT: ServiceClass.ValueType  # 3
+Global___ServiceClass: _TypeAlias = ServiceClass  # noqa: Y015
+
 @_typing.final
 class Snapshot(_message.Message):
     """Snapshot: the cluster, its jobs and the bookkeeping history at one instant."""
@@ -92,6 +197,7 @@ class Snapshot(_message.Message):
     ROUND_DURATION_S_FIELD_NUMBER: _builtins.int
     TYPE_COLOCATIONS_FIELD_NUMBER: _builtins.int
     TENANT_USAGE_FIELD_NUMBER: _builtins.int
+    CELL_QUOTAS_FIELD_NUMBER: _builtins.int
     time_s: _builtins.float
     """Current time on the snapshot's clock (s). Default 0. Read by policies that use job age,
     deadlines or arrival order (finish-time fairness, allox, shockwave, sia).
@@ -146,6 +252,14 @@ class Snapshot(_message.Message):
         at 0. At most 100,000 entries.
         """
 
+    @_builtins.property
+    def cell_quotas(self) -> _containers.RepeatedCompositeFieldContainer[Global___CellQuota]:
+        """Guaranteed cells per tenant (HiveD virtual clusters): a tenant may hold `count` cells of
+        a domain level on one accelerator type. Read by the placement stage (quota and safety
+        check) when given; needs a topology whose domains of that level are regular (every domain
+        of the level holds the same number of devices of the type).
+        """
+
     def __init__(
         self,
         *,
@@ -158,10 +272,11 @@ class Snapshot(_message.Message):
         round_duration_s: _builtins.float = ...,
         type_colocations: _abc.Iterable[Global___ColocatedTypeThroughput] | None = ...,
         tenant_usage: _abc.Iterable[Global___TenantUsage] | None = ...,
+        cell_quotas: _abc.Iterable[Global___CellQuota] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "history", b"history"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "colocations", b"colocations", "history", b"history", "jobs", b"jobs", "round_duration_s", b"round_duration_s", "tenant_usage", b"tenant_usage", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cell_quotas", b"cell_quotas", "cluster", b"cluster", "colocations", b"colocations", "history", b"history", "jobs", b"jobs", "round_duration_s", b"round_duration_s", "tenant_usage", b"tenant_usage", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -173,6 +288,7 @@ class Cluster(_message.Message):
 
     ACCELERATOR_TYPES_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
+    TOPOLOGY_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def accelerator_types(self) -> _containers.RepeatedCompositeFieldContainer[Global___AcceleratorType]:
         """One entry per accelerator type; names must be unique and non-empty."""
@@ -184,19 +300,209 @@ class Cluster(_message.Message):
         (per-device queues) and sia (configurations, placement).
         """
 
+    @_builtins.property
+    def topology(self) -> Global___Topology:
+        """Optional device-level topology (domains, devices, links). Absent = every node directly
+        under one cluster root, with anonymous devices "<node>/<k>" and no links. Read by the
+        placement stage (policy.placement).
+        """
+
     def __init__(
         self,
         *,
         accelerator_types: _abc.Iterable[Global___AcceleratorType] | None = ...,
         nodes: _abc.Iterable[Global___Node] | None = ...,
+        topology: Global___Topology | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["topology", b"topology"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_types", b"accelerator_types", "nodes", b"nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_types", b"accelerator_types", "nodes", b"nodes", "topology", b"topology"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Cluster: _TypeAlias = Cluster  # noqa: Y015
+
+@_typing.final
+class Topology(_message.Message):
+    """The cluster as a forest of domains (cluster > pod > rack > node > socket > PCIe switch >
+    device group), the devices under them and the links between devices of a node.
+    Validation: names unique; every parent exists and has a higher level than its child (so
+    the forest has no cycle); every Cluster.nodes name is a DOMAIN_LEVEL_NODE domain and every
+    NODE domain is a node; domains below NODE sit under a node.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOMAINS_FIELD_NUMBER: _builtins.int
+    DEVICES_FIELD_NUMBER: _builtins.int
+    LINKS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def domains(self) -> _containers.RepeatedCompositeFieldContainer[Global___Domain]: ...
+    @_builtins.property
+    def devices(self) -> _containers.RepeatedCompositeFieldContainer[Global___Device]:
+        """Optional. Absent = each node's devices are anonymous "<node>/<k>", k = 0..devices-1, under
+        the node's domain. When given, they must list exactly Node.devices devices per node.
+        """
+
+    @_builtins.property
+    def links(self) -> _containers.RepeatedCompositeFieldContainer[Global___Link]:
+        """Optional device-to-device links inside a node (NVLink, PCIe peer-to-peer, ...)."""
+
+    def __init__(
+        self,
+        *,
+        domains: _abc.Iterable[Global___Domain] | None = ...,
+        devices: _abc.Iterable[Global___Device] | None = ...,
+        links: _abc.Iterable[Global___Link] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["devices", b"devices", "domains", b"domains", "links", b"links"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Topology: _TypeAlias = Topology  # noqa: Y015
+
+@_typing.final
+class Domain(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    PARENT_FIELD_NUMBER: _builtins.int
+    UPLINK_GBPS_FIELD_NUMBER: _builtins.int
+    OVERSUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Unique name. A NODE domain has the node's name."""
+    level: Global___DomainLevel.ValueType
+    parent: _builtins.str
+    """Name of the parent domain; empty = a root."""
+    uplink_gbps: _builtins.float
+    """Bandwidth of the link to the parent, per direction (Gb/s, >= 0); 0 = non-blocking."""
+    oversubscription: _builtins.float
+    """Oversubscription of that uplink (>= 1; 0 = not given). Informational."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        level: Global___DomainLevel.ValueType = ...,
+        parent: _builtins.str = ...,
+        uplink_gbps: _builtins.float = ...,
+        oversubscription: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["level", b"level", "name", b"name", "oversubscription", b"oversubscription", "parent", b"parent", "uplink_gbps", b"uplink_gbps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Domain: _TypeAlias = Domain  # noqa: Y015
+
+@_typing.final
+class Device(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NODE_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    DOMAIN_FIELD_NUMBER: _builtins.int
+    MEMORY_GIB_FIELD_NUMBER: _builtins.int
+    UNHEALTHY_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Unique device id."""
+    node: _builtins.str
+    """Node holding it (a Cluster.nodes name)."""
+    index: _builtins.int
+    """Index within the node (0-based, unique per node, < Node.devices)."""
+    domain: _builtins.str
+    """Innermost domain holding it: the node's domain or a domain below it. Empty = the node."""
+    memory_gib: _builtins.float
+    """Device memory (GiB, >= 0; 0 = unknown)."""
+    unhealthy: _builtins.bool
+    """An unhealthy device is never placed on.
+    Numbers 7-9 are kept for measured usage (used memory, utilization) of device sharing.
+    """
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        node: _builtins.str = ...,
+        index: _builtins.int = ...,
+        domain: _builtins.str = ...,
+        memory_gib: _builtins.float = ...,
+        unhealthy: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "id", b"id", "index", b"index", "memory_gib", b"memory_gib", "node", b"node", "unhealthy", b"unhealthy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Device: _TypeAlias = Device  # noqa: Y015
+
+@_typing.final
+class Link(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEVICE_A_FIELD_NUMBER: _builtins.int
+    DEVICE_B_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    GBPS_FIELD_NUMBER: _builtins.int
+    device_a: _builtins.str
+    """Two different devices of the same node (ids)."""
+    device_b: _builtins.str
+    kind: Global___LinkKind.ValueType
+    gbps: _builtins.float
+    """Bandwidth (Gb/s, > 0). Several links between one pair add up."""
+    def __init__(
+        self,
+        *,
+        device_a: _builtins.str = ...,
+        device_b: _builtins.str = ...,
+        kind: Global___LinkKind.ValueType = ...,
+        gbps: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device_a", b"device_a", "device_b", b"device_b", "gbps", b"gbps", "kind", b"kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Link: _TypeAlias = Link  # noqa: Y015
+
+@_typing.final
+class CellQuota(_message.Message):
+    """HiveD-style guaranteed cells of a tenant."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    ACCELERATOR_TYPE_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """Tenant name (Job.tenant of its jobs)."""
+    accelerator_type: _builtins.str
+    """Accelerator type of the cells."""
+    level: Global___DomainLevel.ValueType
+    """Cell level: a domain level present in the topology (DOMAIN_LEVEL_NODE = whole nodes)."""
+    count: _builtins.int
+    """Number of cells (>= 1)."""
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        accelerator_type: _builtins.str = ...,
+        level: Global___DomainLevel.ValueType = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "count", b"count", "level", b"level", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CellQuota: _TypeAlias = CellQuota  # noqa: Y015
 
 @_typing.final
 class AcceleratorType(_message.Message):
@@ -337,6 +643,10 @@ class Job(_message.Message):
     RESTART_PENALTY_S_FIELD_NUMBER: _builtins.int
     JOB_TYPE_FIELD_NUMBER: _builtins.int
     THEMIS_BIDS_FIELD_NUMBER: _builtins.int
+    COMMUNICATION_FIELD_NUMBER: _builtins.int
+    SERVICE_CLASS_FIELD_NUMBER: _builtins.int
+    PLACEMENT_FIELD_NUMBER: _builtins.int
+    MIGRATION_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Unique, non-empty job id."""
     scale_factor: _builtins.int
@@ -363,6 +673,8 @@ class Job(_message.Message):
     """Job type (e.g. model and batch size) for co-location throughputs given per type pair in
     Snapshot.type_colocations. Empty = the job has no type. Read by space-sharing policies.
     """
+    service_class: Global___ServiceClass.ValueType
+    """Guaranteed (default), opportunistic or best effort (HiveD, quota cells)."""
     @_builtins.property
     def throughput(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Throughput (steps/s of the whole job on `scale_factor` devices) per accelerator type name.
@@ -399,6 +711,18 @@ class Job(_message.Message):
         remaining work. When set it must list at least one bundle.
         """
 
+    @_builtins.property
+    def communication(self) -> Global___Communication:
+        """How the job communicates (placement scores, CASSINI time shifts, Tiresias skew)."""
+
+    @_builtins.property
+    def placement(self) -> Global___PlacementConstraint:
+        """Where the job may be placed."""
+
+    @_builtins.property
+    def migration(self) -> Global___Migration:
+        """Costs of moving, resizing and preempting the job (placement churn term)."""
+
     def __init__(
         self,
         *,
@@ -417,10 +741,14 @@ class Job(_message.Message):
         restart_penalty_s: _builtins.float | None = ...,
         job_type: _builtins.str = ...,
         themis_bids: Global___ThemisBids | None = ...,
+        communication: Global___Communication | None = ...,
+        service_class: Global___ServiceClass.ValueType = ...,
+        placement: Global___PlacementConstraint | None = ...,
+        migration: Global___Migration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "themis_bids", b"themis_bids"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "communication", b"communication", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "migration", b"migration", "placement", b"placement", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "themis_bids", b"themis_bids"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "arrival_time_s", b"arrival_time_s", "configurations", b"configurations", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "id", b"id", "job_type", b"job_type", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "tenant", b"tenant", "themis_bids", b"themis_bids", "throughput", b"throughput"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "arrival_time_s", b"arrival_time_s", "communication", b"communication", "configurations", b"configurations", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "id", b"id", "job_type", b"job_type", "migration", b"migration", "placement", b"placement", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "service_class", b"service_class", "tenant", b"tenant", "themis_bids", b"themis_bids", "throughput", b"throughput"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__deadline_s: _TypeAlias = _typing.Literal["deadline_s"]  # noqa: Y015
     _WhichOneofArgType__deadline_s: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s"]  # noqa: Y015
@@ -554,6 +882,168 @@ class TenantUsage(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TenantUsage: _TypeAlias = TenantUsage  # noqa: Y015
+
+@_typing.final
+class Communication(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ThroughputBySpanEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    PATTERN_FIELD_NUMBER: _builtins.int
+    ITERATION_TIME_S_FIELD_NUMBER: _builtins.int
+    PHASES_FIELD_NUMBER: _builtins.int
+    BANDWIDTH_SENSITIVE_FIELD_NUMBER: _builtins.int
+    TENSOR_SKEW_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_BY_SPAN_FIELD_NUMBER: _builtins.int
+    pattern: Global___CommunicationPattern.ValueType
+    iteration_time_s: _builtins.float
+    """Time of one training iteration (s, >= 0; 0 = unknown). Needed for time shifts."""
+    bandwidth_sensitive: _builtins.bool
+    """The job's speed depends on intra-node link bandwidth (MAPA)."""
+    tensor_skew: _builtins.float
+    """Parameter-server shard skew max/mean (>= 1; 0 = unknown) (Tiresias consolidation)."""
+    @_builtins.property
+    def phases(self) -> _containers.RepeatedCompositeFieldContainer[Global___CommunicationPhase]:
+        """Communication phases within one iteration (CASSINI), non-overlapping."""
+
+    @_builtins.property
+    def throughput_by_span(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Throughput (steps/s, >= 0) when the widest level the job crosses is the key's level
+        ("node" = spans nodes of one rack, ...); key "none" = the job stays inside one innermost
+        domain. Gives the placement stage's throughput-by-span term.
+        """
+
+    def __init__(
+        self,
+        *,
+        pattern: Global___CommunicationPattern.ValueType = ...,
+        iteration_time_s: _builtins.float = ...,
+        phases: _abc.Iterable[Global___CommunicationPhase] | None = ...,
+        bandwidth_sensitive: _builtins.bool = ...,
+        tensor_skew: _builtins.float = ...,
+        throughput_by_span: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bandwidth_sensitive", b"bandwidth_sensitive", "iteration_time_s", b"iteration_time_s", "pattern", b"pattern", "phases", b"phases", "tensor_skew", b"tensor_skew", "throughput_by_span", b"throughput_by_span"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Communication: _TypeAlias = Communication  # noqa: Y015
+
+@_typing.final
+class CommunicationPhase(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FRACTION_FIELD_NUMBER: _builtins.int
+    END_FRACTION_FIELD_NUMBER: _builtins.int
+    GBPS_FIELD_NUMBER: _builtins.int
+    start_fraction: _builtins.float
+    """Start and end as fractions of the iteration: 0 <= start < end <= 1."""
+    end_fraction: _builtins.float
+    gbps: _builtins.float
+    """Bandwidth sent on every network link the job uses during the phase (Gb/s, > 0)."""
+    def __init__(
+        self,
+        *,
+        start_fraction: _builtins.float = ...,
+        end_fraction: _builtins.float = ...,
+        gbps: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_fraction", b"end_fraction", "gbps", b"gbps", "start_fraction", b"start_fraction"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommunicationPhase: _TypeAlias = CommunicationPhase  # noqa: Y015
+
+@_typing.final
+class PlacementConstraint(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_SPAN_LEVEL_FIELD_NUMBER: _builtins.int
+    PINNED_DOMAIN_FIELD_NUMBER: _builtins.int
+    AVOID_NODES_FIELD_NUMBER: _builtins.int
+    EXCLUSIVE_FIELD_NUMBER: _builtins.int
+    max_span_level: Global___DomainLevel.ValueType
+    """The job must fit inside one domain of this level (DOMAIN_LEVEL_NODE = one node).
+    Unset = no limit.
+    """
+    pinned_domain: _builtins.str
+    """Only devices under this domain (a Topology domain name). Empty = anywhere."""
+    exclusive: _builtins.bool
+    """No other job of this solve shares the job's nodes."""
+    @_builtins.property
+    def avoid_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Nodes the job must not use (Cluster.nodes names)."""
+
+    def __init__(
+        self,
+        *,
+        max_span_level: Global___DomainLevel.ValueType = ...,
+        pinned_domain: _builtins.str = ...,
+        avoid_nodes: _abc.Iterable[_builtins.str] | None = ...,
+        exclusive: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["avoid_nodes", b"avoid_nodes", "exclusive", b"exclusive", "max_span_level", b"max_span_level", "pinned_domain", b"pinned_domain"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlacementConstraint: _TypeAlias = PlacementConstraint  # noqa: Y015
+
+@_typing.final
+class Migration(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHECKPOINT_S_FIELD_NUMBER: _builtins.int
+    RESTORE_S_FIELD_NUMBER: _builtins.int
+    RESIZE_S_FIELD_NUMBER: _builtins.int
+    PREEMPTIBLE_FIELD_NUMBER: _builtins.int
+    checkpoint_s: _builtins.float
+    """Time to checkpoint before a move or a preemption and to restore after a move (s, >= 0)."""
+    restore_s: _builtins.float
+    resize_s: _builtins.float
+    """Time to grow or shrink on a superset or subset of its devices (s, >= 0)."""
+    preemptible: _builtins.bool
+    """Unset = true. false = a running job keeps running (placement never preempts it)."""
+    def __init__(
+        self,
+        *,
+        checkpoint_s: _builtins.float = ...,
+        restore_s: _builtins.float = ...,
+        resize_s: _builtins.float = ...,
+        preemptible: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_preemptible", b"_preemptible", "preemptible", b"preemptible"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_preemptible", b"_preemptible", "checkpoint_s", b"checkpoint_s", "preemptible", b"preemptible", "resize_s", b"resize_s", "restore_s", b"restore_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__preemptible: _TypeAlias = _typing.Literal["preemptible"]  # noqa: Y015
+    _WhichOneofArgType__preemptible: _TypeAlias = _typing.Literal["_preemptible", b"_preemptible"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__preemptible) -> _WhichOneofReturnType__preemptible | None: ...
+
+Global___Migration: _TypeAlias = Migration  # noqa: Y015
 
 @_typing.final
 class Progress(_message.Message):
@@ -1093,6 +1583,10 @@ class JobHistory(_message.Message):
     LEASE_TIME_SHARE_FIELD_NUMBER: _builtins.int
     STRIDE_PASS_FIELD_NUMBER: _builtins.int
     GPU_TIME_S_FIELD_NUMBER: _builtins.int
+    DEVICES_FIELD_NUMBER: _builtins.int
+    RUNNING_SINCE_S_FIELD_NUMBER: _builtins.int
+    EXECUTED_TIME_S_FIELD_NUMBER: _builtins.int
+    WAITING_TIME_S_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """Id of a job of the snapshot."""
     cumulative_isolated_time_s: _builtins.float
@@ -1148,6 +1642,14 @@ class JobHistory(_message.Message):
     """
     gpu_time_s: _builtins.float
     """Device-time the job has consumed (astraea; device-seconds, finite, >= 0)."""
+    running_since_s: _builtins.float
+    """When the current run started (snapshot clock, s). Informational."""
+    executed_time_s: _builtins.float
+    """Tiresias: the job's executed time since it last entered queue 0 (s, >= 0); attained
+    service is this times the job's devices (GPU time) or this alone (time).
+    """
+    waiting_time_s: _builtins.float
+    """Tiresias: time the job has waited since it last ran or was promoted (s, >= 0)."""
     @_builtins.property
     def received_time_s(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Time the job has run on each type since the last reset (s, >= 0, at most
@@ -1162,6 +1664,13 @@ class JobHistory(_message.Message):
     def previous_time_share(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Time-share allocation the job had at the last reset (fraction per type), used by the round
         schedule's deficit tie-break.
+        """
+
+    @_builtins.property
+    def devices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Devices the job holds now (Topology device ids, or "<node>/<k>" without a device list);
+        all of `current.accelerator_type`, no device held by two jobs. Read by the placement
+        stage (moves, kept devices).
         """
 
     def __init__(
@@ -1186,10 +1695,14 @@ class JobHistory(_message.Message):
         lease_time_share: _builtins.float | None = ...,
         stride_pass: _builtins.float | None = ...,
         gpu_time_s: _builtins.float = ...,
+        devices: _abc.Iterable[_builtins.str] | None = ...,
+        running_since_s: _builtins.float | None = ...,
+        executed_time_s: _builtins.float = ...,
+        waiting_time_s: _builtins.float = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_lease_time_share", b"_lease_time_share", "_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "_stride_pass", b"_stride_pass", "current", b"current", "lease_time_share", b"lease_time_share", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_job_count", b"reference_job_count", "stride_pass", b"stride_pass"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_lease_time_share", b"_lease_time_share", "_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "_running_since_s", b"_running_since_s", "_stride_pass", b"_stride_pass", "current", b"current", "lease_time_share", b"lease_time_share", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_job_count", b"reference_job_count", "running_since_s", b"running_since_s", "stride_pass", b"stride_pass"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lease_time_share", b"_lease_time_share", "_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "_stride_pass", b"_stride_pass", "colocated_with", b"colocated_with", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "current", b"current", "gpu_time_s", b"gpu_time_s", "job_id", b"job_id", "lease_expires_s", b"lease_expires_s", "lease_time_share", b"lease_time_share", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "previous_time_share", b"previous_time_share", "received_time_s", b"received_time_s", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "restarts", b"restarts", "stride_pass", b"stride_pass"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lease_time_share", b"_lease_time_share", "_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "_running_since_s", b"_running_since_s", "_stride_pass", b"_stride_pass", "colocated_with", b"colocated_with", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "current", b"current", "devices", b"devices", "executed_time_s", b"executed_time_s", "gpu_time_s", b"gpu_time_s", "job_id", b"job_id", "lease_expires_s", b"lease_expires_s", "lease_time_share", b"lease_time_share", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "previous_time_share", b"previous_time_share", "received_time_s", b"received_time_s", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "restarts", b"restarts", "running_since_s", b"running_since_s", "stride_pass", b"stride_pass", "waiting_time_s", b"waiting_time_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__lease_time_share: _TypeAlias = _typing.Literal["lease_time_share"]  # noqa: Y015
     _WhichOneofArgType__lease_time_share: _TypeAlias = _typing.Literal["_lease_time_share", b"_lease_time_share"]  # noqa: Y015
@@ -1207,6 +1720,8 @@ class JobHistory(_message.Message):
     _WhichOneofArgType__reference_estimate_time_s: _TypeAlias = _typing.Literal["_reference_estimate_time_s", b"_reference_estimate_time_s"]  # noqa: Y015
     _WhichOneofReturnType__reference_job_count: _TypeAlias = _typing.Literal["reference_job_count"]  # noqa: Y015
     _WhichOneofArgType__reference_job_count: _TypeAlias = _typing.Literal["_reference_job_count", b"_reference_job_count"]  # noqa: Y015
+    _WhichOneofReturnType__running_since_s: _TypeAlias = _typing.Literal["running_since_s"]  # noqa: Y015
+    _WhichOneofArgType__running_since_s: _TypeAlias = _typing.Literal["_running_since_s", b"_running_since_s"]  # noqa: Y015
     _WhichOneofReturnType__stride_pass: _TypeAlias = _typing.Literal["stride_pass"]  # noqa: Y015
     _WhichOneofArgType__stride_pass: _TypeAlias = _typing.Literal["_stride_pass", b"_stride_pass"]  # noqa: Y015
     @_typing.overload
@@ -1225,6 +1740,8 @@ class JobHistory(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_estimate_time_s) -> _WhichOneofReturnType__reference_estimate_time_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_job_count) -> _WhichOneofReturnType__reference_job_count | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__running_since_s) -> _WhichOneofReturnType__running_since_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__stride_pass) -> _WhichOneofReturnType__stride_pass | None: ...
 
