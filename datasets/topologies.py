@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from apportion.solver.cluster_topology import build_topology
 from apportion.solver.model import Cluster
-from apportion.solver.topology import DomainLevel, LinkKind, Topology, build_topology
+from apportion.solver.topology import DomainLevel, LinkKind, Topology
 from apportion.v1 import snapshot_pb2 as snapshot_pb
 
 NVLINK_LANE_GBPS = 200.0

@@ -43,6 +43,7 @@ import numpy as np
 from apportion.formulations.placement.demands import Grant, demand_for, placement_jobs
 from apportion.formulations.placement.exact import place_exact
 from apportion.formulations.placement.instance import PlacementInstance
+from apportion.solver.cluster_topology import topology_of
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import (
@@ -55,7 +56,6 @@ from apportion.solver.parameters import (
 from apportion.solver.placement_plan import AdmissionInfo, AdmissionSection
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 from apportion.solver.stages import PlacementParameters
-from apportion.solver.topology import topology_of
 
 PLACEMENT_CHECKS_MAX = 512
 """Jobs admitted by placement checks at most; beyond, jobs are admitted by counts (noted)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from apportion.solver.cluster_topology import build_topology, default_topology, topology_of
 from apportion.solver.errors import Violation
 from apportion.solver.model import Cluster, PolicyRequest, Problem
 from apportion.solver.parameters import (
@@ -54,9 +55,6 @@ from apportion.solver.topology import (
     PlacementJobs,
     ServiceClass,
     Topology,
-    build_topology,
-    default_topology,
-    topology_of,
 )
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import policy_pb2 as policy_pb
@@ -619,13 +617,27 @@ def _regular(topology: Topology, j: int, level: DomainLevel, p: str,
     return True
 
 
+def _placement_fields_given(msg: snapshot_pb.Snapshot) -> bool:
+    """Any job or history entry sets a field only placement reads, or the snapshot lists cell
+    quotas (otherwise no per-device view of the cluster is built: a request that never places
+    does not pay for one, whatever the device counts)."""
+    if msg.cell_quotas:
+        return True
+    if any(job.HasField("communication") or job.HasField("placement")
+           or job.HasField("migration") or job.service_class for job in msg.jobs):
+        return True
+    return any(entry.devices or entry.HasField("running_since_s") or entry.executed_time_s
+               or entry.waiting_time_s for entry in msg.history.jobs)
+
+
 def with_topology(msg: snapshot_pb.Snapshot, problem: Problem,
                   violations: list[Violation]) -> Problem:
     """`problem` with its validated topology and placement inputs."""
     topology = topology_from_message(msg.cluster, problem.cluster, violations)
     cluster = replace(problem.cluster, topology=topology) if topology is not None \
         else problem.cluster
-    inputs = placement_inputs(msg, problem, topology_of(cluster), violations)
+    inputs = (placement_inputs(msg, problem, topology_of(cluster), violations)
+              if topology is not None or _placement_fields_given(msg) else None)
     return replace(problem, cluster=cluster, placement=inputs)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from apportion.solver.result import ModelSize, Termination
+from apportion.solver.outcome import ModelSize, Termination
 
 
 @dataclass(frozen=True)

@@ -11,23 +11,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from apportion.solver.model import FloatArray, ReferenceFinishState
+from apportion.solver.outcome import ModelSize as ModelSize  # re-exported
+from apportion.solver.outcome import Termination as Termination  # re-exported
 
 if TYPE_CHECKING:
     from apportion.solver.fairness_result import AuctionSection, StrideSection, UsageSection
     from apportion.solver.placement_plan import AdmissionSection, PlacementSection
-
-
-class Termination(StrEnum):
-    """How a solve ended (formulations.md A1.4)."""
-
-    OPTIMAL = "optimal"
-    OPTIMAL_INACCURATE = "optimal_inaccurate"
-    FEASIBLE = "feasible"
-    INFEASIBLE = "infeasible"
-    UNBOUNDED = "unbounded"
-    HEURISTIC = "heuristic"
-    NO_SOLUTION = "no_solution"
-    ERROR = "error"
 
 
 class JobStatus(StrEnum):
@@ -60,14 +49,6 @@ def relative_gap(
     if not (math.isfinite(objective) and math.isfinite(bound)):
         return math.inf
     return abs(objective - bound) / max(abs(objective), abs(bound), scale, GAP_FLOOR)
-
-
-@dataclass(frozen=True)
-class ModelSize:
-    variables: int = 0
-    constraints: int = 0
-    nonzeros: int = 0
-    integer_variables: int = 0
 
 
 @dataclass(frozen=True)

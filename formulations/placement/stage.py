@@ -39,6 +39,7 @@ from apportion.solver.capabilities import (
     PlanKind,
     ProblemClass,
 )
+from apportion.solver.cluster_topology import topology_of
 from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import Problem, SolveOptions
 from apportion.solver.placement_plan import (
@@ -49,7 +50,7 @@ from apportion.solver.placement_plan import (
 )
 from apportion.solver.result import ConfigurationChoice, Plan, ScheduledRound, Termination
 from apportion.solver.stages import PlacementParameters, Placer
-from apportion.solver.topology import BoolArray, Topology, topology_of
+from apportion.solver.topology import BoolArray, Topology
 
 PLACEMENT_GAP = DEFAULT_RELATIVE_GAP[ProblemClass.MILP]
 """Relative gap within which the exact placer calls its answer optimal."""

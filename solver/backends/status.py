@@ -14,7 +14,7 @@ from enum import StrEnum
 import numpy as np
 
 from apportion.solver.model import FloatArray
-from apportion.solver.result import ModelSize
+from apportion.solver.outcome import ModelSize
 
 
 class SolverStatus(StrEnum):

@@ -15,6 +15,7 @@ from apportion.formulations.placement.compat import tiresias_yarn
 from apportion.formulations.placement.demands import Grant, demand_for, placement_jobs
 from apportion.formulations.placement.instance import PlacementInstance
 from apportion.formulations.tiresias import gittins_index, queue_of, skip_fit, solve_policy
+from apportion.solver.cluster_topology import topology_of
 from apportion.solver.deadline import NO_DEADLINE
 from apportion.solver.model import Compat, History, Problem, SolveOptions, make_problem
 from apportion.solver.parameters import (
@@ -25,7 +26,7 @@ from apportion.solver.parameters import (
 )
 from apportion.solver.result import Termination
 from apportion.solver.stages import PlacementParameters
-from apportion.solver.topology import DomainLevel, PlacementInputs, PlacementJobs, topology_of
+from apportion.solver.topology import DomainLevel, PlacementInputs, PlacementJobs
 from tests.formulations.placement.instances import small_topology
 
 

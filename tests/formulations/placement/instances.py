@@ -17,6 +17,7 @@ from apportion.formulations.placement.instance import (
 )
 from apportion.formulations.placement.objective import Score, evaluate, violations
 from apportion.formulations.placement.patterns import PatternScorer
+from apportion.solver.cluster_topology import build_topology
 from apportion.solver.model import Cluster
 from apportion.solver.stages import PlacementWeights
 from apportion.solver.topology import (
@@ -24,7 +25,6 @@ from apportion.solver.topology import (
     DomainLevel,
     LinkKind,
     Topology,
-    build_topology,
 )
 
 

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 
 from apportion.datasets.topologies import rack_cluster
+from apportion.solver.cluster_topology import topology_of
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.registry import PolicySpec, policies
 from apportion.solver.result import Termination
 from apportion.solver.solve import solve
 from apportion.solver.stages import AdmissionMode, AdmissionParameters, PlacementParameters
-from apportion.solver.topology import topology_of
 from tests.solver.test_solve_invariants import HAS_PLAN, problem_for, small_problems
 
 POLICIES = [p for p in policies() if p.capabilities.placement_stage]
