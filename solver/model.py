@@ -19,10 +19,10 @@ from apportion.solver.arrays import FloatArray as FloatArray  # re-exported: the
 from apportion.solver.arrays import IntArray as IntArray
 
 if TYPE_CHECKING:
+    from apportion.solver.elastic_model import ElasticInputs
     from apportion.solver.fairness_model import FairnessInputs
     from apportion.solver.stages import AdmissionParameters, PlacementParameters
     from apportion.solver.topology import PlacementInputs, Topology
-
 
 class Compat(StrEnum):
     """Reproduce an upstream system's quirks (formulations.md C1); NONE = corrected behaviour."""
@@ -292,6 +292,9 @@ class Problem:
     placement: PlacementInputs | None = None
     """Per-job placement inputs and cell quotas (`apportion.solver.topology`); None = none
     given (every job with the defaults of `PlacementJobs.defaults`)."""
+    elastic: ElasticInputs | None = None
+    """Loss histories, speed models, per-node holdings and loaned servers of the elastic
+    policies (optimus, slaq, lyra); None = none given."""
 
     @property
     def usable(self) -> NDArray[np.bool_]:

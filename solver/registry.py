@@ -545,6 +545,107 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
     ),
     PolicySpec(
+        name="optimus",
+        description=(
+            "Optimus (EuroSys'18, B8): every job starts at its smallest allocation in order, "
+            "then one worker (or parameter server) at a time goes to the job whose predicted "
+            "remaining time Q/f drops most per dominant share of the devices added. Q from "
+            "the job's loss history (fitted 1/(b0 k + b1) + b2, non-negative least squares) or "
+            "its progress; f from its Optimus speed model, configurations or throughput. "
+            "Greedy (heuristic) with the exact allocation of the same objective (dynamic "
+            "program / MILP) as bound, or method = exact."
+        ),
+        parameters_type=_params.OptimusParameters,
+        parameters_message="apportion.v1.OptimusParameters",
+        parameters_field="optimus",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "cluster.nodes",
+            "jobs[].speed_model | jobs[].configurations | jobs[].throughput",
+            "jobs[].loss_history | jobs[].progress",
+            "jobs[].elasticity",
+            "jobs[].arrival_time_s",
+            "history.jobs[].current",
+            "history.jobs[].node_devices",
+        ),
+        maximize=False,
+        entry_point="apportion.formulations.optimus:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.CONFIGURATION,
+            ProblemClass.MILP,
+            needs_history=True,
+            reads_configurations=True,
+            reads_loss_history=True,
+        ),
+    ),
+    PolicySpec(
+        name="slaq",
+        description=(
+            "SLAQ (SoCC'17, B9): every job starts at its smallest allocation in order, then "
+            "one device at a time goes to the job with the largest predicted normalized loss "
+            "reduction over the horizon (loss curve fitted to its recent-weighted history). "
+            "Greedy (heuristic) with the exact allocation of the same objective as bound, or "
+            "method = exact."
+        ),
+        parameters_type=_params.SlaqParameters,
+        parameters_message="apportion.v1.SlaqParameters",
+        parameters_field="slaq",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "cluster.nodes",
+            "round_duration_s",
+            "jobs[].loss_history",
+            "jobs[].speed_model | jobs[].configurations | jobs[].throughput",
+            "jobs[].elasticity",
+            "jobs[].arrival_time_s",
+            "history.jobs[].current",
+            "history.jobs[].node_devices",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.slaq:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.CONFIGURATION,
+            ProblemClass.MILP,
+            needs_history=True,
+            reads_configurations=True,
+            reads_loss_history=True,
+        ),
+    ),
+    PolicySpec(
+        name="lyra",
+        description=(
+            "Lyra (EuroSys'23, B7): gives back the k loaned servers the inference cluster asks "
+            "for with the fewest preempted jobs (greedy with the MILP's bound, or MILP), then "
+            "base demands in order on training servers, then extra workers to elastic jobs as "
+            "a multiple-choice knapsack solved exactly by dynamic programming (predicted "
+            "completion-time reduction), placed on loaned servers first."
+        ),
+        parameters_type=_params.LyraParameters,
+        parameters_message="apportion.v1.LyraParameters",
+        parameters_field="lyra",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "cluster.nodes",
+            "inference.loaned_nodes",
+            "inference.reclaim_nodes",
+            "jobs[].speed_model | jobs[].configurations | jobs[].throughput",
+            "jobs[].elasticity",
+            "jobs[].progress",
+            "jobs[].arrival_time_s",
+            "history.jobs[].current",
+            "history.jobs[].node_devices",
+        ),
+        maximize=False,
+        entry_point="apportion.formulations.lyra:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.CONFIGURATION,
+            ProblemClass.MILP,
+            needs_history=True,
+            reads_configurations=True,
+            reads_inference=True,
+        ),
+    ),
+    PolicySpec(
         name="pollux",
         description=(
             "Pollux's cluster objective (formulations.md B4, OSDI'21 artifact version): "

@@ -203,11 +203,43 @@ class QueueSection:
 
 
 @dataclass(frozen=True)
+class ElasticSection:
+    """What the elastic policies (optimus, slaq, lyra) add to their configuration plans; every
+    per-job array is aligned with the problem's jobs."""
+
+    workers: NDArray[np.int64]
+    """(m,) workers allocated (each `Elasticity.scale_unit` devices), 0 = none."""
+    parameter_servers: NDArray[np.int64]
+    """(m,) parameter servers allocated (Optimus's parameter-server form), 0 = none."""
+    base_devices: NDArray[np.int64]
+    """(m,) devices of the job's smallest allocation on its type (its base demand), 0 = not
+    admitted."""
+    parameter_server_nodes: tuple[tuple[tuple[str, int], ...], ...] = ()
+    """Per job, (node name, devices) of its parameter servers."""
+    remaining_steps: FloatArray | None = None
+    """(m,) predicted remaining steps (optimus, lyra); None = n/a."""
+    remaining_time_s: FloatArray | None = None
+    """(m,) predicted remaining time at the allocated speed (s; inf = not allocated)."""
+    loss_reduction: FloatArray | None = None
+    """(m,) predicted normalized loss reduction over the horizon (slaq)."""
+    exact_objective: float | None = None
+    """The objective of the exact allocation of the same problem, when it was computed."""
+    reclaimed_nodes: tuple[str, ...] = ()
+    """lyra: loaned nodes given back to the inference cluster."""
+    preempted: NDArray[np.bool_] | None = None
+    """(m,) lyra: running jobs preempted by the reclaiming."""
+    reclaim: Certificate | None = None
+    """lyra: the reclaiming's preemption cost (objective), its proven bound and method."""
+
+
+@dataclass(frozen=True)
 class ConfigurationSection:
-    """Configuration plans (sia, pollux)."""
+    """Configuration plans (sia, pollux, and the elastic policies optimus, slaq, lyra)."""
 
     choices: tuple[ConfigurationChoice | None, ...]
     """Per job, the chosen configuration; None = none."""
+    elastic: ElasticSection | None = None
+    """The elastic policies' workers, parameter servers and predictions; None = n/a."""
 
 
 @dataclass(frozen=True)
