@@ -109,12 +109,15 @@ class TaskRequest:
     """(node, devices) the job holds there now: used first (no migration)."""
     prefer: BoolArray | None = None
     """Nodes tried first (the other nodes of the type after); None = no preference."""
+    near: tuple[int, ...] = ()
+    """Nodes the job already uses: tried first within each preference group."""
 
 
 def place_tasks(layout: NodeLayout, free: IntArray, request: TaskRequest) -> Ledger:
     """Place up to `request.tasks` tasks, taking devices from `free` (nodes,): kept nodes
-    first, then the preferred nodes of the type, most free first (fewest servers), ties by
-    node index. Returns (node, devices) pairs (fewer tasks when the nodes are too full)."""
+    first, then the preferred nodes of the type, the job's own nodes (`near`, and those just
+    kept) before others, most free first (fewest servers), ties by node index. Returns (node,
+    devices) pairs (fewer tasks when the nodes are too full)."""
     left, unit = request.tasks, request.unit
     placed: Ledger = []
     for node, held in request.keep:
@@ -130,6 +133,9 @@ def place_tasks(layout: NodeLayout, free: IntArray, request: TaskRequest) -> Led
     of_type = layout.node_type == request.type_index
     groups = [of_type] if request.prefer is None else [of_type & request.prefer,
                                                        of_type & ~request.prefer]
+    near = np.zeros(of_type.size, dtype=bool)
+    near[list(request.near) + [node for node, _ in placed]] = True
+    groups = [part for group in groups for part in (group & near, group & ~near)]
     for group in groups:
         while left > 0:
             room = np.where(group, free // unit, 0)
@@ -413,7 +419,8 @@ def place_extras(phases: Phases, placement: Placement) -> tuple[IntArray, int]:
         workers = int(o.workers[0])
         if o.workers[s] > workers:
             ledger += place_tasks(layout, free, TaskRequest(
-                o.type_index, int(o.workers[s]) - workers, o.unit, keep, placement.prefer_extra))
+                o.type_index, int(o.workers[s]) - workers, o.unit, keep, placement.prefer_extra,
+                near=tuple(node for node, _ in ledger)))
             workers = placed_count(ledger, layout, o.type_index) // o.unit
         if workers < o.workers[s] or servers < o.parameter_servers[s]:
             fits = (o.workers <= workers) & (o.parameter_servers <= servers)

@@ -30,6 +30,8 @@ GRID_POINTS = 48
 """Shapes tried on the log grid before the scalar refinement."""
 SHAPE_SPAN = (1e-4, 1e4)
 """Range of the shape relative to the history's step span (b / span, r * span)."""
+FLAT = 1e-12
+"""A fitted decrease below this fraction of the losses is rounding noise: the curve is flat."""
 
 
 class CurveForm(StrEnum):
@@ -151,6 +153,9 @@ def fit(
         if float(fs[0]) < best[3]:
             best = (float(fa[0]), shape, float(fc[0]), float(fs[0]))
     scale, shape, asymptote, sse_best = best
+    peak = float(_basis(form, k, np.array([shape])).max())
+    if scale * peak <= FLAT * max(float(np.abs(y).max()), 1e-300):  # rounding noise: flat
+        scale = 0.0
     return LossCurve(form, scale, shape, asymptote, math.sqrt(max(sse_best, 0.0)))
 
 
