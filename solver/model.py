@@ -309,6 +309,16 @@ class SolverPreference(StrEnum):
     HIGHS = "highs"
 
 
+class PartitionMode(StrEnum):
+    """How POP assigns jobs to sub-problems (formulations.md B10)."""
+
+    RANDOM = "random"
+    """Each job independently uniform at random (seeded by `SolveOptions.seed`), POP's client
+    partitioning."""
+    MODULO = "modulo"
+    """Job position in the snapshot modulo k (POP's Figure 2 script, with jobs in id order)."""
+
+
 @dataclass(frozen=True)
 class SolveOptions:
     """How to solve (all optional)."""
@@ -321,6 +331,13 @@ class SolveOptions:
     seed: int = 0
     solver: SolverPreference = SolverPreference.AUTO
     schedule_rounds: int = 0
+    partitions: int = 0
+    """POP (B10): solve k sub-problems, each with a share of the jobs and floor(W/k) devices of
+    every type, in parallel worker processes; 0 or 1 = the policy's exact solve."""
+    partition_mode: PartitionMode = PartitionMode.RANDOM
+    partition_exact_gap: bool = False
+    """With partitions > 1, also solve the whole problem and report the partitioned plan's gap
+    to its proven bound."""
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,11 @@ class PolicySpec:
     aliases: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     """Alias name -> parameter values the alias forces."""
 
+    score_entry_point: str = ""
+    """"module:function" evaluating a time share X on the whole problem, (problem,
+    parameters, compat, X) -> `TimeShareScore`; set on partitionable policies (POP reports
+    the partitioned plan with the whole problem's normalizers)."""
+
     packed_entry_point: str = ""
     """"module:function" solving the policy with space sharing (pairs of jobs sharing devices),
     used when the parameters set `space_sharing` and the snapshot has pair throughputs; "" =
@@ -115,12 +120,14 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.max_min_fairness:solve_policy",
+        score_entry_point="apportion.formulations.time_share_scores:score_max_min",
         packed_entry_point="apportion.formulations.space_sharing:solve_packed",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
             uses_colocations=True,
             round_schedule=True,
+            partitionable=True,
         ),
         aliases={
             "max_min_fairness_perf": {"heterogeneity_agnostic": False},
@@ -151,6 +158,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.water_filling:solve_policy",
+        score_entry_point="apportion.formulations.time_share_scores:score_water_filling",
         packed_entry_point="apportion.formulations.packed_water_filling:solve_packed_water_filling",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
@@ -158,6 +166,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             reads_tenants=True,
             uses_colocations=True,
             round_schedule=True,
+            partitionable=True,
         ),
         aliases={
             "max_min_fairness_water_filling_perf": {"heterogeneity_agnostic": False},
@@ -235,12 +244,14 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.gavel_lp:solve_max_sum_throughput",
+        score_entry_point="apportion.formulations.time_share_scores:score_max_sum",
         packed_entry_point="apportion.formulations.packed_gavel:solve_max_sum_throughput_packed",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
             uses_colocations=True,
             round_schedule=True,
+            partitionable=True,
         ),
         aliases={"max_sum_throughput_perf": {}},
     ),
@@ -266,10 +277,12 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.gavel_lp:solve_cost_throughput",
+        score_entry_point="apportion.formulations.time_share_scores:score_cost",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
             round_schedule=True,
+            partitionable=True,
         ),
         aliases={
             "max_sum_throughput_normalized_by_cost_perf": {"use_slos": False},
@@ -294,6 +307,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=False,
         entry_point="apportion.formulations.gavel_lp:solve_min_makespan",
+        score_entry_point="apportion.formulations.time_share_scores:score_makespan",
         packed_entry_point="apportion.formulations.packed_gavel:solve_min_makespan_packed",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
@@ -301,6 +315,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             needs_remaining_work=True,
             uses_colocations=True,
             round_schedule=True,
+            partitionable=True,
         ),
         aliases={
             "min_total_duration_perf": {},
@@ -330,6 +345,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=False,
         entry_point="apportion.formulations.gavel_lp:solve_finish_time_fairness",
+        score_entry_point="apportion.formulations.time_share_scores:score_finish_time_fairness",
         packed_entry_point="apportion.formulations.packed_gavel:solve_finish_time_fairness_packed",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
@@ -338,6 +354,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             needs_history=True,
             uses_colocations=True,
             round_schedule=True,
+            partitionable=True,
         ),
         aliases={
             "finish_time_fairness_perf": {},

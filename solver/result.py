@@ -174,6 +174,31 @@ Colocated = tuple[tuple[int, int, int, float], ...]
 
 
 @dataclass(frozen=True)
+class PartitionReport:
+    """How a POP solve went (`SolveOptions.partitions`, formulations.md B10)."""
+
+    partitions: int
+    mode: str
+    workers: int
+    """Worker processes used (bounded by the machine's cores)."""
+    setup_time_s: float
+    """Partitioning and sending the sub-problems (s)."""
+    sub_solve_time_s: tuple[float, ...]
+    """Per sub-problem, its solve time in its worker (s; 0 for empty or unsolved ones)."""
+    sub_termination: tuple[Termination, ...]
+    """Per sub-problem, how its solve ended (NO_SOLUTION when it never reported)."""
+    exact_objective: float | None = None
+    """The unpartitioned solve's objective (`partition_exact_gap`), None = not run."""
+    exact_termination: Termination | None = None
+    exact_time_s: float = 0.0
+
+    @property
+    def pop_time_s(self) -> float:
+        """POP's own accounting: setup plus the slowest sub-problem (k-way parallelism)."""
+        return self.setup_time_s + max(self.sub_solve_time_s, default=0.0)
+
+
+@dataclass(frozen=True)
 class ShareSection:
     """What time-share plans carry beside the time shares (every plan has one, empty unless
     the policy fills it)."""
@@ -190,6 +215,9 @@ class ShareSection:
     """(m,) R_i at this call (steps), returned with the finish-time state; None = n/a."""
     slo_shortfall: FloatArray | None = None
     """(m,) normalized SLO shortfall e_i in [0, 1] (NaN = the job has no SLO); None = n/a."""
+    partition: PartitionReport | None = None
+    """POP: how the partitioned solve went (`SolveOptions.partitions`); None = not
+    partitioned."""
 
 
 @dataclass(frozen=True)
