@@ -198,20 +198,20 @@ class Placement:
     prefer_extra: BoolArray | None = None
 
 
-def place_base(placement: Placement, i: int, o: TypeOptions) -> Ledger | None:
-    """Place the base state's tasks (parameter servers, then workers); None (nothing taken)
-    when they do not all fit."""
+def place_base(placement: Placement, i: int, o: TypeOptions, state: int = 0) -> Ledger | None:
+    """Place the tasks of a state (default the base: parameter servers, then workers); None
+    (nothing taken) when they do not all fit."""
     ledger: Ledger = []
     layout, free = placement.layout, placement.free
     keep = placement.keep(i)
-    if o.parameter_server_type >= 0 and o.parameter_servers[0] > 0:
-        p = int(o.parameter_servers[0])
-        per = int(o.parameter_server_devices[0]) // p
+    if o.parameter_server_type >= 0 and o.parameter_servers[state] > 0:
+        p = int(o.parameter_servers[state])
+        per = int(o.parameter_server_devices[state]) // p
         ledger += place_tasks(layout, free, TaskRequest(o.parameter_server_type, p, per, keep))
         if placed_count(ledger, layout, o.parameter_server_type) < p * per:
             release(ledger, free)
             return None
-    want = int(o.workers[0])
+    want = int(o.workers[state])
     got = place_tasks(layout, free, TaskRequest(o.type_index, want, o.unit, keep,
                                                 placement.prefer_base))
     ledger += got
@@ -406,17 +406,24 @@ def place_extras(phases: Phases, placement: Placement) -> tuple[IntArray, int]:
     for k, (i, o, s) in enumerate(zip(adm.order.tolist(), adm.options, phases.chosen(),
                                       strict=True)):
         ledger = adm.ledgers[k]
+        if not placement.keep(i) and placement.prefer_base is None and s != 0:
+            # a new job moves freely: all of its state at once, on the fewest servers (its
+            # base again if that does not fit)
+            release(ledger, free)
+            ledger += place_base(placement, i, o, s) or place_base(placement, i, o) or []
         kept = {node: d for node, d in placement.keep(i)}
         for node, d in ledger:
             kept[node] = kept.get(node, 0) - d
         keep = tuple((node, d) for node, d in kept.items() if d > 0)
-        servers = int(o.parameter_servers[0])
-        if o.parameter_server_type >= 0 and o.parameter_servers[s] > servers:
+        servers = 0
+        if o.parameter_server_type >= 0 and o.parameter_servers[s] > 0:
             per = int(o.parameter_server_devices[s]) // int(o.parameter_servers[s])
-            ledger += place_tasks(layout, free, TaskRequest(
-                o.parameter_server_type, int(o.parameter_servers[s]) - servers, per, keep))
             servers = placed_count(ledger, layout, o.parameter_server_type) // per
-        workers = int(o.workers[0])
+            if o.parameter_servers[s] > servers:
+                ledger += place_tasks(layout, free, TaskRequest(
+                    o.parameter_server_type, int(o.parameter_servers[s]) - servers, per, keep))
+                servers = placed_count(ledger, layout, o.parameter_server_type) // per
+        workers = placed_count(ledger, layout, o.type_index) // o.unit
         if o.workers[s] > workers:
             ledger += place_tasks(layout, free, TaskRequest(
                 o.type_index, int(o.workers[s]) - workers, o.unit, keep, placement.prefer_extra,

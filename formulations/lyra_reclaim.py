@@ -133,6 +133,6 @@ def exact_reclaim(
     cost = int(preempted.sum())
     bound = result.bound if result.bound is not None else None
     if bound is not None:
-        bound = min(float(np.ceil(bound - 1e-6)), float(cost))  # integer costs
+        bound = max(min(float(np.ceil(bound - 1e-6)), float(cost)), 0.0) + 0.0  # integer costs
     return ReclaimResult(chosen, preempted, cost, bound, result.status, "MILP",
                          result.solver, result.solver_version, result.solve_time_s, result.size)

@@ -250,6 +250,8 @@ def policy_list(specs: Iterable[PolicySpec]) -> str:
         lines += _wrapped("aliases", _joined(sorted(spec.aliases)))
         lines += _wrapped("parameters", spec.parameters_message or "none")
         lines += _wrapped("inputs", _joined(spec.required_inputs))
+        if spec.capabilities.partitionable:
+            lines += _wrapped("options", "partitions (POP: k sub-problems in parallel)")
         lines += _wrapped("description", spec.description)
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
