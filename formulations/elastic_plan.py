@@ -55,6 +55,11 @@ Ledger = list[tuple[int, int]]
 """(node index, devices) a job's tasks hold, in placement order."""
 EXACT_SHARE = 0.8
 """Fraction of the time left that the exact solve may use when it only certifies the greedy."""
+CERTIFY_LIMIT_S = 30.0
+"""Longest exact solve (s) run only to certify the greedy (a MILP on large parameter-server
+menus); the request's own deadline applies when earlier."""
+DEADLINE_CHECK_EVERY = 64
+"""Jobs between two reads of the deadline in admission and placement."""
 
 
 def timed() -> Callable[[], float]:
@@ -243,16 +248,22 @@ def admit(
     current_type: IntArray,
     placement: Placement,
     skip: Callable[[int], str] | None = None,
+    deadline: Deadline | None = None,
 ) -> Admission:
     """Phase 1 (module docstring). `skip(i)` returns a reason to leave a job out as FINISHED
-    (e.g. no remaining work), "" to consider it."""
+    (e.g. no remaining work), "" to consider it. Past the deadline the remaining jobs wait."""
     m = problem.jobs.num_jobs
     status = [JobStatus.DEFERRED] * m
     reason = [""] * m
     admitted: list[int] = []
     chosen: list[TypeOptions] = []
     ledgers: list[Ledger] = []
-    for i in order.tolist():
+    for position, i in enumerate(order.tolist()):
+        if (deadline is not None and position % DEADLINE_CHECK_EVERY == 0 and position
+                and deadline.expired()):
+            for j in order[position:].tolist():
+                reason[j] = "waiting: the time limit was reached before its turn"
+            break
         why = skip(i) if skip is not None else ""
         if why:
             status[i], reason[i] = JobStatus.FINISHED, why
@@ -345,7 +356,8 @@ def solve_menu(
     allocation = greedy(menu, capacity, deadline)
     if not with_exact:
         return MenuSolve(allocation, None, False)
-    result = exact(menu, capacity, deadline.child(EXACT_SHARE), tolerance, threads)
+    budget = deadline.child(EXACT_SHARE).within(CERTIFY_LIMIT_S)
+    result = exact(menu, capacity, budget, tolerance, threads)
     return MenuSolve(allocation, result, False)
 
 
@@ -386,7 +398,7 @@ def run_phases(
     current = current_types(problem) if current is None else current
     candidates = [job_options(problem, i, default_max) for i in range(problem.jobs.num_jobs)]
     admission = admit(problem, candidates, admission_order(problem, current >= 0), current,
-                      placement, skip)
+                      placement, skip, deadline)
     values = tuple(np.asarray(value_of(int(i), o), np.float64)
                    for i, o in zip(admission.order, admission.options, strict=True))
     menu = build_menu(admission.options, values, problem.cluster.num_types)
@@ -394,18 +406,25 @@ def run_phases(
     return Phases(admission, values, menu, solved)
 
 
-def place_extras(phases: Phases, placement: Placement) -> tuple[IntArray, int]:
+def place_extras(phases: Phases, placement: Placement, deadline: Deadline | None = None
+                 ) -> tuple[IntArray, int]:
     """Place every admitted job's tasks beyond its base (parameter servers on their type,
     workers on `prefer_extra` nodes first), in admission order. Returns the own state each job
     ends with (`Phases.chosen`, or the most valuable state within what was placed) and how
-    many jobs were lowered."""
+    many jobs were lowered. Past the deadline the remaining jobs keep their base."""
     adm = phases.admission
     layout, free = placement.layout, placement.free
     states = np.zeros(len(adm.order), np.int64)
     lowered = 0
+    late = False
     for k, (i, o, s) in enumerate(zip(adm.order.tolist(), adm.options, phases.chosen(),
                                       strict=True)):
         ledger = adm.ledgers[k]
+        if deadline is not None and k % DEADLINE_CHECK_EVERY == 0 and k and not late:
+            late = deadline.expired()
+        if late and s != 0:
+            lowered += 1
+            continue  # states[k] stays 0: the base, already placed
         if not placement.keep(i) and placement.prefer_base is None and s != 0:
             # a new job moves freely: all of its state at once, on the fewest servers (its
             # base again if that does not fit)
@@ -467,9 +486,10 @@ class Settled:
                        self.lowered)
 
 
-def settle(problem: Problem, phases: Phases, placement: Placement) -> Settled:
+def settle(problem: Problem, phases: Phases, placement: Placement,
+           deadline: Deadline | None = None) -> Settled:
     """Place the extras and give the per-job view of the allocation."""
-    states, lowered = place_extras(phases, placement)
+    states, lowered = place_extras(phases, placement, deadline)
     m = problem.jobs.num_jobs
     options: list[TypeOptions | None] = [None] * m
     state = np.full(m, -1, np.int64)

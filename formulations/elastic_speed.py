@@ -27,7 +27,10 @@ from apportion.solver.elastic_model import SpeedModel
 from apportion.solver.model import FloatArray, IntArray, Problem
 
 MAX_WORKER_STATES = 256
-"""Most worker counts offered per job and type (the menu size bound)."""
+"""Most worker counts offered per job and type."""
+MAX_STATES = 1024
+"""Most states per job and type (worker counts x parameter-server counts): the menu size
+bound."""
 
 
 @dataclass(frozen=True)
@@ -107,13 +110,14 @@ def type_options(problem: Problem, i: int, j: int, default_max: int) -> TypeOpti
     lo, hi, unit = device_range(problem, i, j, default_max)
     if model is not None:
         first = -(-lo // unit)
-        workers = np.arange(first, hi // unit + 1, dtype=np.int64)[:MAX_WORKER_STATES]
-        if workers.size == 0:
-            return None
         servers = (
             np.arange(1, model.max_parameter_servers + 1, dtype=np.int64)
             if model.has_parameter_servers else np.zeros(1, np.int64)
         )
+        most = min(MAX_WORKER_STATES, MAX_STATES // servers.size)
+        workers = np.arange(first, hi // unit + 1, dtype=np.int64)[:most]
+        if workers.size == 0:
+            return None
         p_grid = np.repeat(servers, workers.size)
         w_grid = np.tile(workers, servers.size)
         ps_devices = p_grid * model.parameter_server_devices if model.has_parameter_servers else (

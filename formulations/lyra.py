@@ -58,6 +58,9 @@ RECLAIM_EXACT_NODES = 64
 """Most loaned nodes for which the greedy reclaiming is also solved by MILP to report its gap."""
 RECLAIM_SHARE = 0.3
 """Fraction of the time left the reclaiming MILP may use."""
+RECLAIM_CERTIFY_LIMIT_S = 10.0
+"""Longest MILP (s) run only to bound the greedy reclaiming (64 loaned nodes with jobs on up
+to 6 nodes each take about 8 s on 2 cores; fig. in the README)."""
 
 
 def reclaim_instance(problem: Problem, default_max: int) -> ReclaimInstance:
@@ -90,6 +93,8 @@ def reclaim(problem: Problem, parameters: LyraParameters, deadline: Deadline, th
         return None
     instance = reclaim_instance(problem, parameters.max_devices)
     budget = deadline.child(RECLAIM_SHARE)
+    if parameters.reclaim_method is not ReclaimMethod.EXACT:
+        budget = budget.within(RECLAIM_CERTIFY_LIMIT_S)
     best = None
     if parameters.reclaim_method is ReclaimMethod.EXACT or (
         parameters.reclaim_exact_gap and instance.num_servers <= RECLAIM_EXACT_NODES
@@ -171,7 +176,7 @@ def lyra(
         current=current,
     )
     build = clock()
-    settled = settle(problem, phases, placement)
+    settled = settle(problem, phases, placement, deadline)
     reason = list(settled.reason)
     for i in np.nonzero(preempted)[0]:
         note = "preempted: a loaned node it used was given back to inference"

@@ -77,24 +77,45 @@ def preemption(instance: ReclaimInstance, chosen: BoolArray) -> BoolArray:
 
 
 def greedy_reclaim(instance: ReclaimInstance, deadline: Deadline = NO_DEADLINE) -> ReclaimResult:
-    """Lyra's greedy (module docstring). Past the deadline the rest of the k servers are the
-    lowest-index ones still loaned (the answer must name k servers)."""
+    """Lyra's greedy (module docstring). Each server's added cost is kept up to date through
+    the sparse job-server holdings (only the jobs on the server just returned change), so a
+    pick costs the size of its neighbourhood, not jobs x servers. Past the deadline the rest
+    of the k servers are the lowest-index ones still loaned (the answer must name k)."""
     started = time.perf_counter()
+    held = sp.csr_matrix(instance.held)
+    by_server = held.tocsc()
+    slack = instance.slack
     L = instance.num_servers
     chosen = np.zeros(L, dtype=bool)
-    lost = np.zeros(instance.held.shape[0], np.int64)
-    in_use = instance.held.sum(axis=0)
+    lost = np.zeros(held.shape[0], np.int64)
+    preempted = np.zeros(held.shape[0], dtype=bool)
+    in_use = np.asarray(instance.held.sum(axis=0)).ravel()
+    # added[l]: jobs not yet preempted that returning server l would preempt
+    rows, cols = held.nonzero()
+    added = np.bincount(cols, weights=(held.data > slack[rows]).astype(np.float64),
+                        minlength=L).astype(np.int64)
+
+    def contributions(i: int, sign: int) -> None:
+        start, stop = held.indptr[i], held.indptr[i + 1]
+        servers, amounts = held.indices[start:stop], held.data[start:stop]
+        if not preempted[i]:
+            np.add.at(added, servers, sign * (lost[i] + amounts > slack[i]).astype(np.int64))
+
     for _ in range(instance.count):
-        open_servers = np.nonzero(~chosen)[0]
+        open_servers = np.flatnonzero(~chosen)
         if deadline.expired():
             chosen[open_servers[: instance.count - int(chosen.sum())]] = True
             break
-        trial = (lost[:, None] + instance.held[:, open_servers]) > instance.slack[:, None]
-        added = trial.sum(axis=0) - int((lost > instance.slack).sum())
-        order = np.lexsort((open_servers, in_use[open_servers], added))
+        order = np.lexsort((open_servers, in_use[open_servers], added[open_servers]))
         pick = int(open_servers[order[0]])
         chosen[pick] = True
-        lost += instance.held[:, pick]
+        start, stop = by_server.indptr[pick], by_server.indptr[pick + 1]
+        for i, amount in zip(by_server.indices[start:stop].tolist(),
+                             by_server.data[start:stop].tolist(), strict=True):
+            contributions(i, -1)
+            lost[i] += amount
+            preempted[i] = lost[i] > slack[i]
+            contributions(i, +1)
     preempted = preemption(instance, chosen)
     return ReclaimResult(chosen, preempted, int(preempted.sum()), None, SolverStatus.OPTIMAL,
                          "greedy", solve_time_s=time.perf_counter() - started)

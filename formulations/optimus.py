@@ -42,7 +42,7 @@ from apportion.formulations.elastic_plan import (
     to_plan,
 )
 from apportion.formulations.elastic_speed import TypeOptions
-from apportion.formulations.loss_curve import CurveForm, fit
+from apportion.formulations.loss_curve import CurveForm, fit_many
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, FloatArray, Problem, SolveOptions
 from apportion.solver.parameters import OptimusParameters
@@ -52,22 +52,27 @@ from apportion.solver.result import Plan
 def remaining_work(
     problem: Problem, fraction: float, deadline: Deadline
 ) -> tuple[FloatArray, list[str]]:
-    """(m,) Q_i in steps (NaN = unknown) and, per job, where it came from."""
+    """(m,) Q_i in steps (NaN = unknown) and, per job, where it came from. The loss curves
+    are fitted together (skipped, with progress instead, when the deadline has passed)."""
     m = problem.jobs.num_jobs
-    out = np.full(m, np.nan)
-    source = ["unknown"] * m
     jobs = problem.jobs
-    for i in range(m):
-        history = problem.elastic.history(i) if problem.elastic is not None else None
-        if history is not None and not deadline.expired():
-            curve = fit(history.steps, history.loss, CurveForm.INVERSE)
-            target = curve.convergence_step(float(history.steps[0]), fraction)
-            now = max(float(history.steps[-1]), float(jobs.steps_done[i]))
-            out[i] = max(target - now, 0.0)
-            source[i] = "loss curve"
-        elif jobs.total_steps[i] > 0:
-            out[i] = max(float(jobs.total_steps[i] - jobs.steps_done[i]), 0.0)
-            source[i] = "progress"
+    out = np.where(jobs.total_steps > 0, np.maximum(jobs.total_steps - jobs.steps_done, 0.0),
+                   np.nan)
+    source = ["progress" if jobs.total_steps[i] > 0 else "unknown" for i in range(m)]
+    elastic = problem.elastic
+    fitted = [i for i in range(m) if elastic is not None and elastic.history(i) is not None]
+    if not fitted or deadline.expired():
+        return out, source
+    assert elastic is not None
+    histories = [elastic.history(i) for i in fitted]
+    curves = fit_many([h.steps for h in histories if h], [h.loss for h in histories if h],
+                      CurveForm.INVERSE)
+    for i, history, curve in zip(fitted, histories, curves, strict=True):
+        assert history is not None
+        target = curve.convergence_step(float(history.steps[0]), fraction)
+        now = max(float(history.steps[-1]), float(jobs.steps_done[i]))
+        out[i] = max(target - now, 0.0)
+        source[i] = "loss curve"
     return out, source
 
 
@@ -117,7 +122,7 @@ def optimus(
         with_exact=parameters.exact_gap,
     )
     build = clock()
-    settled = settle(problem, phases, placement)
+    settled = settle(problem, phases, placement, deadline)
     reason = list(settled.reason)
     for i in range(problem.jobs.num_jobs):
         if settled.held(i) is not None and source[i] == "unknown":

@@ -34,7 +34,7 @@ from apportion.formulations.elastic_plan import (
     to_plan,
 )
 from apportion.formulations.elastic_speed import TypeOptions
-from apportion.formulations.loss_curve import LossCurve, best_fit, recency_weights
+from apportion.formulations.loss_curve import LossCurve, best_fits, recency_weights
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, FloatArray, Problem, SolveOptions
 from apportion.solver.parameters import SlaqParameters
@@ -60,12 +60,16 @@ def fitted_curves(
     curves: list[LossCurve | None] = [None] * m
     step = np.zeros(m)
     spread = np.zeros(m)
-    for i in range(m):
-        history = problem.elastic.history(i) if problem.elastic is not None else None
-        if history is None or deadline.expired():
-            continue
-        weight = recency_weights(history.steps.size, decay)
-        curves[i] = best_fit(history.steps, history.loss, weight)
+    elastic = problem.elastic
+    fitted = [i for i in range(m) if elastic is not None and elastic.history(i) is not None]
+    if not fitted or deadline.expired():
+        return curves, step, spread
+    assert elastic is not None
+    histories = [h for h in (elastic.history(i) for i in fitted) if h is not None]
+    found = best_fits([h.steps for h in histories], [h.loss for h in histories],
+                      [recency_weights(h.steps.size, decay) for h in histories])
+    for i, history, curve in zip(fitted, histories, found, strict=True):
+        curves[i] = curve
         step[i] = max(float(history.steps[-1]), float(problem.jobs.steps_done[i]))
         spread[i] = float(history.loss.max() - history.loss.min())
     return curves, step, spread
@@ -114,7 +118,7 @@ def slaq(
         with_exact=parameters.exact_gap,
     )
     build = clock()
-    settled = settle(problem, phases, placement)
+    settled = settle(problem, phases, placement, deadline)
     m = jobs.num_jobs
     value = np.zeros(m)
     reason = list(settled.reason)

@@ -64,6 +64,28 @@ def test_reclaiming_exact_is_the_minimum_and_greedy_never_beats_it(
     assert greedy.cost == int(preemption(instance, greedy.chosen).sum())
 
 
+def recounted_greedy(instance: ReclaimInstance) -> np.ndarray:
+    """Lyra's greedy with every server's added cost recounted from scratch at each pick."""
+    chosen = np.zeros(instance.num_servers, dtype=bool)
+    in_use = instance.held.sum(axis=0)
+    for _ in range(instance.count):
+        base = int(preemption(instance, chosen).sum())
+        best = None
+        for server in np.flatnonzero(~chosen):
+            trial = chosen.copy()
+            trial[server] = True
+            key = (int(preemption(instance, trial).sum()) - base, int(in_use[server]), server)
+            best = key if best is None or key < best else best
+        assert best is not None
+        chosen[best[2]] = True
+    return chosen
+
+
+@given(reclaim_instances())
+def test_incremental_greedy_picks_what_a_full_recount_picks(instance: ReclaimInstance) -> None:
+    assert np.array_equal(greedy_reclaim(instance).chosen, recounted_greedy(instance))
+
+
 def test_greedy_reclaiming_can_be_worse_than_the_minimum() -> None:
     """The greedy first returns the two free servers for job 0's slack, then must preempt all
     three; returning servers 1, 2, 3 preempts two."""
