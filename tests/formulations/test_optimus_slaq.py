@@ -29,7 +29,8 @@ def check_capacity(problem: Problem, plan: Plan) -> None:
     """Devices per type and per node within the cluster; each job's nodes hold its devices."""
     use = np.zeros(problem.cluster.num_types, np.int64)
     per_node: dict[str, int] = {}
-    for i, choice in enumerate(plan.configuration):
+    assert plan.configurations is not None
+    for i, choice in enumerate(plan.configurations.choices):
         if choice is None:
             assert plan.job_status[i] is not JobStatus.ALLOCATED
             continue
@@ -117,10 +118,10 @@ def test_optimus_places_on_fewest_servers_and_keeps_current_nodes() -> None:
     )
     plan = solve(problem, PolicyRequest("optimus", OptimusParameters()), OPTIONS)
     check_capacity(problem, plan)
-    assert plan.configuration[1] is not None
-    assert dict(plan.configuration[1].node_devices) == {"node0": 4}
-    assert plan.configuration[0] is not None
-    assert dict(plan.configuration[0].node_devices) == {"node1": 4}
+    assert plan.configurations is not None
+    first, second = plan.configurations.choices
+    assert second is not None and dict(second.node_devices) == {"node0": 4}
+    assert first is not None and dict(first.node_devices) == {"node1": 4}
 
 
 def test_parameter_server_form_allocates_both_task_kinds() -> None:
