@@ -1,4 +1,4 @@
-"""Lyra (EuroSys 2023), formulations.md B7: capacity loaning and elastic allocation.
+"""Lyra (EuroSys 2023), B7: capacity loaning and elastic allocation.
 
 1. **Reclaiming** (`lyra_reclaim`): when the inference cluster asks for k of its loaned servers
    back, the k loaned nodes whose return preempts the fewest running jobs (greedy, Lyra's rule,

@@ -1,4 +1,4 @@
-"""Lyra's capacity reclaiming (EuroSys 2023), formulations.md B7: the inference cluster asks for
+"""Lyra's capacity reclaiming (EuroSys 2023), B7: the inference cluster asks for
 k of the servers it loaned to training back; choose the k loaned servers whose return
 preempts the fewest training jobs.
 

@@ -1,4 +1,4 @@
-"""Optimus (EuroSys 2018), formulations.md B8: marginal-gain allocation of workers (and
+"""Optimus (EuroSys 2018), B8: marginal-gain allocation of workers (and
 parameter servers) by predicted reduction of remaining training time.
 
 * Remaining work Q_i (steps): from the job's loss history when it has one, by the fitted

@@ -1,4 +1,4 @@
-"""SLAQ (SoCC 2017), formulations.md B9: quality-driven allocation by predicted loss reduction.
+"""SLAQ (SoCC 2017), B9: quality-driven allocation by predicted loss reduction.
 
 * Each job's loss curve is fitted to its reported loss history with weights decaying toward
   older points (`recency_decay`), in the better of two forms: inverse (O(1/k)) and exponential

@@ -310,7 +310,7 @@ class SolverPreference(StrEnum):
 
 
 class PartitionMode(StrEnum):
-    """How POP assigns jobs to sub-problems (formulations.md B10)."""
+    """How POP assigns jobs to sub-problems (B10)."""
 
     RANDOM = "random"
     """Each job independently uniform at random (seeded by `SolveOptions.seed`), POP's client

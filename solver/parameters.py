@@ -281,7 +281,7 @@ class ElasticMethod(StrEnum):
 
 @dataclass(frozen=True)
 class OptimusParameters:
-    """Optimus's marginal-gain allocation (formulations.md B8)."""
+    """Optimus's marginal-gain allocation (B8)."""
 
     method: ElasticMethod = ElasticMethod.GREEDY
     convergence_fraction: float = 0.01
@@ -296,7 +296,7 @@ class OptimusParameters:
 
 @dataclass(frozen=True)
 class SlaqParameters:
-    """SLAQ's quality-driven allocation (formulations.md B9)."""
+    """SLAQ's quality-driven allocation (B9)."""
 
     method: ElasticMethod = ElasticMethod.GREEDY
     horizon_s: float = 0.0
@@ -308,7 +308,7 @@ class SlaqParameters:
 
 
 class ReclaimMethod(StrEnum):
-    """How Lyra chooses the loaned nodes to give back (formulations.md B7)."""
+    """How Lyra chooses the loaned nodes to give back (B7)."""
 
     GREEDY = "greedy"
     """Lyra's rule: the node with the lowest added preemption cost, one at a time."""
@@ -318,7 +318,7 @@ class ReclaimMethod(StrEnum):
 
 @dataclass(frozen=True)
 class LyraParameters:
-    """Lyra's capacity loaning and elastic allocation (formulations.md B7)."""
+    """Lyra's capacity loaning and elastic allocation (B7)."""
 
     reclaim_method: ReclaimMethod = ReclaimMethod.GREEDY
     reclaim_exact_gap: bool = True

@@ -1,4 +1,4 @@
-"""POP (formulations.md B10): solve a partitionable policy as k smaller problems in parallel.
+"""POP (B10): solve a partitionable policy as k smaller problems in parallel.
 
 `options.partitions = k` (k > 1) assigns every job to one of k sub-problems (POP's client
 partitioning: uniform at random with the request's seed, or job position mod k), gives each

@@ -665,7 +665,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
     PolicySpec(
         name="pollux",
         description=(
-            "Pollux's cluster objective (formulations.md B4, OSDI'21 artifact version): "
+            "Pollux's cluster objective (B4, OSDI'21 artifact version): "
             "maximize the p-mean of (speedup + 1e-3) over jobs, speedup = goodput / goodput at "
             "the job's fair share of GPUs, times the restart factor off the current "
             "configuration. Solved exactly as an ILP over Sia's configurations (Pollux uses a "

@@ -175,7 +175,7 @@ Colocated = tuple[tuple[int, int, int, float], ...]
 
 @dataclass(frozen=True)
 class PartitionReport:
-    """How a POP solve went (`SolveOptions.partitions`, formulations.md B10)."""
+    """How a POP solve went (`SolveOptions.partitions`, B10)."""
 
     partitions: int
     mode: str

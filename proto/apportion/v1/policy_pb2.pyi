@@ -522,7 +522,7 @@ class Policy(_message.Message):
     def astraea(self) -> Global___AstraeaParameters: ...
     @_builtins.property
     def optimus(self) -> Global___OptimusParameters:
-        """Elastic allocation: Optimus, SLAQ, Lyra (formulations.md B7-B9), numbers 55-59."""
+        """Elastic allocation: Optimus, SLAQ, Lyra (B7-B9), numbers 55-59."""
 
     @_builtins.property
     def slaq(self) -> Global___SlaqParameters: ...
@@ -1310,7 +1310,7 @@ class SolveOptions(_message.Message):
     schedule_rounds: _builtins.int
     """Number of future rounds of schedule to return (0 = none; round mechanism)."""
     partitions: _builtins.int
-    """POP (formulations.md B10): split the jobs into k sub-problems, each with floor(count / k)
+    """POP (B10): split the jobs into k sub-problems, each with floor(count / k)
     devices of every type, solve them in parallel worker processes and concatenate the plans.
     Unset = no partitioning; 1 = the policy's exact solve; otherwise 1 <= k <= number of jobs.
     Only for the LP time-share policies (ListPolicies), without space sharing. The plan is
@@ -1349,7 +1349,7 @@ Global___SolveOptions: _TypeAlias = SolveOptions  # noqa: Y015
 
 @_typing.final
 class OptimusParameters(_message.Message):
-    """Optimus (formulations.md B8). Jobs in order (running first, then arrival_time_s, id) get
+    """Optimus (B8). Jobs in order (running first, then arrival_time_s, id) get
     their smallest allocation (elasticity.min_devices in workers of elasticity.scale_unit
     devices; one parameter server in the parameter-server form) on one accelerator type; then
     one task at a time goes to the job whose predicted remaining time Q/f falls most per
@@ -1400,7 +1400,7 @@ Global___OptimusParameters: _TypeAlias = OptimusParameters  # noqa: Y015
 
 @_typing.final
 class SlaqParameters(_message.Message):
-    """SLAQ (formulations.md B9). As Optimus, but a state is worth its predicted loss reduction
+    """SLAQ (B9). As Optimus, but a state is worth its predicted loss reduction
     over the next horizon_s seconds, l(k) - l(k + f horizon), divided by the job's loss range
     (largest minus smallest reported loss), l fitted to jobs[].loss_history (recent points
     weighted more; inverse or exponential form, the better fit). Objective (maximize): the sum.
@@ -1452,7 +1452,7 @@ Global___SlaqParameters: _TypeAlias = SlaqParameters  # noqa: Y015
 
 @_typing.final
 class LyraParameters(_message.Message):
-    """Lyra (formulations.md B7). First gives back Snapshot.inference.reclaim_nodes of the loaned
+    """Lyra (B7). First gives back Snapshot.inference.reclaim_nodes of the loaned
     nodes, preempting the fewest running jobs (a job is preempted when it is inelastic and loses
     a device, or elastic and keeps fewer than its base demand elasticity.min_devices); then jobs
     in order get their base demand (training nodes first), then the free devices go to elastic
@@ -1590,7 +1590,7 @@ Global___SiaParameters: _TypeAlias = SiaParameters  # noqa: Y015
 
 @_typing.final
 class PolluxParameters(_message.Message):
-    """Pollux's cluster objective (OSDI'21 artifact version, formulations.md B4) solved exactly as
+    """Pollux's cluster objective (OSDI'21 artifact version, B4) solved exactly as
     an ILP over Sia's configurations instead of Pollux's genetic algorithm: maximize the p-mean
     of (speedup_i + 1e-3), speedup = goodput / goodput at the job's fair share of GPUs, times
     the restart factor when the configuration changes. Node-level rules of the GA's repair

@@ -264,7 +264,7 @@ class Snapshot(_message.Message):
     @_builtins.property
     def inference(self) -> Global___Inference:
         """Servers an inference cluster has loaned to training, and how many it wants back now
-        (lyra, formulations.md B7).
+        (lyra, B7).
         """
 
     def __init__(
@@ -357,7 +357,7 @@ Global___LossHistory: _TypeAlias = LossHistory  # noqa: Y015
 
 @_typing.final
 class SpeedModel(_message.Message):
-    """Optimus's training-speed model of a job on one accelerator type (formulations.md B8), in
+    """Optimus's training-speed model of a job on one accelerator type (B8), in
     steps/s with p parameter servers and w workers (w x scale_unit devices):
       asynchronous  f(p, w) = w / (theta0 + theta1 w/p + theta2 w + theta3 p)
       synchronous   f(p, w) = 1 / (theta0 M/w + theta1 + theta2 w/p + theta3 w + theta4 p)
