@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from apportion.formulations.elastic_menu import (
@@ -85,6 +85,8 @@ def random_menus(draw: st.DrawFn, resources: int = 1) -> tuple[Menu, np.ndarray]
 
 
 @given(random_menus())
+@example((ladder_menu(np.array([[0.0, 5.0], [0.0, 10.0]]), np.array([1, 1])),
+          np.array([3])))  # only job 1 may grow: the trace back must follow the capacity
 def test_dynamic_program_matches_brute_force_and_milp(case: tuple[Menu, np.ndarray]) -> None:
     """B7: the multiple-choice knapsack DP against brute force and the HiGHS MILP."""
     menu, capacity = case

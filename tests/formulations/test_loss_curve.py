@@ -39,12 +39,16 @@ def test_exponential_fit_recovers_exact_data(a: float, r: float, c: float) -> No
     assert best_fit(STEPS, truth.loss(STEPS)).form is CurveForm.EXPONENTIAL
 
 
-@given(seed=st.integers(0, 10_000), noise=st.floats(0.0, 0.2))
-def test_linear_part_is_the_nonnegative_least_squares_optimum(seed: int, noise: float) -> None:
-    """At the fitted shape, (a, c) solve the NNLS on [1/(k + b), 1] (scipy's nnls agrees), and
-    the fit is no worse than the curve that generated the data."""
+@given(seed=st.integers(0, 10_000), noise=st.floats(0.0, 0.2),
+       asymptote=st.sampled_from([0.0, 0.3]))
+def test_linear_part_is_the_nonnegative_least_squares_optimum(
+    seed: int, noise: float, asymptote: float
+) -> None:
+    """At the fitted shape, (a, c) solve the NNLS on [1/(k + b), 1] (scipy's nnls agrees; with
+    asymptote 0 the noise often pushes the unconstrained c below 0: the face c = 0), and the
+    fit is no worse than the curve that generated the data."""
     rng = np.random.default_rng(seed)
-    truth = LossCurve(CurveForm.INVERSE, 40.0, 150.0, 0.3, 0.0)
+    truth = LossCurve(CurveForm.INVERSE, 40.0, 150.0, asymptote, 0.0)
     loss = truth.loss(STEPS) * (1 + noise * rng.standard_normal(STEPS.size))
     loss = np.maximum(loss, 0.0)
     curve = fit(STEPS, loss)
@@ -85,3 +89,25 @@ def test_recency_weights_favour_the_latest_points() -> None:
     weights = recency_weights(4, 0.5)
     assert weights.tolist() == [0.125, 0.25, 0.5, 1.0]
     assert recency_weights(3, 1.0).tolist() == [1.0, 1.0, 1.0]
+
+
+@given(seed=st.integers(0, 10_000), slope=st.floats(-2.0, 2.0), intercept=st.floats(-1.0, 1.0))
+def test_two_variable_nonnegative_least_squares_in_closed_form(
+    seed: int, slope: float, intercept: float
+) -> None:
+    """The closed form (interior solution, else the better face) equals scipy's NNLS for any
+    weights and data, including data that push a or c to 0."""
+    from apportion.formulations.loss_curve import _nonnegative_fit
+
+    rng = np.random.default_rng(seed)
+    u = rng.uniform(0.0, 1.0, (1, 1, 9))
+    loss = intercept + slope * u[0, 0] + rng.normal(0.0, 0.1, 9)
+    weight = rng.uniform(0.1, 1.0, 9)
+    weight /= weight.sum()
+    a, c, sse = _nonnegative_fit(u, loss[None, :], weight[None, :])
+    root = np.sqrt(weight)
+    (ref_a, ref_c), _ = nnls(np.stack([u[0, 0] * root, root], axis=1), loss * root)
+    ref_sse = float(np.sum(weight * (ref_a * u[0, 0] + ref_c - loss) ** 2))
+    assert float(sse[0, 0]) == pytest.approx(ref_sse, rel=1e-9, abs=1e-12)
+    assert float(a[0, 0]) == pytest.approx(ref_a, rel=1e-6, abs=1e-9)
+    assert float(c[0, 0]) == pytest.approx(ref_c, rel=1e-6, abs=1e-9)

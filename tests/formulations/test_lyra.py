@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from apportion.formulations.lyra import lyra
@@ -82,6 +82,8 @@ def recounted_greedy(instance: ReclaimInstance) -> np.ndarray:
 
 
 @given(reclaim_instances())
+@example(ReclaimInstance(np.array([[1, 0, 2, 1], [0, 1, 0, 0], [1, 2, 2, 1], [1, 1, 2, 0]]),
+                         np.array([1, 0, 2, 3]), 3))  # a pick changes later added costs
 def test_incremental_greedy_picks_what_a_full_recount_picks(instance: ReclaimInstance) -> None:
     assert np.array_equal(greedy_reclaim(instance).chosen, recounted_greedy(instance))
 
