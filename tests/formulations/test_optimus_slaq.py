@@ -188,3 +188,23 @@ def test_jobs_beyond_the_cluster_wait_and_unknown_work_gets_the_base() -> None:
     assert status[0] is JobStatus.ALLOCATED and status[1] is JobStatus.ALLOCATED
     assert "unknown" in out.settled.reason[1]
     assert status[2] is JobStatus.DEFERRED and "waiting" in out.settled.reason[2]
+
+
+@pytest.mark.parametrize("policy", ["optimus", "slaq", "lyra"])
+def test_a_deadline_already_passed_still_gives_a_feasible_plan(policy: str) -> None:
+    """Every loop reads the deadline: with it already passed, the plan keeps what was admitted
+    and placed (within capacity) and says how it ended, without raising."""
+    from apportion.solver.parameters import LyraParameters
+
+    steps = np.linspace(0.0, 500.0, 6)
+    history = LossHistory(steps, 0.2 + 10.0 / (steps + 50.0))
+    problem = elastic_problem([16], [1e4] * 6, models=[sync_model(0.02, 0.1, 0.0)] * 6,
+                              histories=[history] * 6, nodes=[(0, 8), (0, 8)])
+    parameters = {"optimus": OptimusParameters(), "slaq": SlaqParameters(),
+                  "lyra": LyraParameters()}[policy]
+    plan = solve(problem, PolicyRequest(policy, parameters),
+                 SolveOptions(time_limit_s=1e-9))
+    assert plan.certificate.termination in (Termination.HEURISTIC, Termination.OPTIMAL,
+                                            Termination.OPTIMAL_INACCURATE,
+                                            Termination.FEASIBLE, Termination.NO_SOLUTION)
+    check_capacity(problem, plan)
