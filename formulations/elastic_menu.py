@@ -256,9 +256,9 @@ def _dynamic_program(menu: Menu, capacity: IntArray, deadline: Deadline) -> Exac
     objective, used = evaluate(menu, state)
     elapsed = time.perf_counter() - started
     allocation = MenuAllocation(state, objective, used, "dynamic program over capacity")
-    used = int(np.count_nonzero(np.bincount(resource[resource >= 0],
-                                            minlength=menu.num_resources)))
-    size = ModelSize(variables=int(np.count_nonzero(menu.offered())), constraints=used)
+    resources = int(np.count_nonzero(np.bincount(resource[resource >= 0],
+                                                 minlength=menu.num_resources)))
+    size = ModelSize(variables=int(np.count_nonzero(menu.offered())), constraints=resources)
     return ExactResult(
         allocation, objective, SolverStatus.OPTIMAL, "dynamic program", "", elapsed, size,
         f"{cells} table cells",
