@@ -100,19 +100,39 @@ def test_fixed_seed_is_deterministic_and_modulo_is_figure_2s_partition() -> None
     assert np.array_equal(first.time_share, second.time_share)
 
 
-@pytest.mark.skipif(
-    not pathlib.Path(__file__).parents[3].joinpath(
-        "shared/reference/gavel/pop_logs/figure2_num_jobs_2048.out").exists(),
-    reason="needs ../shared/reference/gavel/pop_logs (POP's logged Figure 2 quality)",
-)
-def test_quality_against_pops_figure_2_logs() -> None:  # pragma: no cover - data dependent
-    """B10 test 4 (statistical): the mean per-job throughput ratio POP-k / exact is within
-    POP's logged range (0.9983-0.9997 for k = 2-8 at 2,048 jobs)."""
-    problem = random_problem(2048, 0, per_type=512, scale=False)
+REFERENCE = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "reference"
+FIGURE_2 = REFERENCE / "gavel" / "pop_logs" / "figure2_num_jobs_2048.out"
+
+
+@pytest.mark.skipif(not FIGURE_2.is_file(), reason="needs ../shared/reference/gavel/pop_logs "
+                    "(POP's logged Figure 2) and Gavel's simulation throughput table")
+def test_quality_against_pops_figure_2_logs() -> None:
+    """B10 test 4, statistical: POP's logged per-job effective throughput ratios POP-k / exact
+    (2,048 jobs, 512 GPUs of each type, job_id mod k) against ours on a regenerated instance
+    (job types drawn from Gavel's table; without space sharing, which POP does not partition
+    here): the mean ratio within 0.002 of the logged one and the worst within 0.02."""
+    import ast
+
+    from apportion.datasets.throughput import read_gavel_throughputs
+
+    lines = FIGURE_2.read_text().splitlines()
+    logged = ast.literal_eval(lines[1])  # exact, POP-2, POP-4, POP-8, Gandiva
+    exact_logged = np.array([logged[0][i] for i in range(2048)])
+    table = read_gavel_throughputs(REFERENCE / "gavel" / "simulation_throughputs.json",
+                                   pairs=False)
+    keys, types = table.job_keys(1), ("v100", "p100", "k80")
+    rng = np.random.default_rng(0)
+    rows = [table.throughput(keys[k], types) for k in rng.integers(len(keys), size=2048)]
+    problem = make_problem(list(types), [512] * 3,
+                           np.array([[row.get(t, 0.0) for t in types] for row in rows]))
     exact = solve(problem, MAX_MIN)
-    pop = solve(problem, MAX_MIN, SolveOptions(partitions=4, seed=1))
-    ratio = pop.effective_throughput / np.maximum(exact.effective_throughput, 1e-12)
-    assert float(np.mean(ratio)) >= 0.99
+    for position, k in enumerate((2, 4, 8), start=1):
+        ratio_logged = np.array([logged[position][i] for i in range(2048)]) / exact_logged
+        pop = solve(problem, MAX_MIN, SolveOptions(partitions=k, threads=1,
+                                                   partition_mode=PartitionMode.MODULO))
+        ratio = pop.effective_throughput / exact.effective_throughput
+        assert float(ratio.mean()) >= float(ratio_logged.mean()) - 0.002, k
+        assert float(ratio.min()) >= float(ratio_logged.min()) - 0.02, k
 
 
 @pytest.mark.parametrize("k", [2, 4])
