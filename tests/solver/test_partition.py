@@ -218,3 +218,17 @@ def test_partitionable_policies_declare_a_score() -> None:
         value = score(problem, spec.parameters_type(), PolicyRequest(spec.name, None).compat,
                       plan.time_share)
         assert value.objective == pytest.approx(plan.certificate.objective, rel=1e-9), spec.name
+
+
+def test_partitioned_plans_get_rounds_and_finish_time_state() -> None:
+    """POP's plan goes through the round mechanism like the exact one, and per-job state of
+    the sub-plans (finish-time fairness's C_i, iso_i, R_i) is returned for every job."""
+    from apportion.solver.parameters import FinishTimeFairnessParameters
+
+    problem = replace(random_problem(24, 6), time_s=50.0)
+    ftf = PolicyRequest("themis_finish_time_fairness", FinishTimeFairnessParameters())
+    plan = solve(problem, ftf, SolveOptions(partitions=3, threads=1, schedule_rounds=2))
+    assert len(plan.shares.rounds) == 2
+    for state in (plan.shares.cumulative_isolated_time_s, plan.shares.isolated_throughput,
+                  plan.shares.remaining_steps):
+        assert state is not None and np.all(np.isfinite(state))
