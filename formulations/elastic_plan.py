@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,7 +32,7 @@ from apportion.formulations.elastic_menu import (
     exact,
     greedy,
 )
-from apportion.formulations.elastic_speed import TypeOptions, job_options
+from apportion.formulations.elastic_speed import TypeOptions, job_options, thinned
 from apportion.formulations.sia_configs import NodeLayout, node_layout
 from apportion.solver.certificate import termination
 from apportion.solver.deadline import Deadline
@@ -60,6 +60,9 @@ CERTIFY_LIMIT_S = 30.0
 menus); the request's own deadline applies when earlier."""
 DEADLINE_CHECK_EVERY = 64
 """Jobs between two reads of the deadline in admission and placement."""
+MENU_CELL_LIMIT = 30_000_000
+"""Most (jobs x states x types) entries of a menu (about 240 MB of demands): beyond it every
+job's worker counts are thinned geometrically (`elastic_speed.thinned`)."""
 
 
 def timed() -> Callable[[], float]:
@@ -289,6 +292,18 @@ def admit(
                      tuple(status), tuple(reason))
 
 
+def _within_cell_limit(admission: Admission, n: int) -> Admission:
+    """The admission with its jobs' worker counts thinned so that the menu holds at most
+    `MENU_CELL_LIMIT` entries (unchanged when it already does)."""
+    options = admission.options
+    rows = max((o.num_states // o.worker_axis for o in options), default=1)
+    cells = len(options) * rows * worker_axis(options) * n
+    if cells <= MENU_CELL_LIMIT:
+        return admission
+    most = max(2, MENU_CELL_LIMIT // max(len(options) * rows * n, 1))
+    return replace(admission, options=tuple(thinned(o, most) for o in options))
+
+
 def build_menu(options: Sequence[TypeOptions], values: Sequence[FloatArray], n: int) -> Menu:
     """The admitted jobs' menus on a common (parameter servers x workers) grid; `values[k]`
     (S_k,) is the worth of each of job k's own states."""
@@ -399,6 +414,7 @@ def run_phases(
     candidates = [job_options(problem, i, default_max) for i in range(problem.jobs.num_jobs)]
     admission = admit(problem, candidates, admission_order(problem, current >= 0), current,
                       placement, skip, deadline)
+    admission = _within_cell_limit(admission, problem.cluster.num_types)
     values = tuple(np.asarray(value_of(int(i), o), np.float64)
                    for i, o in zip(admission.order, admission.options, strict=True))
     menu = build_menu(admission.options, values, problem.cluster.num_types)

@@ -158,3 +158,21 @@ def job_options(problem: Problem, i: int, default_max: int) -> list[TypeOptions]
         if options is not None:
             out.append(options)
     return out
+
+
+def thinned(options: TypeOptions, most_workers: int) -> TypeOptions:
+    """`options` with at most `most_workers` worker counts per parameter-server count: the
+    smallest, the largest and geometrically spaced ones between (for menus too large to hold;
+    the base state stays state 0)."""
+    axis = options.worker_axis
+    if axis <= most_workers:
+        return options
+    keep = np.unique(np.round(np.geomspace(1, axis, max(most_workers, 2))).astype(np.int64) - 1)
+    rows = options.num_states // axis
+    index = (np.arange(rows)[:, None] * axis + keep[None, :]).ravel()
+    return TypeOptions(
+        options.type_index, options.devices[index], options.workers[index],
+        options.parameter_servers[index], options.parameter_server_type,
+        options.parameter_server_devices[index], options.speed[index], options.unit,
+        int(keep.size), options.source,
+    )

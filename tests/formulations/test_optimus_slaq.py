@@ -208,3 +208,21 @@ def test_a_deadline_already_passed_still_gives_a_feasible_plan(policy: str) -> N
                                             Termination.OPTIMAL_INACCURATE,
                                             Termination.FEASIBLE, Termination.NO_SOLUTION)
     check_capacity(problem, plan)
+
+
+def test_menus_beyond_the_cell_limit_are_thinned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A menu too large to hold keeps each job's smallest and largest worker counts and
+    geometrically spaced ones between; the plan stays within capacity."""
+    from apportion.formulations import elastic_plan
+
+    monkeypatch.setattr(elastic_plan, "MENU_CELL_LIMIT", 40)
+    problem = elastic_problem([64], [1e4] * 4, models=[sync_model(0.05, 0.0, 0.0)] * 4,
+                              max_devices=[32] * 4)
+    out = optimus(problem, OptimusParameters(), OPTIONS, NEVER)
+    for i in range(4):
+        held = out.settled.held(i)
+        assert held is not None
+        options, _ = held
+        assert 2 <= options.num_states <= 10 and options.devices[0] == 1
+        assert options.devices[-1] == 32
+    assert sum(int(o.devices[s]) for o, s in filter(None, map(out.settled.held, range(4)))) <= 64
