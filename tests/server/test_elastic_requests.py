@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
-from test_service import CALL_TIMEOUT_S, CHANNEL_OPTIONS, Server, _start, large_request
+from grpc_harness import CALL_TIMEOUT_S, CHANNEL_OPTIONS, Server, large_request, running_server
 
 from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
@@ -214,7 +214,8 @@ def test_lyra_reclaims_through_the_wire() -> None:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    yield from _start("--workers", "1", "--max-pending", "2")
+    with running_server("--workers", "1", "--max-pending", "2") as started:
+        yield started
 
 
 def test_pop_through_a_real_server(server: Server) -> None:
