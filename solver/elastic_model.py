@@ -78,3 +78,16 @@ class ElasticInputs:
 
     def held(self, i: int) -> tuple[tuple[int, int], ...]:
         return self.node_devices[i] if self.node_devices else ()
+
+    def take(self, index: IntArray) -> ElasticInputs:
+        """The inputs of the jobs `index`, in that order (the loaned nodes unchanged)."""
+        picked = index.tolist()
+        return ElasticInputs(
+            loss_history=tuple(self.loss_history[i] for i in picked) if self.loss_history
+            else (),
+            speed_model=tuple(self.speed_model[i] for i in picked) if self.speed_model else (),
+            node_devices=tuple(self.node_devices[i] for i in picked) if self.node_devices
+            else (),
+            loaned_nodes=self.loaned_nodes,
+            reclaim_nodes=self.reclaim_nodes,
+        )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -258,6 +258,32 @@ class ElasticSection:
     """(m,) lyra: running jobs preempted by the reclaiming."""
     reclaim: Certificate | None = None
     """lyra: the reclaiming's preemption cost (objective), its proven bound and method."""
+
+    def expanded(self, index: NDArray[np.int64], m: int) -> ElasticSection:
+        """The section of the jobs `index` laid out over m jobs (the others get nothing)."""
+
+        def rows(array: NDArray[Any], fill: Any) -> NDArray[Any]:
+            out = np.full(m, fill, dtype=array.dtype)
+            out[index] = array
+            return out
+
+        def maybe(array: NDArray[Any] | None, fill: Any) -> NDArray[Any] | None:
+            return None if array is None else rows(array, fill)
+
+        nodes: list[tuple[tuple[str, int], ...]] = [()] * m
+        for k, i in enumerate(index.tolist()):
+            nodes[i] = self.parameter_server_nodes[k] if self.parameter_server_nodes else ()
+        return replace(
+            self,
+            workers=rows(self.workers, 0),
+            parameter_servers=rows(self.parameter_servers, 0),
+            base_devices=rows(self.base_devices, 0),
+            parameter_server_nodes=tuple(nodes),
+            remaining_steps=maybe(self.remaining_steps, np.nan),
+            remaining_time_s=maybe(self.remaining_time_s, np.inf),
+            loss_reduction=maybe(self.loss_reduction, 0.0),
+            preempted=maybe(self.preempted, False),
+        )
 
 
 @dataclass(frozen=True)

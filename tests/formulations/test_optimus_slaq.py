@@ -226,3 +226,27 @@ def test_menus_beyond_the_cell_limit_are_thinned(monkeypatch: pytest.MonkeyPatch
         assert 2 <= options.num_states <= 10 and options.devices[0] == 1
         assert options.devices[-1] == 32
     assert sum(int(o.devices[s]) for o, s in filter(None, map(out.settled.held, range(4)))) <= 64
+
+
+def test_an_admission_stage_before_optimus_keeps_each_jobs_inputs() -> None:
+    """Load-based admission defers the last arrival; the elastic inputs (loss history of job
+    2) follow the admitted jobs, and the elastic section is laid out over every job."""
+    from apportion.formulations.placement.admission import restrict_jobs
+    from apportion.solver.stages import AdmissionMode, AdmissionParameters
+
+    steps = np.linspace(0.0, 400.0, 5)
+    history = LossHistory(steps, 0.3 + 20.0 / (steps + 100.0))
+    problem = elastic_problem([2], [1e4, 2e4, 0.0], models=[sync_model(0.02, 0.1, 0.0)] * 3,
+                              histories=[None, None, history], arrival=[9.0, 0.0, 1.0])
+    policy = PolicyRequest("optimus", OptimusParameters(),
+                           admission=AdmissionParameters(AdmissionMode.LOAD_BASED, 1.0))
+    plan = solve(problem, policy, OPTIONS)
+    assert plan.job_status[0] is JobStatus.DEFERRED
+    assert plan.configurations is not None and plan.configurations.choices[0] is None
+    section = plan.configurations.elastic
+    assert section is not None and section.workers[0] == 0
+    alone = optimus(restrict_jobs(problem, np.array([1, 2])), OptimusParameters(), OPTIONS,
+                    NEVER)
+    assert section.remaining_steps is not None and alone.remaining_steps is not None
+    assert np.allclose(section.remaining_steps[1:], alone.remaining_steps)
+    assert section.remaining_steps[2] > 0  # from the loss curve, not the unknown progress
