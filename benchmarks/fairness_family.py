@@ -2,12 +2,14 @@
 computed in the same run, with the ratio.
 
     python benchmarks/fairness_family.py [--cases NAME ...] [--sizes 64 512 2048] [--seed 0]
-                                         [--limit-s 120]
+                                         [--limit-s 120] [--pop-sizes 100000 1000000]
+                                         [--pop-families distinct catalog]
 
 One function per policy (`CASES`: name -> function (sizes, seed) -> rows), each returning
 `Row`s; add a policy by adding its function to `CASES`. Times are wall seconds on this machine;
 apportion's through `solve()` (validated model in, plan with certificate out). `--limit-s`
-caps every solve and every reference (a capped solve is reported with its termination).
+caps every solve and every reference of the fairness family (a capped solve is reported with
+its termination).
 
 Fairness family (B1-B3):
 
@@ -24,6 +26,24 @@ Fairness family (B1-B3):
 * astraea: one Astraea lease after 20 earlier leases. Reference: the exact integer program (max
   of the smallest projected ratio over whole gangs on types, scipy.optimize.milp, capped by
   --limit-s); the note gives the greedy's smallest ratio, the exact one and the bound.
+
+Elastic family (B7-B9):
+
+* optimus, slaq: the policy's greedy (method = greedy, no exact solve) against the exact
+  allocation of the same objective (method = exact: dynamic program over devices), on two job
+  families: `concave` (Optimus's synchronous speed model: the greedy is provably optimal) and
+  `profiled` (goodput measured at 1, 2, 4, 8, 16 devices with superlinear steps: it is not).
+* lyra: the knapsack phase by dynamic programming against a plain HiGHS MILP of the same
+  multiple-choice knapsack (`elastic_menu.exact` with the DP disabled).
+* lyra_reclaim: reclaiming by the greedy against the MILP, growing the loaned nodes until the
+  MILP needs more than 10 s (the sizes where the exact part solves in < 10 s are printed).
+
+Partitioning (B10):
+
+* pop: weighted max-min fairness, POP with k = 1, 4, 16 against the exact solve, on distinct-row
+  jobs (no aggregation applies) and catalog jobs (it does), at `--pop-sizes`: wall time on this
+  machine, POP's own accounting (setup + slowest sub-problem, i.e. one core per sub-problem),
+  and the objective ratio.
 """
 
 from __future__ import annotations
@@ -33,31 +53,65 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from apportion.datasets.synthetic import distinct_problem
+from apportion.datasets.synthetic import catalog_problem, distinct_problem
 from apportion.formulations import themis_auction as themis
 from apportion.formulations.astraea import tenants_of
+from apportion.formulations.elastic_menu import Menu
+from apportion.formulations.elastic_menu import exact as exact_menu
+from apportion.formulations.elastic_plan import (
+    Placement,
+    holdings,
+    layout_of,
+    run_phases,
+)
 from apportion.formulations.fair_share import water_fill
 from apportion.formulations.gandiva_fair import fair_shares, user_rates, users_of
 from apportion.formulations.gavel_lp import ftf_data
 from apportion.formulations.leases import holding_leases
+from apportion.formulations.lyra import lyra as lyra_outcome
+from apportion.formulations.lyra import reclaim_instance, remaining_steps
+from apportion.formulations.lyra_reclaim import ReclaimInstance, exact_reclaim, greedy_reclaim
 from apportion.formulations.node_pool import node_pools
+from apportion.formulations.optimus import time_saved
 from apportion.formulations.trading import exact_trading
+from apportion.solver.deadline import Deadline
+from apportion.solver.elastic_model import ElasticInputs, LossHistory, SpeedModel
 from apportion.solver.fairness_model import FairnessInputs
-from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions, Tenant
+from apportion.solver.model import (
+    Cluster,
+    Compat,
+    GivenGoodput,
+    PolicyRequest,
+    Problem,
+    SolveOptions,
+    Tenant,
+    make_problem,
+)
 from apportion.solver.parameters import (
     AstraeaParameters,
+    ElasticMethod,
     GandivaFairParameters,
+    LyraParameters,
+    MaxMinFairnessParameters,
+    OptimusParameters,
+    SlaqParameters,
     ThemisAuctionParameters,
 )
 from apportion.solver.solve import solve
 
 T = TypeVar("T")
+GPUS_PER_NODE = 8
+RECLAIM_LIMIT_S = 10.0
+"""The reclaiming MILP's sizes are grown until it needs more than this (s)."""
+
+
 
 
 REFERENCE_LIMIT_S = 120.0
@@ -78,12 +132,16 @@ class Row:
     note: str = ""
 
     def line(self) -> str:
+        obj = f"{self.objective:.6g}" if self.objective is not None else "-"
+        if self.reference == "-":  # no reference for this row
+            return (f"{self.policy:13s} {self.family:9s} {self.jobs:>8d} {self.method:>10s} "
+                    f"{self.seconds:9.3f} {'-':>12s} {'-':>9s} {'-':>9s} {obj:>12s} "
+                    f"{'-':>12s} {'-':>9s}  {self.note}")
         ratio = self.reference_seconds / self.seconds if self.seconds > 0 else float("nan")
         gap = float("nan")
         if self.objective is not None and self.reference_objective is not None:
             gap = abs(self.objective - self.reference_objective) / max(
                 abs(self.reference_objective), 1e-12)
-        obj = f"{self.objective:.6g}" if self.objective is not None else "-"
         ref = f"{self.reference_objective:.6g}" if self.reference_objective is not None else "-"
         return (f"{self.policy:13s} {self.family:9s} {self.jobs:>8d} {self.method:>10s} "
                 f"{self.seconds:9.3f} {self.reference:>12s} {self.reference_seconds:9.3f} "
@@ -333,11 +391,221 @@ def astraea(sizes: list[int], seed: int) -> Iterator[Row]:
 # --------------------------------------------------------------------------------------------
 
 
+# --------------------------------------------------------------------------------------------
+# Elastic family (B7-B9) and POP (B10)
+
+
+def elastic_problem(num_jobs: int, family: str, seed: int = 0, loaned_share: float = 0.0,
+                    running_share: float = 0.0) -> Problem:
+    """`num_jobs` elastic jobs on one GPU type with 2 GPUs per job on 8-GPU nodes, each
+    accepting 1-16 GPUs; remaining steps 1e3-1e5; a 12-point inverse loss history each.
+    `concave`: Optimus synchronous speed models; `profiled`: goodput at 1, 2, 4, 8, 16 GPUs
+    with a superlinear step for a third of the jobs. `loaned_share` of the nodes are loaned
+    by inference; `running_share` of the jobs run now on 1-4 GPUs of one or two nodes."""
+    rng = np.random.default_rng(seed)
+    m = num_jobs
+    nodes = max(2, (2 * m) // GPUS_PER_NODE)
+    problem = make_problem(["gpu"], [nodes * GPUS_PER_NODE], np.ones((m, 1)))
+    jobs = replace(
+        problem.jobs,
+        total_steps=rng.uniform(1e3, 1e5, m),
+        arrival_time_s=rng.uniform(0, 1e4, m),
+        min_devices=np.ones(m, np.int64),
+        max_devices=np.full(m, 16, np.int64),
+        scale_unit=np.ones((m, 1), np.int64),
+    )
+    models: tuple[tuple[SpeedModel | None, ...], ...] = ()
+    if family == "concave":
+        models = tuple(
+            (SpeedModel(True, np.array([rng.uniform(0.002, 0.02), rng.uniform(0.01, 0.2), 0.0,
+                                        rng.uniform(0.0, 0.004), 0.0]), 128.0),)
+            for _ in range(m))
+    else:
+        goodput = []
+        for _ in range(m):
+            base = rng.uniform(0.5, 5.0)
+            efficiency = rng.uniform(0.6, 0.95, 4).cumprod()
+            speeds = base * np.array([1, 2, 4, 8, 16]) * np.concatenate([[1.0], efficiency])
+            if rng.random() < 1 / 3:  # communication-bound until a whole node
+                speeds[1:3] *= 0.5
+            goodput.append(tuple(GivenGoodput(0, 1 if d <= GPUS_PER_NODE else 2, d, float(v))
+                                 for d, v in zip((1, 2, 4, 8, 16), speeds, strict=True)))
+        jobs = replace(jobs, given_goodput=tuple(goodput))
+    steps = np.linspace(0.0, 2000.0, 12)
+    histories = tuple(LossHistory(steps, 0.1 + a / (steps + b)) for a, b in zip(
+        rng.uniform(1.0, 50.0, m), rng.uniform(50.0, 3000.0, m), strict=True))
+    cluster = Cluster(("gpu",), np.array([nodes * GPUS_PER_NODE]), np.ones(1),
+                      tuple(f"n{v}" for v in range(nodes)), np.zeros(nodes, np.int64),
+                      np.full(nodes, GPUS_PER_NODE, np.int64))
+    loaned = rng.choice(nodes, size=int(loaned_share * nodes), replace=False)
+    history = problem.history
+    held: list[tuple[tuple[int, int], ...]] = [()] * m
+    if running_share > 0:
+        free = np.full(nodes, GPUS_PER_NODE)
+        current = np.full(m, -1, np.int64)
+        devices = np.zeros(m, np.int64)
+        for i in rng.choice(m, size=int(running_share * m), replace=False):
+            want = int(rng.integers(1, 5))
+            spots = rng.permutation(nodes)[:2]
+            pairs = []
+            for v in spots:
+                take = min(want, int(free[v]))
+                if take:
+                    pairs.append((int(v), take))
+                    free[v] -= take
+                    want -= take
+            if pairs:
+                held[i] = tuple(pairs)
+                current[i] = 0
+                devices[i] = sum(d for _, d in pairs)
+        history = replace(history, current_type=current, current_devices=devices,
+                          current_nodes=tuple(tuple(v for v, _ in h) for h in held))
+    elastic = ElasticInputs(histories, models, tuple(held), np.sort(loaned).astype(np.int64),
+                            0)
+    return replace(problem, cluster=cluster, jobs=jobs, history=history, elastic=elastic)
+
+
+def _greedy_vs_exact(policy: str, parameters_of: Callable[[ElasticMethod], object],
+                     sizes: list[int], seed: int) -> list[Row]:
+    rows = []
+    for family in ("concave", "profiled"):
+        for m in sizes:
+            problem = elastic_problem(m, family, seed)
+            greedy, g_s = timed(solve, problem, PolicyRequest(
+                policy, parameters_of(ElasticMethod.GREEDY)))
+            best, e_s = timed(solve, problem, PolicyRequest(
+                policy, parameters_of(ElasticMethod.EXACT)))
+            g_cert, e_cert = greedy.certificate, best.certificate
+            rows.append(Row(policy, family, m, "greedy", g_s, g_cert.objective, "exact (DP)",
+                            e_s, e_cert.objective, f"exact: {e_cert.termination}"))
+    return rows
+
+
+def optimus_case(sizes: list[int], seed: int) -> list[Row]:
+    return _greedy_vs_exact(
+        "optimus", lambda method: OptimusParameters(method=method, exact_gap=False), sizes,
+        seed)
+
+
+def slaq_case(sizes: list[int], seed: int) -> list[Row]:
+    return _greedy_vs_exact(
+        "slaq", lambda method: SlaqParameters(method=method, exact_gap=False, horizon_s=600.0),
+        sizes, seed)
+
+
+def knapsack(problem: Problem) -> Menu:
+    """Lyra's phase-2 knapsack of `problem` (no reclaiming)."""
+    layout = layout_of(problem)
+    remaining = remaining_steps(problem)
+    placement = Placement(layout, layout.node_devices.copy(), partial(holdings, problem))
+    phases = run_phases(problem, 64, problem.cluster.count, placement,
+                        lambda i, o: time_saved(float(remaining[i]), o), ElasticMethod.GREEDY,
+                        Deadline.never(), 1e-9, with_exact=False)
+    return phases.menu
+
+
+def lyra_case(sizes: list[int], seed: int) -> list[Row]:
+    """Lyra's plan (its DP), then the same knapsack by a plain HiGHS MILP."""
+    rows = []
+    for family in ("concave", "profiled"):
+        for m in sizes:
+            problem = elastic_problem(m, family, seed, loaned_share=0.25, running_share=0.3)
+            out, ours = timed(lyra_outcome, problem, LyraParameters(),
+                               SolveOptions(relative_gap=1e-9), Deadline.never())
+            cert = out.certificate
+            menu = knapsack(problem)
+            dp, dp_s = timed(exact_menu, menu, problem.cluster.count)
+            milp, milp_s = timed(exact_menu, menu, problem.cluster.count, relative_gap=1e-9,
+                                  cell_limit=-1)
+            dp_value = dp.allocation.objective if dp.allocation else None
+            milp_value = milp.allocation.objective if milp.allocation else None
+            rows.append(Row("lyra", family, m, "plan", ours, cert.objective, "-", 0.0, None,
+                            f"{cert.termination}"))
+            rows.append(Row("lyra-knapsack", family, m, "DP", dp_s, dp_value, "HiGHS MILP",
+                            milp_s, milp_value, f"milp: {milp.status}"))
+    return rows
+
+
+def spread_instance(loaned_nodes: int, seed: int) -> ReclaimInstance:
+    """Two jobs per loaned node, each on 1-6 nodes with 1-4 devices on each; 40% inelastic,
+    the others able to lose a random part of their devices; a quarter of the nodes asked
+    back."""
+    rng = np.random.default_rng(seed)
+    m = 2 * loaned_nodes
+    held = np.zeros((m, loaned_nodes), np.int64)
+    for i in range(m):
+        span = min(int(rng.integers(1, 7)), loaned_nodes)
+        nodes = rng.choice(loaned_nodes, size=span, replace=False)
+        held[i, nodes] = rng.integers(1, 5, size=span)
+    total = held.sum(axis=1)
+    slack = np.where(rng.random(m) < 0.4, 0, rng.integers(0, np.maximum(total, 1)))
+    return ReclaimInstance(held, slack.astype(np.int64), loaned_nodes // 4)
+
+
+def packed_instance(loaned_nodes: int, seed: int) -> ReclaimInstance:
+    """The elastic workload with every node loaned, 60% of the jobs running on 1-4 devices
+    of one or two nodes."""
+    m = loaned_nodes * GPUS_PER_NODE // 2
+    problem = elastic_problem(m, "concave", seed, loaned_share=1.0, running_share=0.6)
+    assert problem.elastic is not None
+    problem = replace(problem, elastic=replace(problem.elastic,
+                                               loaned_nodes=np.arange(loaned_nodes),
+                                               reclaim_nodes=loaned_nodes // 4))
+    return reclaim_instance(problem, 64)
+
+
+def lyra_reclaim_case(sizes: list[int], seed: int) -> Iterator[Row]:
+    """Greedy against the MILP, loaned nodes x 2 per step until the MILP needs more than 10 s
+    (or 1,024 nodes)."""
+    for family, make in (("packed", packed_instance), ("spread", spread_instance)):
+        loaned_nodes = 8
+        while True:
+            instance = make(loaned_nodes, seed)
+            greedy, g_s = timed(greedy_reclaim, instance)
+            best, e_s = timed(exact_reclaim, instance, Deadline.after(3 * RECLAIM_LIMIT_S))
+            value = float(best.cost) if best is not None else None
+            bound = best.bound if best is not None else None
+            status = best.status if best is not None else "no incumbent"
+            yield Row("lyra-reclaim", family, instance.held.shape[0], f"{loaned_nodes} nodes",
+                      g_s, float(greedy.cost), "MILP", e_s, value,
+                      f"k = {instance.count}, MILP {status}, bound {bound}")
+            if e_s > RECLAIM_LIMIT_S or loaned_nodes >= 1024:
+                break
+            loaned_nodes *= 2
+
+
+def pop_case(sizes: list[int], seed: int, families: tuple[str, ...] = ("distinct", "catalog")
+             ) -> Iterator[Row]:
+    """Max-min fairness, POP-k against the exact solve: distinct rows (no aggregation applies)
+    and Gavel-like catalog rows (aggregation into classes does)."""
+    policy = PolicyRequest("weighted_max_min_fairness", MaxMinFairnessParameters())
+    makers = {"distinct": distinct_problem, "catalog": catalog_problem}
+    for family in families:
+        for m in sizes:
+            problem = makers[family](m, seed=seed)
+            exact, e_s = timed(solve, problem, policy)
+            e_cert = exact.certificate
+            for k in (1, 4, 16):
+                plan, p_s = timed(solve, problem, policy, SolveOptions(partitions=k, seed=seed))
+                cert = plan.certificate
+                report = plan.shares.partition
+                pop_time = report.pop_time_s if report is not None else p_s
+                yield Row("pop-max-min", family, m, f"POP-{k}", p_s, cert.objective, "exact",
+                          e_s, e_cert.objective,
+                          f"POP time (setup + slowest) {pop_time:.2f} s, "
+                          f"{report.workers if report else 1} worker(s)")
+
+
 CASES: dict[str, Callable[[list[int], int], list[Row] | Iterator[Row]]] = {
     "themis_first_epoch": themis_first_epoch,
     "themis_steady": themis_steady,
     "gandiva_fair": gandiva_fair,
     "astraea": astraea,
+    "optimus": optimus_case,
+    "slaq": slaq_case,
+    "lyra": lyra_case,
+    "lyra_reclaim": lyra_reclaim_case,
+    "pop": pop_case,
 }
 
 
@@ -348,12 +616,19 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 512, 2048])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--limit-s", type=float, default=REFERENCE_LIMIT_S)
+    parser.add_argument("--pop-sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--pop-families", nargs="+", default=["distinct", "catalog"],
+                        choices=["distinct", "catalog"])
     args = parser.parse_args()
     REFERENCE_LIMIT_S = args.limit_s
     print(HEADER)
     print("-" * len(HEADER))
     for name in args.cases:
-        for row in CASES[name](args.sizes, args.seed):
+        if name == "pop":
+            rows = pop_case(args.pop_sizes, args.seed, tuple(args.pop_families))
+        else:
+            rows = iter(CASES[name](args.sizes, args.seed))
+        for row in rows:
             print(row.line(), flush=True)
 
 

@@ -182,12 +182,61 @@ def dgx_racks() -> service_pb.SolveRequest:
     return request
 
 
+def elastic_lyra() -> service_pb.SolveRequest:
+    """Lyra on two 4-GPU training nodes and two 4-GPU nodes loaned by an inference cluster
+    that asks one back; five jobs: elastic ones with Optimus speed models and loss histories
+    (also solvable with --policy optimus or slaq), a profiled one, a rigid one."""
+    request = _request("lyra")
+    snapshot = request.snapshot
+    snapshot.time_s = 3600.0
+    snapshot.round_duration_s = 300.0
+    _add_type(request, "a100", 16)
+    for k in range(4):
+        snapshot.cluster.nodes.add(name=f"node{k}", accelerator_type="a100", devices=4)
+    snapshot.inference.loaned_nodes.extend(["node2", "node3"])
+    snapshot.inference.reclaim_nodes = 1
+    for job_id, theta, remaining, arrival, lo, hi in (
+        ("bert", (0.004, 0.08, 0.0, 0.003, 0.0), 40_000.0, 0.0, 2, 8),
+        ("gpt-small", (0.008, 0.05, 0.0, 0.001, 0.0), 90_000.0, 600.0, 2, 8),
+        ("vit", (0.006, 0.12, 0.0, 0.004, 0.0), 25_000.0, 1200.0, 1, 4),
+    ):
+        job = snapshot.jobs.add(id=job_id, arrival_time_s=arrival)
+        job.progress.total_steps = remaining + 5000.0
+        job.progress.steps_done = 5000.0
+        job.elasticity.min_devices, job.elasticity.max_devices = lo, hi
+        model = job.speed_model["a100"]
+        model.synchronous = True
+        model.theta.extend(theta)
+        model.batch_size = 256.0
+        steps = [1000.0 * k for k in range(6)]
+        job.loss_history.steps.extend(steps)
+        job.loss_history.loss.extend([round(0.4 + 30.0 / (k + 800.0), 6) for k in steps])
+    resnet = snapshot.jobs.add(id="resnet", arrival_time_s=1800.0)
+    resnet.progress.total_steps = 20_000.0
+    resnet.elasticity.max_devices = 4
+    for devices, goodput in ((1, 2.0), (2, 3.7), (4, 6.4)):
+        resnet.configurations.add(accelerator_type="a100", nodes=1, devices=devices,
+                                  goodput=goodput)
+    rigid = _add_job(request, "rigid", {"a100": 3.0}, scale_factor=2)
+    rigid.arrival_time_s = 2400.0
+    rigid.progress.total_steps = 8000.0
+    for job_id, holdings in (("bert", {"node0": 2, "node2": 2}), ("gpt-small", {"node3": 4})):
+        entry = snapshot.history.jobs.add(job_id=job_id)
+        entry.current.accelerator_type = "a100"
+        entry.current.devices = sum(holdings.values())
+        entry.current.nodes.extend(sorted(holdings))
+        for node, devices in sorted(holdings.items()):
+            entry.node_devices[node] = devices
+    return request
+
+
 BUILDERS: dict[str, Callable[[], service_pb.SolveRequest]] = {
     "four_jobs.json": four_jobs,
     "cluster_32_jobs.json": cluster_32_jobs,
     "invalid.json": invalid,
     "tenants_and_sharing.json": tenants_and_sharing,
     "dgx_racks.json": dgx_racks,
+    "elastic_lyra.json": elastic_lyra,
 }
 
 
@@ -208,8 +257,12 @@ def render(request: service_pb.SolveRequest) -> str:
         return {k: values[k] for k in keys}
 
     for job in snapshot.get("jobs", []):
-        if "throughput" in job:
-            job["throughput"] = ordered(job["throughput"])
+        for name in ("throughput", "speedModel"):
+            if name in job:
+                job[name] = ordered(job[name])
+    for entry in snapshot.get("history", {}).get("jobs", []):
+        if "nodeDevices" in entry:
+            entry["nodeDevices"] = dict(sorted(entry["nodeDevices"].items()))
     for pair in snapshot.get("colocations", []) + snapshot.get("typeColocations", []):
         for name in ("throughputA", "throughputB"):
             if name in pair:

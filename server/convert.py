@@ -14,6 +14,13 @@ from dataclasses import replace
 import numpy as np
 
 from apportion.server.colocation_inputs import colocations, history_partners, with_job_types
+from apportion.server.elastic_inputs import (
+    elastic_parameters,
+    elastic_problem,
+    fill_elastic_response,
+    fill_partition_stats,
+    partition_options,
+)
 from apportion.server.fairness_inputs import (
     fairness_input_violations,
     fairness_inputs,
@@ -609,6 +616,8 @@ def _policy(msg: policy_pb.Policy, violations: list[Violation]) -> PolicyRequest
         parameters = tiresias_parameters[given](getattr(msg, given), violations)
     elif given is not None and given in gavel_parameters:
         parameters = gavel_parameters[given](getattr(msg, given), violations)
+    elif given is not None and given in elastic_parameters:
+        parameters = elastic_parameters[given](getattr(msg, given), violations)
     elif given == "water_filling":
         parameters = WaterFillingParameters(
             heterogeneity_agnostic=msg.water_filling.heterogeneity_agnostic,
@@ -689,6 +698,8 @@ def request_to_model(
         violations.extend(tenant_violations(problem, policy))
         violations.extend(fairness_input_violations(problem, policy))
         problem = sia_problem(request, problem, policy, violations)
+        problem = elastic_problem(request, problem, policy, violations)
+    options = partition_options(request.options, problem, policy, options, violations)
     if violations or policy is None:
         raise ValidationError(violations)
     return problem, policy, options
@@ -724,6 +735,7 @@ def plan_to_response(
     stats.model_size.integer_variables = cert.model_size.integer_variables
     stats.max_constraint_violation = cert.max_violation
     stats.time_limit_s = time_limit_s
+    fill_partition_stats(plan, stats)
     has_plan = cert.termination in (
         Termination.OPTIMAL,
         Termination.OPTIMAL_INACCURATE,
@@ -779,6 +791,7 @@ def plan_to_response(
     fill_market_response(plan, problem, out)
     fill_sia_response(plan, problem, out)
     fill_fairness_response(plan, problem, out)
+    fill_elastic_response(plan, problem, response)
     for scheduled in shares.rounds:
         round_msg = out.rounds.add(index=scheduled.index)
         for grant in scheduled.grants:

@@ -72,10 +72,13 @@ def _format_rows(header: Sequence[str], rows: Sequence[Sequence[str]], left: int
 
 
 def _job_row(
-    job: service_pb.JobAllocation, type_names: Sequence[str], with_status: bool
+    job: service_pb.JobAllocation, type_names: Sequence[str], with_status: bool,
+    with_devices: bool = False,
 ) -> list[str]:
     row = [_clip(job.job_id)]
     row += [_share(job.time_share.get(name, 0.0)) for name in type_names]
+    if with_devices:
+        row.append(str(job.configuration.devices) if job.HasField("configuration") else "-")
     row += [
         _number(job.effective_throughput),
         _number(job.normalized_throughput),
@@ -101,15 +104,22 @@ def plan_table(
         return f"(no plan: termination {reason})"
     names = list(type_names) or sorted({n for job in jobs for n in job.time_share})
     with_status = any(job.status != service_pb.JOB_STATUS_ALLOCATED for job in jobs)
-    header = ["job", *names, "throughput", "normalized", "level"]
+    with_devices = any(job.HasField("configuration") for job in jobs)
+    header = ["job", *names, *(["devices"] if with_devices else []),
+              "throughput", "normalized", "level"]
     if with_status:
         header.append("status")
     shown = jobs if max_rows <= 0 else jobs[:max_rows]
-    rows = [_job_row(job, names, with_status) for job in shown]
+    rows = [_job_row(job, names, with_status, with_devices) for job in shown]
     lines = _format_rows(header, rows)
     hidden = len(jobs) - len(shown)
     if hidden:
         lines.append(f"... {hidden} more jobs (use --all to print every job)")
+    if response.plan.HasField("reclaim"):
+        reclaim = response.plan.reclaim
+        preempted = ", ".join(reclaim.preempted_job_ids) or "none"
+        lines.append(f"reclaimed nodes: {', '.join(reclaim.nodes) or 'none'}; preempted: "
+                     f"{preempted}")
     return "\n".join(lines)
 
 
@@ -250,6 +260,8 @@ def policy_list(specs: Iterable[PolicySpec]) -> str:
         lines += _wrapped("aliases", _joined(sorted(spec.aliases)))
         lines += _wrapped("parameters", spec.parameters_message or "none")
         lines += _wrapped("inputs", _joined(spec.required_inputs))
+        if spec.capabilities.partitionable:
+            lines += _wrapped("options", "partitions (POP: k sub-problems in parallel)")
         lines += _wrapped("description", spec.description)
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

@@ -2,8 +2,9 @@
 
 `sia_parameters` maps a `Policy.parameters` oneof field to a converter of its message;
 `sia_problem` adds the per-configuration goodput, elasticity, Pollux models and restart
-penalties to the model and checks them (only when the resolved policy is sia or pollux: other
-policies ignore these fields). Every problem becomes `Violation(field_path, description)`.
+penalties to the model and checks them (only when the resolved policy reads configurations:
+sia, pollux and the elastic policies; other policies ignore these fields). Every problem
+becomes `Violation(field_path, description)`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from apportion.solver.errors import Violation
 from apportion.solver.model import GivenGoodput, PolicyRequest, PolluxJobModel, Problem
 from apportion.solver.parameters import PolluxParameters, SiaParameters
+from apportion.solver.registry import lookup
 from apportion.solver.result import Plan
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
@@ -189,7 +191,7 @@ def sia_problem(
 
     Also withdraws convert's "no usable accelerator type" throughput error for jobs that give
     per-configuration goodput or a Pollux model instead of throughput."""
-    if policy.name not in SIA_POLICIES:
+    if not lookup(policy.name).capabilities.reads_configurations:
         return problem
     snap = request.snapshot
     cluster = problem.cluster
@@ -305,7 +307,8 @@ def sia_problem(
         restart_penalty_s=delta,
     )
     problem = replace(problem, jobs=jobs)
-    _check_current(request, problem, policy, violations)
+    if policy.name in SIA_POLICIES:  # the others choose any device count
+        _check_current(request, problem, policy, violations)
     return problem
 
 

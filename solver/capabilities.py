@@ -67,9 +67,18 @@ class Capabilities:
     """Reads `jobs[].epoch_profile` and epoch progress (planning-window policies)."""
     reads_configurations: bool = False
     """Reads per-configuration goodput (`jobs[].configurations`, `jobs[].pollux`, elasticity)."""
+    reads_loss_history: bool = False
+    """Reads `jobs[].loss_history` (fitted loss curves: optimus, slaq)."""
+    reads_inference: bool = False
+    """Reads `snapshot.inference` (servers loaned by an inference cluster, reclaiming: lyra)
+    and `history.jobs[].node_devices`."""
     round_schedule: bool = False
     """Its time-share plan can be turned into rounds (`options.schedule_rounds`): Gavel's round
     mechanism, unless the policy returns rounds of its own (Gandiva_fair's stride quanta)."""
+    partitionable: bool = False
+    """`options.partitions = k` may split its jobs and capacity into k sub-problems solved in
+    parallel (POP, `apportion.solver.partition`); its `score` entry point evaluates a time
+    share on the whole problem."""
     relative_gap: float | None = None
     """The policy's own default gap tolerance; None = `DEFAULT_RELATIVE_GAP[problem_class]`."""
     placement_stage: bool = True

@@ -19,10 +19,10 @@ from apportion.solver.arrays import FloatArray as FloatArray  # re-exported: the
 from apportion.solver.arrays import IntArray as IntArray
 
 if TYPE_CHECKING:
+    from apportion.solver.elastic_model import ElasticInputs
     from apportion.solver.fairness_model import FairnessInputs
     from apportion.solver.stages import AdmissionParameters, PlacementParameters
     from apportion.solver.topology import PlacementInputs, Topology
-
 
 class Compat(StrEnum):
     """Reproduce an upstream system's quirks (formulations.md C1); NONE = corrected behaviour."""
@@ -292,6 +292,9 @@ class Problem:
     placement: PlacementInputs | None = None
     """Per-job placement inputs and cell quotas (`apportion.solver.topology`); None = none
     given (every job with the defaults of `PlacementJobs.defaults`)."""
+    elastic: ElasticInputs | None = None
+    """Loss histories, speed models, per-node holdings and loaned servers of the elastic
+    policies (optimus, slaq, lyra); None = none given."""
 
     @property
     def usable(self) -> NDArray[np.bool_]:
@@ -306,6 +309,16 @@ class SolverPreference(StrEnum):
     HIGHS = "highs"
 
 
+class PartitionMode(StrEnum):
+    """How POP assigns jobs to sub-problems (B10)."""
+
+    RANDOM = "random"
+    """Each job independently uniform at random (seeded by `SolveOptions.seed`), POP's client
+    partitioning."""
+    MODULO = "modulo"
+    """Job position in the snapshot modulo k (POP's Figure 2 script, with jobs in id order)."""
+
+
 @dataclass(frozen=True)
 class SolveOptions:
     """How to solve (all optional)."""
@@ -318,6 +331,13 @@ class SolveOptions:
     seed: int = 0
     solver: SolverPreference = SolverPreference.AUTO
     schedule_rounds: int = 0
+    partitions: int = 0
+    """POP (B10): solve k sub-problems, each with a share of the jobs and floor(W/k) devices of
+    every type, in parallel worker processes; 0 or 1 = the policy's exact solve."""
+    partition_mode: PartitionMode = PartitionMode.RANDOM
+    partition_exact_gap: bool = False
+    """With partitions > 1, also solve the whole problem and report the partitioned plan's gap
+    to its proven bound."""
 
 
 @dataclass(frozen=True)

@@ -270,3 +270,59 @@ class TiresiasParameters:
     admission: TiresiasAdmission = TiresiasAdmission.COUNT
     consolidate_skew_above: float = 0.0
     """Jobs with tensor skew above this run inside one node (0 = off)."""
+class ElasticMethod(StrEnum):
+    """How an elastic policy distributes devices beyond every job's base allocation."""
+
+    GREEDY = "greedy"
+    """The policy's own marginal-gain rule (Optimus, SLAQ)."""
+    EXACT = "exact"
+    """The optimum of the same objective (dynamic program, or MILP)."""
+
+
+@dataclass(frozen=True)
+class OptimusParameters:
+    """Optimus's marginal-gain allocation (B8)."""
+
+    method: ElasticMethod = ElasticMethod.GREEDY
+    convergence_fraction: float = 0.01
+    """A job whose remaining work comes from its loss curve converges when the loss's excess
+    over the fitted asymptote has fallen to this fraction of its excess at the first reported
+    step (in (0, 1))."""
+    max_devices: int = 64
+    """Most devices per job when its elasticity sets no maximum (>= 1)."""
+    exact_gap: bool = True
+    """With the greedy, also solve exactly to report the greedy's gap (the bound)."""
+
+
+@dataclass(frozen=True)
+class SlaqParameters:
+    """SLAQ's quality-driven allocation (B9)."""
+
+    method: ElasticMethod = ElasticMethod.GREEDY
+    horizon_s: float = 0.0
+    """Prediction horizon (s); 0 = the snapshot's round duration, or 60 s without one."""
+    recency_decay: float = 0.9
+    """Weight of a loss point = decay^(points after it), in (0, 1] (1 = equal weights)."""
+    max_devices: int = 64
+    exact_gap: bool = True
+
+
+class ReclaimMethod(StrEnum):
+    """How Lyra chooses the loaned nodes to give back (B7)."""
+
+    GREEDY = "greedy"
+    """Lyra's rule: the node with the lowest added preemption cost, one at a time."""
+    EXACT = "exact"
+    """The fewest preempted jobs (MILP)."""
+
+
+@dataclass(frozen=True)
+class LyraParameters:
+    """Lyra's capacity loaning and elastic allocation (B7)."""
+
+    reclaim_method: ReclaimMethod = ReclaimMethod.GREEDY
+    reclaim_exact_gap: bool = True
+    """With the greedy reclaiming, also solve the MILP (when at most `RECLAIM_EXACT_NODES`
+    loaned nodes) to report its gap."""
+    max_devices: int = 64
+    """Most devices per job when its elasticity sets no maximum (>= 1)."""

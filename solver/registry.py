@@ -74,6 +74,11 @@ class PolicySpec:
     aliases: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     """Alias name -> parameter values the alias forces."""
 
+    score_entry_point: str = ""
+    """"module:function" evaluating a time share X on the whole problem, (problem,
+    parameters, compat, X) -> `TimeShareScore`; set on partitionable policies (POP reports
+    the partitioned plan with the whole problem's normalizers)."""
+
     packed_entry_point: str = ""
     """"module:function" solving the policy with space sharing (pairs of jobs sharing devices),
     used when the parameters set `space_sharing` and the snapshot has pair throughputs; "" =
@@ -115,12 +120,14 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.max_min_fairness:solve_policy",
+        score_entry_point="apportion.formulations.time_share_scores:score_max_min",
         packed_entry_point="apportion.formulations.space_sharing:solve_packed",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
             uses_colocations=True,
             round_schedule=True,
+            partitionable=True,
         ),
         aliases={
             "max_min_fairness_perf": {"heterogeneity_agnostic": False},
@@ -151,6 +158,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.water_filling:solve_policy",
+        score_entry_point="apportion.formulations.time_share_scores:score_water_filling",
         packed_entry_point="apportion.formulations.packed_water_filling:solve_packed_water_filling",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
@@ -158,6 +166,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             reads_tenants=True,
             uses_colocations=True,
             round_schedule=True,
+            partitionable=True,
         ),
         aliases={
             "max_min_fairness_water_filling_perf": {"heterogeneity_agnostic": False},
@@ -235,12 +244,14 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.gavel_lp:solve_max_sum_throughput",
+        score_entry_point="apportion.formulations.time_share_scores:score_max_sum",
         packed_entry_point="apportion.formulations.packed_gavel:solve_max_sum_throughput_packed",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
             uses_colocations=True,
             round_schedule=True,
+            partitionable=True,
         ),
         aliases={"max_sum_throughput_perf": {}},
     ),
@@ -266,10 +277,12 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.gavel_lp:solve_cost_throughput",
+        score_entry_point="apportion.formulations.time_share_scores:score_cost",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
             round_schedule=True,
+            partitionable=True,
         ),
         aliases={
             "max_sum_throughput_normalized_by_cost_perf": {"use_slos": False},
@@ -294,6 +307,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=False,
         entry_point="apportion.formulations.gavel_lp:solve_min_makespan",
+        score_entry_point="apportion.formulations.time_share_scores:score_makespan",
         packed_entry_point="apportion.formulations.packed_gavel:solve_min_makespan_packed",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
@@ -301,6 +315,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             needs_remaining_work=True,
             uses_colocations=True,
             round_schedule=True,
+            partitionable=True,
         ),
         aliases={
             "min_total_duration_perf": {},
@@ -330,6 +345,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=False,
         entry_point="apportion.formulations.gavel_lp:solve_finish_time_fairness",
+        score_entry_point="apportion.formulations.time_share_scores:score_finish_time_fairness",
         packed_entry_point="apportion.formulations.packed_gavel:solve_finish_time_fairness_packed",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
@@ -338,6 +354,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             needs_history=True,
             uses_colocations=True,
             round_schedule=True,
+            partitionable=True,
         ),
         aliases={
             "finish_time_fairness_perf": {},
@@ -545,9 +562,110 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
     ),
     PolicySpec(
+        name="optimus",
+        description=(
+            "Optimus (EuroSys'18, B8): every job starts at its smallest allocation in order, "
+            "then one worker (or parameter server) at a time goes to the job whose predicted "
+            "remaining time Q/f drops most per dominant share of the devices added. Q from "
+            "the job's loss history (fitted 1/(b0 k + b1) + b2, non-negative least squares) or "
+            "its progress; f from its Optimus speed model, configurations or throughput. "
+            "Greedy (heuristic) with the exact allocation of the same objective (dynamic "
+            "program / MILP) as bound, or method = exact."
+        ),
+        parameters_type=_params.OptimusParameters,
+        parameters_message="apportion.v1.OptimusParameters",
+        parameters_field="optimus",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "cluster.nodes",
+            "jobs[].speed_model | jobs[].configurations | jobs[].throughput",
+            "jobs[].loss_history | jobs[].progress",
+            "jobs[].elasticity",
+            "jobs[].arrival_time_s",
+            "history.jobs[].current",
+            "history.jobs[].node_devices",
+        ),
+        maximize=False,
+        entry_point="apportion.formulations.optimus:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.CONFIGURATION,
+            ProblemClass.MILP,
+            needs_history=True,
+            reads_configurations=True,
+            reads_loss_history=True,
+        ),
+    ),
+    PolicySpec(
+        name="slaq",
+        description=(
+            "SLAQ (SoCC'17, B9): every job starts at its smallest allocation in order, then "
+            "one device at a time goes to the job with the largest predicted normalized loss "
+            "reduction over the horizon (loss curve fitted to its recent-weighted history). "
+            "Greedy (heuristic) with the exact allocation of the same objective as bound, or "
+            "method = exact."
+        ),
+        parameters_type=_params.SlaqParameters,
+        parameters_message="apportion.v1.SlaqParameters",
+        parameters_field="slaq",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "cluster.nodes",
+            "round_duration_s",
+            "jobs[].loss_history",
+            "jobs[].speed_model | jobs[].configurations | jobs[].throughput",
+            "jobs[].elasticity",
+            "jobs[].arrival_time_s",
+            "history.jobs[].current",
+            "history.jobs[].node_devices",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.slaq:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.CONFIGURATION,
+            ProblemClass.MILP,
+            needs_history=True,
+            reads_configurations=True,
+            reads_loss_history=True,
+        ),
+    ),
+    PolicySpec(
+        name="lyra",
+        description=(
+            "Lyra (EuroSys'23, B7): gives back the k loaned servers the inference cluster asks "
+            "for with the fewest preempted jobs (greedy with the MILP's bound, or MILP), then "
+            "base demands in order on training servers, then extra workers to elastic jobs as "
+            "a multiple-choice knapsack solved exactly by dynamic programming (predicted "
+            "completion-time reduction), placed on loaned servers first."
+        ),
+        parameters_type=_params.LyraParameters,
+        parameters_message="apportion.v1.LyraParameters",
+        parameters_field="lyra",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "cluster.nodes",
+            "inference.loaned_nodes",
+            "inference.reclaim_nodes",
+            "jobs[].speed_model | jobs[].configurations | jobs[].throughput",
+            "jobs[].elasticity",
+            "jobs[].progress",
+            "jobs[].arrival_time_s",
+            "history.jobs[].current",
+            "history.jobs[].node_devices",
+        ),
+        maximize=False,
+        entry_point="apportion.formulations.lyra:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.CONFIGURATION,
+            ProblemClass.MILP,
+            needs_history=True,
+            reads_configurations=True,
+            reads_inference=True,
+        ),
+    ),
+    PolicySpec(
         name="pollux",
         description=(
-            "Pollux's cluster objective (formulations.md B4, OSDI'21 artifact version): "
+            "Pollux's cluster objective (B4, OSDI'21 artifact version): "
             "maximize the p-mean of (speedup + 1e-3) over jobs, speedup = goodput / goodput at "
             "the job's fair share of GPUs, times the restart factor off the current "
             "configuration. Solved exactly as an ILP over Sia's configurations (Pollux uses a "

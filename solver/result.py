@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -174,6 +174,31 @@ Colocated = tuple[tuple[int, int, int, float], ...]
 
 
 @dataclass(frozen=True)
+class PartitionReport:
+    """How a POP solve went (`SolveOptions.partitions`, B10)."""
+
+    partitions: int
+    mode: str
+    workers: int
+    """Worker processes used (bounded by the machine's cores)."""
+    setup_time_s: float
+    """Partitioning and sending the sub-problems (s)."""
+    sub_solve_time_s: tuple[float, ...]
+    """Per sub-problem, its solve time in its worker (s; 0 for empty or unsolved ones)."""
+    sub_termination: tuple[Termination, ...]
+    """Per sub-problem, how its solve ended (NO_SOLUTION when it never reported)."""
+    exact_objective: float | None = None
+    """The unpartitioned solve's objective (`partition_exact_gap`), None = not run."""
+    exact_termination: Termination | None = None
+    exact_time_s: float = 0.0
+
+    @property
+    def pop_time_s(self) -> float:
+        """POP's own accounting: setup plus the slowest sub-problem (k-way parallelism)."""
+        return self.setup_time_s + max(self.sub_solve_time_s, default=0.0)
+
+
+@dataclass(frozen=True)
 class ShareSection:
     """What time-share plans carry beside the time shares (every plan has one, empty unless
     the policy fills it)."""
@@ -190,6 +215,9 @@ class ShareSection:
     """(m,) R_i at this call (steps), returned with the finish-time state; None = n/a."""
     slo_shortfall: FloatArray | None = None
     """(m,) normalized SLO shortfall e_i in [0, 1] (NaN = the job has no SLO); None = n/a."""
+    partition: PartitionReport | None = None
+    """POP: how the partitioned solve went (`SolveOptions.partitions`); None = not
+    partitioned."""
 
 
 @dataclass(frozen=True)
@@ -203,11 +231,69 @@ class QueueSection:
 
 
 @dataclass(frozen=True)
+class ElasticSection:
+    """What the elastic policies (optimus, slaq, lyra) add to their configuration plans; every
+    per-job array is aligned with the problem's jobs."""
+
+    workers: NDArray[np.int64]
+    """(m,) workers allocated (each `Elasticity.scale_unit` devices), 0 = none."""
+    parameter_servers: NDArray[np.int64]
+    """(m,) parameter servers allocated (Optimus's parameter-server form), 0 = none."""
+    base_devices: NDArray[np.int64]
+    """(m,) devices of the job's smallest allocation on its type (its base demand), 0 = not
+    admitted."""
+    parameter_server_nodes: tuple[tuple[tuple[str, int], ...], ...] = ()
+    """Per job, (node name, devices) of its parameter servers."""
+    remaining_steps: FloatArray | None = None
+    """(m,) predicted remaining steps (optimus, lyra); None = n/a."""
+    remaining_time_s: FloatArray | None = None
+    """(m,) predicted remaining time at the allocated speed (s; inf = not allocated)."""
+    loss_reduction: FloatArray | None = None
+    """(m,) predicted normalized loss reduction over the horizon (slaq)."""
+    exact_objective: float | None = None
+    """The objective of the exact allocation of the same problem, when it was computed."""
+    reclaimed_nodes: tuple[str, ...] = ()
+    """lyra: loaned nodes given back to the inference cluster."""
+    preempted: NDArray[np.bool_] | None = None
+    """(m,) lyra: running jobs preempted by the reclaiming."""
+    reclaim: Certificate | None = None
+    """lyra: the reclaiming's preemption cost (objective), its proven bound and method."""
+
+    def expanded(self, index: NDArray[np.int64], m: int) -> ElasticSection:
+        """The section of the jobs `index` laid out over m jobs (the others get nothing)."""
+
+        def rows(array: NDArray[Any], fill: Any) -> NDArray[Any]:
+            out = np.full(m, fill, dtype=array.dtype)
+            out[index] = array
+            return out
+
+        def maybe(array: NDArray[Any] | None, fill: Any) -> NDArray[Any] | None:
+            return None if array is None else rows(array, fill)
+
+        nodes: list[tuple[tuple[str, int], ...]] = [()] * m
+        for k, i in enumerate(index.tolist()):
+            nodes[i] = self.parameter_server_nodes[k] if self.parameter_server_nodes else ()
+        return replace(
+            self,
+            workers=rows(self.workers, 0),
+            parameter_servers=rows(self.parameter_servers, 0),
+            base_devices=rows(self.base_devices, 0),
+            parameter_server_nodes=tuple(nodes),
+            remaining_steps=maybe(self.remaining_steps, np.nan),
+            remaining_time_s=maybe(self.remaining_time_s, np.inf),
+            loss_reduction=maybe(self.loss_reduction, 0.0),
+            preempted=maybe(self.preempted, False),
+        )
+
+
+@dataclass(frozen=True)
 class ConfigurationSection:
-    """Configuration plans (sia, pollux)."""
+    """Configuration plans (sia, pollux, and the elastic policies optimus, slaq, lyra)."""
 
     choices: tuple[ConfigurationChoice | None, ...]
     """Per job, the chosen configuration; None = none."""
+    elastic: ElasticSection | None = None
+    """The elastic policies' workers, parameter servers and predictions; None = n/a."""
 
 
 @dataclass(frozen=True)

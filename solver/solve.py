@@ -31,7 +31,8 @@ def solve(
     receives `options` with `relative_gap` resolved (the request's, or the policy's default).
     Never raises for infeasible, unbounded or timed-out solves: those come back as a plan whose
     certificate says so; and a plan says `optimal` only when its certificate proves it
-    (`apportion.solver.certificate.enforce`).
+    (`apportion.solver.certificate.enforce`). `options.partitions` > 1 solves a partitionable
+    policy by POP (`apportion.solver.partition`); other policies raise ValueError then.
 
     Stages around the policy (Blox-style composition): `policy.admission` decides which jobs
     the policy sees (the others come back deferred); `options.schedule_rounds` turns time
@@ -52,9 +53,18 @@ def solve(
     due = (deadline or Deadline.never()).within(opts.time_limit_s)
     tolerance = opts.relative_gap or spec.capabilities.default_relative_gap
     opts = replace(opts, relative_gap=tolerance)
-    formulation = spec.load(problem, policy.parameters)
     started = time.perf_counter()
-    plan = formulation(problem, policy.parameters, policy.compat, opts, due)
+    if opts.partitions > 1:
+        if not spec.capabilities.partitionable or getattr(policy.parameters, "space_sharing",
+                                                          False):
+            raise ValueError(f"policy {spec.name!r} cannot be partitioned (POP takes the LP "
+                             "time-share policies, without space sharing)")
+        from apportion.solver.partition import solve_partitioned
+
+        plan = solve_partitioned(problem, spec, policy, opts, due)
+    else:
+        formulation = spec.load(problem, policy.parameters)
+        plan = formulation(problem, policy.parameters, policy.compat, opts, due)
     wall = time.perf_counter() - started
     cert = plan.certificate
     if cert.build_time_s + cert.solve_time_s > wall:  # keep the reported split consistent

@@ -97,8 +97,9 @@ def restrict_jobs(problem: Problem, index: IntArray) -> Problem:
     placement = problem.placement
     if placement is not None:
         placement = PlacementInputs(_take(placement.jobs, index, m), placement.cell_quotas)
+    elastic = problem.elastic.take(index) if problem.elastic is not None else None
     return replace(problem, jobs=_take(problem.jobs, index, m), history=history,
-                   colocations=colocations, placement=placement)
+                   colocations=colocations, placement=placement, elastic=elastic)
 
 
 def expand_plan(plan: Plan, index: IntArray, m: int, reason: str) -> Plan:
@@ -137,7 +138,10 @@ def expand_plan(plan: Plan, index: IntArray, m: int, reason: str) -> Plan:
                               tuple(_queue(q, back) for q in queues.device_queues))
     configurations = plan.configurations
     if configurations is not None:
-        configurations = ConfigurationSection(per_job(configurations.choices, None))
+        elastic = configurations.elastic
+        configurations = ConfigurationSection(
+            per_job(configurations.choices, None),
+            elastic.expanded(back, m) if elastic is not None else None)
     market = plan.market
     if market is not None:
         market = MarketSection(rows(market.spending))

@@ -244,6 +244,7 @@ class Plan(_message.Message):
     USER_SHARES_FIELD_NUMBER: _builtins.int
     TRADES_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
+    RECLAIM_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobAllocation]:
         """One entry per job of the snapshot, in the snapshot's order."""
@@ -290,6 +291,10 @@ class Plan(_message.Message):
         comparisons with other placers, time-shift and quota reports.
         """
 
+    @_builtins.property
+    def reclaim(self) -> Global___Reclaim:
+        """lyra: the loaned nodes given back to the inference cluster and what it cost."""
+
     def __init__(
         self,
         *,
@@ -302,10 +307,11 @@ class Plan(_message.Message):
         user_shares: _abc.Iterable[Global___UserShare] | None = ...,
         trades: _abc.Iterable[Global___Trade] | None = ...,
         placement: Global___PlacementSummary | None = ...,
+        reclaim: Global___Reclaim | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["placement", b"placement"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["placement", b"placement", "reclaim", b"reclaim"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "colocated", b"colocated", "device_queues", b"device_queues", "jobs", b"jobs", "placement", b"placement", "rounds", b"rounds", "tenant_usage", b"tenant_usage", "trades", b"trades", "user_shares", b"user_shares"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "colocated", b"colocated", "device_queues", b"device_queues", "jobs", b"jobs", "placement", b"placement", "reclaim", b"reclaim", "rounds", b"rounds", "tenant_usage", b"tenant_usage", "trades", b"trades", "user_shares", b"user_shares"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -749,6 +755,136 @@ class QuotaSlack(_message.Message):
 Global___QuotaSlack: _TypeAlias = QuotaSlack  # noqa: Y015
 
 @_typing.final
+class Reclaim(_message.Message):
+    """Lyra's reclaiming: which loaned nodes go back, the jobs preempted, and the certificate of
+    the preemption count (its proven lower bound from the MILP, when it ran).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODES_FIELD_NUMBER: _builtins.int
+    PREEMPTED_JOB_IDS_FIELD_NUMBER: _builtins.int
+    PREEMPTED_JOBS_FIELD_NUMBER: _builtins.int
+    BOUND_FIELD_NUMBER: _builtins.int
+    TERMINATION_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    preempted_jobs: _builtins.float
+    """Preempted jobs (the objective minimized)."""
+    bound: _builtins.float
+    """Proven lower bound on the fewest preempted jobs (unset = none)."""
+    termination: Global___TerminationReason.ValueType
+    method: _builtins.str
+    """How the nodes were chosen (greedy or MILP) and the MILP's result beside the greedy."""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def preempted_job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        nodes: _abc.Iterable[_builtins.str] | None = ...,
+        preempted_job_ids: _abc.Iterable[_builtins.str] | None = ...,
+        preempted_jobs: _builtins.float = ...,
+        bound: _builtins.float | None = ...,
+        termination: Global___TerminationReason.ValueType = ...,
+        method: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bound", b"_bound", "bound", b"bound"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bound", b"_bound", "bound", b"bound", "method", b"method", "nodes", b"nodes", "preempted_job_ids", b"preempted_job_ids", "preempted_jobs", b"preempted_jobs", "termination", b"termination"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__bound: _TypeAlias = _typing.Literal["bound"]  # noqa: Y015
+    _WhichOneofArgType__bound: _TypeAlias = _typing.Literal["_bound", b"_bound"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__bound) -> _WhichOneofReturnType__bound | None: ...
+
+Global___Reclaim: _TypeAlias = Reclaim  # noqa: Y015
+
+@_typing.final
+class ElasticAllocation(_message.Message):
+    """What the elastic policies (optimus, slaq, lyra) allocate to a job beyond its
+    JobAllocation.configuration (type, devices, nodes of its workers; goodput = predicted speed).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ParameterServerNodesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    WORKERS_FIELD_NUMBER: _builtins.int
+    PARAMETER_SERVERS_FIELD_NUMBER: _builtins.int
+    BASE_DEVICES_FIELD_NUMBER: _builtins.int
+    PARAMETER_SERVER_NODES_FIELD_NUMBER: _builtins.int
+    REMAINING_STEPS_FIELD_NUMBER: _builtins.int
+    REMAINING_TIME_S_FIELD_NUMBER: _builtins.int
+    LOSS_REDUCTION_FIELD_NUMBER: _builtins.int
+    PREEMPTED_FIELD_NUMBER: _builtins.int
+    workers: _builtins.int
+    """Workers (each elasticity.scale_unit devices) and parameter servers allocated."""
+    parameter_servers: _builtins.int
+    base_devices: _builtins.int
+    """Devices of the job's smallest allocation on its type (its base demand)."""
+    remaining_steps: _builtins.float
+    """optimus, lyra: predicted remaining steps (from the loss curve or progress) and remaining
+    time at the allocated speed (s); unset when unknown.
+    """
+    remaining_time_s: _builtins.float
+    loss_reduction: _builtins.float
+    """slaq: predicted loss reduction over the horizon, normalized by the job's loss range."""
+    preempted: _builtins.bool
+    """lyra: the job was running and is preempted by the reclaiming."""
+    @_builtins.property
+    def parameter_server_nodes(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Parameter servers' devices per node (on SpeedModel.parameter_server_type)."""
+
+    def __init__(
+        self,
+        *,
+        workers: _builtins.int = ...,
+        parameter_servers: _builtins.int = ...,
+        base_devices: _builtins.int = ...,
+        parameter_server_nodes: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        remaining_steps: _builtins.float | None = ...,
+        remaining_time_s: _builtins.float | None = ...,
+        loss_reduction: _builtins.float | None = ...,
+        preempted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_loss_reduction", b"_loss_reduction", "_remaining_steps", b"_remaining_steps", "_remaining_time_s", b"_remaining_time_s", "loss_reduction", b"loss_reduction", "remaining_steps", b"remaining_steps", "remaining_time_s", b"remaining_time_s"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_loss_reduction", b"_loss_reduction", "_remaining_steps", b"_remaining_steps", "_remaining_time_s", b"_remaining_time_s", "base_devices", b"base_devices", "loss_reduction", b"loss_reduction", "parameter_server_nodes", b"parameter_server_nodes", "parameter_servers", b"parameter_servers", "preempted", b"preempted", "remaining_steps", b"remaining_steps", "remaining_time_s", b"remaining_time_s", "workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__loss_reduction: _TypeAlias = _typing.Literal["loss_reduction"]  # noqa: Y015
+    _WhichOneofArgType__loss_reduction: _TypeAlias = _typing.Literal["_loss_reduction", b"_loss_reduction"]  # noqa: Y015
+    _WhichOneofReturnType__remaining_steps: _TypeAlias = _typing.Literal["remaining_steps"]  # noqa: Y015
+    _WhichOneofArgType__remaining_steps: _TypeAlias = _typing.Literal["_remaining_steps", b"_remaining_steps"]  # noqa: Y015
+    _WhichOneofReturnType__remaining_time_s: _TypeAlias = _typing.Literal["remaining_time_s"]  # noqa: Y015
+    _WhichOneofArgType__remaining_time_s: _TypeAlias = _typing.Literal["_remaining_time_s", b"_remaining_time_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__loss_reduction) -> _WhichOneofReturnType__loss_reduction | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__remaining_steps) -> _WhichOneofReturnType__remaining_steps | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__remaining_time_s) -> _WhichOneofReturnType__remaining_time_s | None: ...
+
+Global___ElasticAllocation: _TypeAlias = ElasticAllocation  # noqa: Y015
+
+@_typing.final
 class ColocatedShare(_message.Message):
     """Two jobs sharing the same devices of one type for a fraction of the time."""
 
@@ -888,6 +1024,7 @@ class JobAllocation(_message.Message):
     GPU_TIME_S_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
     ADMISSION_FIELD_NUMBER: _builtins.int
+    ELASTIC_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     status: Global___JobStatus.ValueType
     reason: _builtins.str
@@ -984,6 +1121,10 @@ class JobAllocation(_message.Message):
     def admission(self) -> Global___AdmissionResult:
         """Admission-ordering policies (tiresias): queue, priority and the state to send back."""
 
+    @_builtins.property
+    def elastic(self) -> Global___ElasticAllocation:
+        """Elastic policies (optimus, slaq, lyra): workers, parameter servers and predictions."""
+
     def __init__(
         self,
         *,
@@ -1014,10 +1155,11 @@ class JobAllocation(_message.Message):
         gpu_time_s: _builtins.float | None = ...,
         placement: Global___JobPlacement | None = ...,
         admission: Global___AdmissionResult | None = ...,
+        elastic: Global___ElasticAllocation | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "admission", b"admission", "auction", b"auction", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "gpu_time_s", b"gpu_time_s", "isolated_throughput", b"isolated_throughput", "lease", b"lease", "placement", b"placement", "queue", b"queue", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "stride_pass", b"stride_pass"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "admission", b"admission", "auction", b"auction", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "elastic", b"elastic", "gpu_time_s", b"gpu_time_s", "isolated_throughput", b"isolated_throughput", "lease", b"lease", "placement", b"placement", "queue", b"queue", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "stride_pass", b"stride_pass"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "admission", b"admission", "auction", b"auction", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "dual", b"dual", "effective_throughput", b"effective_throughput", "gpu_time_s", b"gpu_time_s", "isolated_throughput", b"isolated_throughput", "job_id", b"job_id", "lease", b"lease", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "placement", b"placement", "queue", b"queue", "reason", b"reason", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "status", b"status", "stride_pass", b"stride_pass", "time_share", b"time_share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "admission", b"admission", "auction", b"auction", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "dual", b"dual", "effective_throughput", b"effective_throughput", "elastic", b"elastic", "gpu_time_s", b"gpu_time_s", "isolated_throughput", b"isolated_throughput", "job_id", b"job_id", "lease", b"lease", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "placement", b"placement", "queue", b"queue", "reason", b"reason", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "status", b"status", "stride_pass", b"stride_pass", "time_share", b"time_share"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cumulative_isolated_time_s: _TypeAlias = _typing.Literal["cumulative_isolated_time_s"]  # noqa: Y015
     _WhichOneofArgType__cumulative_isolated_time_s: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s"]  # noqa: Y015
@@ -1475,6 +1617,10 @@ class SolveStats(_message.Message):
     MODEL_SIZE_FIELD_NUMBER: _builtins.int
     MAX_CONSTRAINT_VIOLATION_FIELD_NUMBER: _builtins.int
     TIME_LIMIT_S_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    PARTITION_WORKERS_FIELD_NUMBER: _builtins.int
+    PARTITION_TIME_S_FIELD_NUMBER: _builtins.int
+    EXACT_OBJECTIVE_FIELD_NUMBER: _builtins.int
     termination: Global___TerminationReason.ValueType
     detail: _builtins.str
     """Free-text detail (solver message, which limit was hit)."""
@@ -1501,6 +1647,16 @@ class SolveStats(_message.Message):
     """Largest violation of any constraint by the returned plan (in constraint units)."""
     time_limit_s: _builtins.float
     """Effective time limit that applied (s; 0 = none)."""
+    partitions: _builtins.int
+    """POP (SolveOptions.partitions > 1): sub-problems, worker processes used, and POP's own time
+    accounting: setup plus the slowest sub-problem (s), as if every sub-problem had a core.
+    """
+    partition_workers: _builtins.int
+    partition_time_s: _builtins.float
+    exact_objective: _builtins.float
+    """The objective of the exact solve of the same problem when one ran beside the plan (POP with
+    partition_exact_gap; the elastic policies' greedy with its exact allocation).
+    """
     @_builtins.property
     def model_size(self) -> Global___ModelSize: ...
     def __init__(
@@ -1522,19 +1678,27 @@ class SolveStats(_message.Message):
         model_size: Global___ModelSize | None = ...,
         max_constraint_violation: _builtins.float = ...,
         time_limit_s: _builtins.float = ...,
+        partitions: _builtins.int = ...,
+        partition_workers: _builtins.int = ...,
+        partition_time_s: _builtins.float = ...,
+        exact_objective: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "best_bound", b"best_bound", "model_size", b"model_size", "objective", b"objective", "relative_gap", b"relative_gap"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_exact_objective", b"_exact_objective", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "best_bound", b"best_bound", "exact_objective", b"exact_objective", "model_size", b"model_size", "objective", b"objective", "relative_gap", b"relative_gap"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "best_bound", b"best_bound", "build_time_s", b"build_time_s", "detail", b"detail", "formulation", b"formulation", "max_constraint_violation", b"max_constraint_violation", "maximize", b"maximize", "model_size", b"model_size", "objective", b"objective", "policy", b"policy", "relative_gap", b"relative_gap", "solve_time_s", b"solve_time_s", "solver", b"solver", "solver_version", b"solver_version", "termination", b"termination", "time_limit_s", b"time_limit_s", "wall_time_s", b"wall_time_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_exact_objective", b"_exact_objective", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "best_bound", b"best_bound", "build_time_s", b"build_time_s", "detail", b"detail", "exact_objective", b"exact_objective", "formulation", b"formulation", "max_constraint_violation", b"max_constraint_violation", "maximize", b"maximize", "model_size", b"model_size", "objective", b"objective", "partition_time_s", b"partition_time_s", "partition_workers", b"partition_workers", "partitions", b"partitions", "policy", b"policy", "relative_gap", b"relative_gap", "solve_time_s", b"solve_time_s", "solver", b"solver", "solver_version", b"solver_version", "termination", b"termination", "time_limit_s", b"time_limit_s", "wall_time_s", b"wall_time_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__best_bound: _TypeAlias = _typing.Literal["best_bound"]  # noqa: Y015
     _WhichOneofArgType__best_bound: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound"]  # noqa: Y015
+    _WhichOneofReturnType__exact_objective: _TypeAlias = _typing.Literal["exact_objective"]  # noqa: Y015
+    _WhichOneofArgType__exact_objective: _TypeAlias = _typing.Literal["_exact_objective", b"_exact_objective"]  # noqa: Y015
     _WhichOneofReturnType__objective: _TypeAlias = _typing.Literal["objective"]  # noqa: Y015
     _WhichOneofArgType__objective: _TypeAlias = _typing.Literal["_objective", b"_objective"]  # noqa: Y015
     _WhichOneofReturnType__relative_gap: _TypeAlias = _typing.Literal["relative_gap"]  # noqa: Y015
     _WhichOneofArgType__relative_gap: _TypeAlias = _typing.Literal["_relative_gap", b"_relative_gap"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__best_bound) -> _WhichOneofReturnType__best_bound | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__exact_objective) -> _WhichOneofReturnType__exact_objective | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__objective) -> _WhichOneofReturnType__objective | None: ...
     @_typing.overload

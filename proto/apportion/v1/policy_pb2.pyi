@@ -335,6 +335,85 @@ SOLVER_PREFERENCE_HIGHS: SolverPreference.ValueType  # 2
 """HiGHS simplex on the full model (vertex solution)"""
 Global___SolverPreference: _TypeAlias = SolverPreference  # noqa: Y015
 
+class _PartitionMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PartitionModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PartitionMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PARTITION_MODE_UNSPECIFIED: _PartitionMode.ValueType  # 0
+    """= RANDOM"""
+    PARTITION_MODE_RANDOM: _PartitionMode.ValueType  # 1
+    """Every job independently uniform at random (POP's client partitioning)."""
+    PARTITION_MODE_MODULO: _PartitionMode.ValueType  # 2
+    """The job's position in the snapshot modulo k (POP's Figure 2, jobs listed in id order)."""
+
+class PartitionMode(_PartitionMode, metaclass=_PartitionModeEnumTypeWrapper): ...
+
+PARTITION_MODE_UNSPECIFIED: PartitionMode.ValueType  # 0
+"""= RANDOM"""
+PARTITION_MODE_RANDOM: PartitionMode.ValueType  # 1
+"""Every job independently uniform at random (POP's client partitioning)."""
+PARTITION_MODE_MODULO: PartitionMode.ValueType  # 2
+"""The job's position in the snapshot modulo k (POP's Figure 2, jobs listed in id order)."""
+Global___PartitionMode: _TypeAlias = PartitionMode  # noqa: Y015
+
+class _ElasticMethod:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ElasticMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ElasticMethod.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ELASTIC_METHOD_UNSPECIFIED: _ElasticMethod.ValueType  # 0
+    """= GREEDY"""
+    ELASTIC_METHOD_GREEDY: _ElasticMethod.ValueType  # 1
+    """The policy's own marginal-gain greedy (termination HEURISTIC; the exact optimum of the same
+    objective is its stats.best_bound unless skip_exact).
+    """
+    ELASTIC_METHOD_EXACT: _ElasticMethod.ValueType  # 2
+    """The optimum of the same objective: dynamic programming over devices, or a MILP (Optimus's
+    parameter-server form, large instances).
+    """
+
+class ElasticMethod(_ElasticMethod, metaclass=_ElasticMethodEnumTypeWrapper):
+    """How an elastic policy gives out devices beyond every admitted job's smallest allocation."""
+
+ELASTIC_METHOD_UNSPECIFIED: ElasticMethod.ValueType  # 0
+"""= GREEDY"""
+ELASTIC_METHOD_GREEDY: ElasticMethod.ValueType  # 1
+"""The policy's own marginal-gain greedy (termination HEURISTIC; the exact optimum of the same
+objective is its stats.best_bound unless skip_exact).
+"""
+ELASTIC_METHOD_EXACT: ElasticMethod.ValueType  # 2
+"""The optimum of the same objective: dynamic programming over devices, or a MILP (Optimus's
+parameter-server form, large instances).
+"""
+Global___ElasticMethod: _TypeAlias = ElasticMethod  # noqa: Y015
+
+class _ReclaimMethod:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReclaimMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReclaimMethod.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    RECLAIM_METHOD_UNSPECIFIED: _ReclaimMethod.ValueType  # 0
+    """= GREEDY"""
+    RECLAIM_METHOD_GREEDY: _ReclaimMethod.ValueType  # 1
+    """Lyra's rule: one node at a time, the one adding the fewest preempted jobs."""
+    RECLAIM_METHOD_EXACT: _ReclaimMethod.ValueType  # 2
+    """The fewest preempted jobs (MILP)."""
+
+class ReclaimMethod(_ReclaimMethod, metaclass=_ReclaimMethodEnumTypeWrapper):
+    """How Lyra chooses the loaned nodes to give back."""
+
+RECLAIM_METHOD_UNSPECIFIED: ReclaimMethod.ValueType  # 0
+"""= GREEDY"""
+RECLAIM_METHOD_GREEDY: ReclaimMethod.ValueType  # 1
+"""Lyra's rule: one node at a time, the one adding the fewest preempted jobs."""
+RECLAIM_METHOD_EXACT: ReclaimMethod.ValueType  # 2
+"""The fewest preempted jobs (MILP)."""
+Global___ReclaimMethod: _TypeAlias = ReclaimMethod  # noqa: Y015
+
 class _TradingMode:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -391,6 +470,9 @@ class Policy(_message.Message):
     THEMIS_AUCTION_FIELD_NUMBER: _builtins.int
     GANDIVA_FAIR_FIELD_NUMBER: _builtins.int
     ASTRAEA_FIELD_NUMBER: _builtins.int
+    OPTIMUS_FIELD_NUMBER: _builtins.int
+    SLAQ_FIELD_NUMBER: _builtins.int
+    LYRA_FIELD_NUMBER: _builtins.int
     TIRESIAS_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
     ADMISSION_FIELD_NUMBER: _builtins.int
@@ -439,6 +521,14 @@ class Policy(_message.Message):
     @_builtins.property
     def astraea(self) -> Global___AstraeaParameters: ...
     @_builtins.property
+    def optimus(self) -> Global___OptimusParameters:
+        """Elastic allocation: Optimus, SLAQ, Lyra (B7-B9), numbers 55-59."""
+
+    @_builtins.property
+    def slaq(self) -> Global___SlaqParameters: ...
+    @_builtins.property
+    def lyra(self) -> Global___LyraParameters: ...
+    @_builtins.property
     def tiresias(self) -> Global___TiresiasParameters:
         """Tiresias (placement and topology work), numbers 60-69."""
 
@@ -474,15 +564,18 @@ class Policy(_message.Message):
         themis_auction: Global___ThemisAuctionParameters | None = ...,
         gandiva_fair: Global___GandivaFairParameters | None = ...,
         astraea: Global___AstraeaParameters | None = ...,
+        optimus: Global___OptimusParameters | None = ...,
+        slaq: Global___SlaqParameters | None = ...,
+        lyra: Global___LyraParameters | None = ...,
         tiresias: Global___TiresiasParameters | None = ...,
         placement: Global___PlacementStage | None = ...,
         admission: Global___AdmissionStage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "allox", b"allox", "astraea", b"astraea", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "parameters", b"parameters", "placement", b"placement", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "themis_auction", b"themis_auction", "tiresias", b"tiresias", "water_filling", b"water_filling"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "allox", b"allox", "astraea", b"astraea", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "lyra", b"lyra", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "optimus", b"optimus", "parameters", b"parameters", "placement", b"placement", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "slaq", b"slaq", "themis_auction", b"themis_auction", "tiresias", b"tiresias", "water_filling", b"water_filling"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "allox", b"allox", "astraea", b"astraea", "compat", b"compat", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "name", b"name", "parameters", b"parameters", "placement", b"placement", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "themis_auction", b"themis_auction", "tiresias", b"tiresias", "water_filling", b"water_filling"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "allox", b"allox", "astraea", b"astraea", "compat", b"compat", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "lyra", b"lyra", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "name", b"name", "optimus", b"optimus", "parameters", b"parameters", "placement", b"placement", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "slaq", b"slaq", "themis_auction", b"themis_auction", "tiresias", b"tiresias", "water_filling", b"water_filling"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["max_min_fairness", "allox", "water_filling", "max_sum_throughput", "cost_throughput", "min_makespan", "finish_time_fairness", "fisher_market", "shockwave", "sia", "pollux", "themis_auction", "gandiva_fair", "astraea", "tiresias"]  # noqa: Y015
+    _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["max_min_fairness", "allox", "water_filling", "max_sum_throughput", "cost_throughput", "min_makespan", "finish_time_fairness", "fisher_market", "shockwave", "sia", "pollux", "themis_auction", "gandiva_fair", "astraea", "optimus", "slaq", "lyra", "tiresias"]  # noqa: Y015
     _WhichOneofArgType_parameters: _TypeAlias = _typing.Literal["parameters", b"parameters"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_parameters) -> _WhichOneofReturnType_parameters | None: ...
 
@@ -1199,6 +1292,9 @@ class SolveOptions(_message.Message):
     SEED_FIELD_NUMBER: _builtins.int
     SOLVER_FIELD_NUMBER: _builtins.int
     SCHEDULE_ROUNDS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    PARTITION_MODE_FIELD_NUMBER: _builtins.int
+    PARTITION_EXACT_GAP_FIELD_NUMBER: _builtins.int
     time_limit_s: _builtins.float
     """Wall-clock limit for the solve (s). 0 = no limit beyond the call deadline (the server
     uses the smaller of this and the gRPC deadline minus a safety margin).
@@ -1213,6 +1309,21 @@ class SolveOptions(_message.Message):
     """Solver choice. Unset = the policy's default."""
     schedule_rounds: _builtins.int
     """Number of future rounds of schedule to return (0 = none; round mechanism)."""
+    partitions: _builtins.int
+    """POP (B10): split the jobs into k sub-problems, each with floor(count / k)
+    devices of every type, solve them in parallel worker processes and concatenate the plans.
+    Unset = no partitioning; 1 = the policy's exact solve; otherwise 1 <= k <= number of jobs.
+    Only for the LP time-share policies (ListPolicies), without space sharing. The plan is
+    reported with the whole problem's normalizers (termination HEURISTIC); stats.partitions and
+    stats.partition_time_s say how it went.
+    """
+    partition_mode: Global___PartitionMode.ValueType
+    """How jobs are assigned to sub-problems. Unset = RANDOM (seeded by `seed`)."""
+    partition_exact_gap: _builtins.bool
+    """With partitions > 1: also solve the whole problem; its proven bound becomes
+    stats.best_bound (so stats.relative_gap is the partitioned plan's gap) and its objective
+    stats.exact_objective. Default false.
+    """
     def __init__(
         self,
         *,
@@ -1222,14 +1333,163 @@ class SolveOptions(_message.Message):
         seed: _builtins.int = ...,
         solver: Global___SolverPreference.ValueType = ...,
         schedule_rounds: _builtins.int = ...,
+        partitions: _builtins.int | None = ...,
+        partition_mode: Global___PartitionMode.ValueType = ...,
+        partition_exact_gap: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_partitions", b"_partitions", "partitions", b"partitions"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["relative_gap", b"relative_gap", "schedule_rounds", b"schedule_rounds", "seed", b"seed", "solver", b"solver", "threads", b"threads", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partitions", b"_partitions", "partition_exact_gap", b"partition_exact_gap", "partition_mode", b"partition_mode", "partitions", b"partitions", "relative_gap", b"relative_gap", "schedule_rounds", b"schedule_rounds", "seed", b"seed", "solver", b"solver", "threads", b"threads", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__partitions: _TypeAlias = _typing.Literal["partitions"]  # noqa: Y015
+    _WhichOneofArgType__partitions: _TypeAlias = _typing.Literal["_partitions", b"_partitions"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__partitions) -> _WhichOneofReturnType__partitions | None: ...
 
 Global___SolveOptions: _TypeAlias = SolveOptions  # noqa: Y015
+
+@_typing.final
+class OptimusParameters(_message.Message):
+    """Optimus (B8). Jobs in order (running first, then arrival_time_s, id) get
+    their smallest allocation (elasticity.min_devices in workers of elasticity.scale_unit
+    devices; one parameter server in the parameter-server form) on one accelerator type; then
+    one task at a time goes to the job whose predicted remaining time Q/f falls most per
+    dominant share of the devices added. Q (steps): from jobs[].loss_history, fitted as
+    1/(b0 k + b1) + b2 by non-negative least squares (converged when the loss's excess over b2
+    is convergence_fraction of its excess at the first reported step), else progress.total_steps
+    - steps_done. f (steps/s): jobs[].speed_model on the type, else jobs[].configurations
+    (goodput at each device count, in the job's own unit of progress), else throughput at
+    scale_factor (rigid). Objective (minimize): sum of predicted remaining times Q/f (s).
+    Placement: current nodes kept, then the fewest servers (most free first).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    METHOD_FIELD_NUMBER: _builtins.int
+    CONVERGENCE_FRACTION_FIELD_NUMBER: _builtins.int
+    MAX_DEVICES_FIELD_NUMBER: _builtins.int
+    SKIP_EXACT_FIELD_NUMBER: _builtins.int
+    method: Global___ElasticMethod.ValueType
+    convergence_fraction: _builtins.float
+    """In (0, 1). Unset = 0.01."""
+    max_devices: _builtins.int
+    """Most devices per job when its elasticity sets no maximum (1-4096). Unset = 64."""
+    skip_exact: _builtins.bool
+    """With the greedy, do not also solve exactly (no bound, no gap). Default false."""
+    def __init__(
+        self,
+        *,
+        method: Global___ElasticMethod.ValueType = ...,
+        convergence_fraction: _builtins.float | None = ...,
+        max_devices: _builtins.int | None = ...,
+        skip_exact: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_convergence_fraction", b"_convergence_fraction", "_max_devices", b"_max_devices", "convergence_fraction", b"convergence_fraction", "max_devices", b"max_devices"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_convergence_fraction", b"_convergence_fraction", "_max_devices", b"_max_devices", "convergence_fraction", b"convergence_fraction", "max_devices", b"max_devices", "method", b"method", "skip_exact", b"skip_exact"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__convergence_fraction: _TypeAlias = _typing.Literal["convergence_fraction"]  # noqa: Y015
+    _WhichOneofArgType__convergence_fraction: _TypeAlias = _typing.Literal["_convergence_fraction", b"_convergence_fraction"]  # noqa: Y015
+    _WhichOneofReturnType__max_devices: _TypeAlias = _typing.Literal["max_devices"]  # noqa: Y015
+    _WhichOneofArgType__max_devices: _TypeAlias = _typing.Literal["_max_devices", b"_max_devices"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__convergence_fraction) -> _WhichOneofReturnType__convergence_fraction | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_devices) -> _WhichOneofReturnType__max_devices | None: ...
+
+Global___OptimusParameters: _TypeAlias = OptimusParameters  # noqa: Y015
+
+@_typing.final
+class SlaqParameters(_message.Message):
+    """SLAQ (B9). As Optimus, but a state is worth its predicted loss reduction
+    over the next horizon_s seconds, l(k) - l(k + f horizon), divided by the job's loss range
+    (largest minus smallest reported loss), l fitted to jobs[].loss_history (recent points
+    weighted more; inverse or exponential form, the better fit). Objective (maximize): the sum.
+    Jobs without a loss history keep their smallest allocation.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    METHOD_FIELD_NUMBER: _builtins.int
+    HORIZON_S_FIELD_NUMBER: _builtins.int
+    RECENCY_DECAY_FIELD_NUMBER: _builtins.int
+    MAX_DEVICES_FIELD_NUMBER: _builtins.int
+    SKIP_EXACT_FIELD_NUMBER: _builtins.int
+    method: Global___ElasticMethod.ValueType
+    horizon_s: _builtins.float
+    """Prediction horizon (s, >= 0). Unset or 0 = Snapshot.round_duration_s, else 60."""
+    recency_decay: _builtins.float
+    """Weight of a loss point = recency_decay^(points after it), in (0, 1]. Unset = 0.9."""
+    max_devices: _builtins.int
+    """See OptimusParameters.max_devices."""
+    skip_exact: _builtins.bool
+    def __init__(
+        self,
+        *,
+        method: Global___ElasticMethod.ValueType = ...,
+        horizon_s: _builtins.float | None = ...,
+        recency_decay: _builtins.float | None = ...,
+        max_devices: _builtins.int | None = ...,
+        skip_exact: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_horizon_s", b"_horizon_s", "_max_devices", b"_max_devices", "_recency_decay", b"_recency_decay", "horizon_s", b"horizon_s", "max_devices", b"max_devices", "recency_decay", b"recency_decay"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_horizon_s", b"_horizon_s", "_max_devices", b"_max_devices", "_recency_decay", b"_recency_decay", "horizon_s", b"horizon_s", "max_devices", b"max_devices", "method", b"method", "recency_decay", b"recency_decay", "skip_exact", b"skip_exact"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__horizon_s: _TypeAlias = _typing.Literal["horizon_s"]  # noqa: Y015
+    _WhichOneofArgType__horizon_s: _TypeAlias = _typing.Literal["_horizon_s", b"_horizon_s"]  # noqa: Y015
+    _WhichOneofReturnType__max_devices: _TypeAlias = _typing.Literal["max_devices"]  # noqa: Y015
+    _WhichOneofArgType__max_devices: _TypeAlias = _typing.Literal["_max_devices", b"_max_devices"]  # noqa: Y015
+    _WhichOneofReturnType__recency_decay: _TypeAlias = _typing.Literal["recency_decay"]  # noqa: Y015
+    _WhichOneofArgType__recency_decay: _TypeAlias = _typing.Literal["_recency_decay", b"_recency_decay"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__horizon_s) -> _WhichOneofReturnType__horizon_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_devices) -> _WhichOneofReturnType__max_devices | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__recency_decay) -> _WhichOneofReturnType__recency_decay | None: ...
+
+Global___SlaqParameters: _TypeAlias = SlaqParameters  # noqa: Y015
+
+@_typing.final
+class LyraParameters(_message.Message):
+    """Lyra (B7). First gives back Snapshot.inference.reclaim_nodes of the loaned
+    nodes, preempting the fewest running jobs (a job is preempted when it is inelastic and loses
+    a device, or elastic and keeps fewer than its base demand elasticity.min_devices); then jobs
+    in order get their base demand (training nodes first), then the free devices go to elastic
+    jobs as a multiple-choice knapsack solved exactly by dynamic programming: extra workers
+    worth the predicted completion-time reduction R/f(base) - R/f(base + extra), R =
+    progress.total_steps - steps_done, placed on loaned nodes first. Objective (minimize): the
+    sum of predicted remaining times (s). Plan.reclaim reports the nodes given back.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECLAIM_METHOD_FIELD_NUMBER: _builtins.int
+    SKIP_RECLAIM_EXACT_FIELD_NUMBER: _builtins.int
+    MAX_DEVICES_FIELD_NUMBER: _builtins.int
+    reclaim_method: Global___ReclaimMethod.ValueType
+    skip_reclaim_exact: _builtins.bool
+    """With the greedy reclaiming, do not also solve the MILP for its gap. Default false (the
+    MILP runs when at most 64 nodes are loaned).
+    """
+    max_devices: _builtins.int
+    """See OptimusParameters.max_devices."""
+    def __init__(
+        self,
+        *,
+        reclaim_method: Global___ReclaimMethod.ValueType = ...,
+        skip_reclaim_exact: _builtins.bool = ...,
+        max_devices: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_devices", b"_max_devices", "max_devices", b"max_devices"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_devices", b"_max_devices", "max_devices", b"max_devices", "reclaim_method", b"reclaim_method", "skip_reclaim_exact", b"skip_reclaim_exact"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max_devices: _TypeAlias = _typing.Literal["max_devices"]  # noqa: Y015
+    _WhichOneofArgType__max_devices: _TypeAlias = _typing.Literal["_max_devices", b"_max_devices"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_devices) -> _WhichOneofReturnType__max_devices | None: ...
+
+Global___LyraParameters: _TypeAlias = LyraParameters  # noqa: Y015
 
 @_typing.final
 class SiaParameters(_message.Message):
@@ -1330,7 +1590,7 @@ Global___SiaParameters: _TypeAlias = SiaParameters  # noqa: Y015
 
 @_typing.final
 class PolluxParameters(_message.Message):
-    """Pollux's cluster objective (OSDI'21 artifact version, formulations.md B4) solved exactly as
+    """Pollux's cluster objective (OSDI'21 artifact version, B4) solved exactly as
     an ILP over Sia's configurations instead of Pollux's genetic algorithm: maximize the p-mean
     of (speedup_i + 1e-3), speedup = goodput / goodput at the job's fair share of GPUs, times
     the restart factor when the configuration changes. Node-level rules of the GA's repair

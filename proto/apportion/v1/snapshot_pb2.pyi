@@ -198,6 +198,7 @@ class Snapshot(_message.Message):
     TYPE_COLOCATIONS_FIELD_NUMBER: _builtins.int
     TENANT_USAGE_FIELD_NUMBER: _builtins.int
     CELL_QUOTAS_FIELD_NUMBER: _builtins.int
+    INFERENCE_FIELD_NUMBER: _builtins.int
     time_s: _builtins.float
     """Current time on the snapshot's clock (s). Default 0. Read by policies that use job age,
     deadlines or arrival order (finish-time fairness, allox, shockwave, sia).
@@ -260,6 +261,12 @@ class Snapshot(_message.Message):
         of the level holds the same number of devices of the type).
         """
 
+    @_builtins.property
+    def inference(self) -> Global___Inference:
+        """Servers an inference cluster has loaned to training, and how many it wants back now
+        (lyra, B7).
+        """
+
     def __init__(
         self,
         *,
@@ -273,14 +280,129 @@ class Snapshot(_message.Message):
         type_colocations: _abc.Iterable[Global___ColocatedTypeThroughput] | None = ...,
         tenant_usage: _abc.Iterable[Global___TenantUsage] | None = ...,
         cell_quotas: _abc.Iterable[Global___CellQuota] | None = ...,
+        inference: Global___Inference | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "history", b"history"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "history", b"history", "inference", b"inference"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cell_quotas", b"cell_quotas", "cluster", b"cluster", "colocations", b"colocations", "history", b"history", "jobs", b"jobs", "round_duration_s", b"round_duration_s", "tenant_usage", b"tenant_usage", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cell_quotas", b"cell_quotas", "cluster", b"cluster", "colocations", b"colocations", "history", b"history", "inference", b"inference", "jobs", b"jobs", "round_duration_s", b"round_duration_s", "tenant_usage", b"tenant_usage", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Snapshot: _TypeAlias = Snapshot  # noqa: Y015
+
+@_typing.final
+class Inference(_message.Message):
+    """The inference cluster's side of capacity loaning (lyra)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOANED_NODES_FIELD_NUMBER: _builtins.int
+    RECLAIM_NODES_FIELD_NUMBER: _builtins.int
+    reclaim_nodes: _builtins.int
+    """How many loaned nodes the inference cluster asks back now (0 <= k <= number of loaned
+    nodes).
+    """
+    @_builtins.property
+    def loaned_nodes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Names of Cluster.nodes loaned to training by the inference cluster (unique). Training jobs
+        may use them; they are the only nodes that can be reclaimed.
+        """
+
+    def __init__(
+        self,
+        *,
+        loaned_nodes: _abc.Iterable[_builtins.str] | None = ...,
+        reclaim_nodes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["loaned_nodes", b"loaned_nodes", "reclaim_nodes", b"reclaim_nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Inference: _TypeAlias = Inference  # noqa: Y015
+
+@_typing.final
+class LossHistory(_message.Message):
+    """A job's training loss so far (optimus, slaq): at least 3 points, steps finite, >= 0 and
+    strictly increasing, losses finite and >= 0. Send it once the job has 3 points (an empty
+    history means: no curve yet). At most 100,000 points.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEPS_FIELD_NUMBER: _builtins.int
+    LOSS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def steps(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Step (iteration) of each point, in the job's own unit of progress."""
+
+    @_builtins.property
+    def loss(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Training loss at that step."""
+
+    def __init__(
+        self,
+        *,
+        steps: _abc.Iterable[_builtins.float] | None = ...,
+        loss: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["loss", b"loss", "steps", b"steps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LossHistory: _TypeAlias = LossHistory  # noqa: Y015
+
+@_typing.final
+class SpeedModel(_message.Message):
+    """Optimus's training-speed model of a job on one accelerator type (B8), in
+    steps/s with p parameter servers and w workers (w x scale_unit devices):
+      asynchronous  f(p, w) = w / (theta0 + theta1 w/p + theta2 w + theta3 p)
+      synchronous   f(p, w) = 1 / (theta0 M/w + theta1 + theta2 w/p + theta3 w + theta4 p)
+    Without parameter_server_type the job has no parameter servers (GPU-only form) and the
+    terms in p must be 0.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SYNCHRONOUS_FIELD_NUMBER: _builtins.int
+    THETA_FIELD_NUMBER: _builtins.int
+    BATCH_SIZE_FIELD_NUMBER: _builtins.int
+    PARAMETER_SERVER_TYPE_FIELD_NUMBER: _builtins.int
+    PARAMETER_SERVER_DEVICES_FIELD_NUMBER: _builtins.int
+    MAX_PARAMETER_SERVERS_FIELD_NUMBER: _builtins.int
+    synchronous: _builtins.bool
+    batch_size: _builtins.float
+    """M, the global batch of a synchronous step (samples, > 0 when synchronous)."""
+    parameter_server_type: _builtins.str
+    """Accelerator type whose devices a parameter server holds (e.g. a CPU type); empty = none."""
+    parameter_server_devices: _builtins.int
+    """Devices per parameter server (0 = 1)."""
+    max_parameter_servers: _builtins.int
+    """Most parameter servers (0 = 1, at most 64)."""
+    @_builtins.property
+    def theta(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """4 (asynchronous) or 5 (synchronous) coefficients, finite and >= 0 (seconds per unit)."""
+
+    def __init__(
+        self,
+        *,
+        synchronous: _builtins.bool = ...,
+        theta: _abc.Iterable[_builtins.float] | None = ...,
+        batch_size: _builtins.float = ...,
+        parameter_server_type: _builtins.str = ...,
+        parameter_server_devices: _builtins.int = ...,
+        max_parameter_servers: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "max_parameter_servers", b"max_parameter_servers", "parameter_server_devices", b"parameter_server_devices", "parameter_server_type", b"parameter_server_type", "synchronous", b"synchronous", "theta", b"theta"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpeedModel: _TypeAlias = SpeedModel  # noqa: Y015
 
 @_typing.final
 class Cluster(_message.Message):
@@ -628,6 +750,27 @@ class Job(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class SpeedModelEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___SpeedModel: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___SpeedModel | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ID_FIELD_NUMBER: _builtins.int
     SCALE_FACTOR_FIELD_NUMBER: _builtins.int
     PRIORITY_WEIGHT_FIELD_NUMBER: _builtins.int
@@ -647,6 +790,8 @@ class Job(_message.Message):
     SERVICE_CLASS_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
     MIGRATION_FIELD_NUMBER: _builtins.int
+    LOSS_HISTORY_FIELD_NUMBER: _builtins.int
+    SPEED_MODEL_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Unique, non-empty job id."""
     scale_factor: _builtins.int
@@ -723,6 +868,16 @@ class Job(_message.Message):
     def migration(self) -> Global___Migration:
         """Costs of moving, resizing and preempting the job (placement churn term)."""
 
+    @_builtins.property
+    def loss_history(self) -> Global___LossHistory:
+        """Training loss so far (optimus: remaining steps to convergence; slaq: loss reduction)."""
+
+    @_builtins.property
+    def speed_model(self) -> _containers.MessageMap[_builtins.str, Global___SpeedModel]:
+        """Optimus speed model per accelerator type name (optimus, slaq, lyra); a type without one
+        falls back to the job's configurations, then its throughput.
+        """
+
     def __init__(
         self,
         *,
@@ -745,10 +900,12 @@ class Job(_message.Message):
         service_class: Global___ServiceClass.ValueType = ...,
         placement: Global___PlacementConstraint | None = ...,
         migration: Global___Migration | None = ...,
+        loss_history: Global___LossHistory | None = ...,
+        speed_model: _abc.Mapping[_builtins.str, Global___SpeedModel] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "communication", b"communication", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "migration", b"migration", "placement", b"placement", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "themis_bids", b"themis_bids"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "communication", b"communication", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "loss_history", b"loss_history", "migration", b"migration", "placement", b"placement", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "themis_bids", b"themis_bids"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "arrival_time_s", b"arrival_time_s", "communication", b"communication", "configurations", b"configurations", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "id", b"id", "job_type", b"job_type", "migration", b"migration", "placement", b"placement", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "service_class", b"service_class", "tenant", b"tenant", "themis_bids", b"themis_bids", "throughput", b"throughput"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "arrival_time_s", b"arrival_time_s", "communication", b"communication", "configurations", b"configurations", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "id", b"id", "job_type", b"job_type", "loss_history", b"loss_history", "migration", b"migration", "placement", b"placement", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "service_class", b"service_class", "speed_model", b"speed_model", "tenant", b"tenant", "themis_bids", b"themis_bids", "throughput", b"throughput"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__deadline_s: _TypeAlias = _typing.Literal["deadline_s"]  # noqa: Y015
     _WhichOneofArgType__deadline_s: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s"]  # noqa: Y015
@@ -1564,6 +1721,26 @@ class JobHistory(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class NodeDevicesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     JOB_ID_FIELD_NUMBER: _builtins.int
     RECEIVED_TIME_S_FIELD_NUMBER: _builtins.int
     CUMULATIVE_ISOLATED_TIME_S_FIELD_NUMBER: _builtins.int
@@ -1587,6 +1764,7 @@ class JobHistory(_message.Message):
     RUNNING_SINCE_S_FIELD_NUMBER: _builtins.int
     EXECUTED_TIME_S_FIELD_NUMBER: _builtins.int
     WAITING_TIME_S_FIELD_NUMBER: _builtins.int
+    NODE_DEVICES_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """Id of a job of the snapshot."""
     cumulative_isolated_time_s: _builtins.float
@@ -1673,6 +1851,14 @@ class JobHistory(_message.Message):
         stage (moves, kept devices).
         """
 
+    @_builtins.property
+    def node_devices(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Devices the running job holds on each node (node name -> devices > 0; they add up to
+        current.devices, on nodes of current.accelerator_type). Read by lyra (which workers a
+        returned node takes) and the other elastic policies (kept nodes). Empty = current.devices
+        spread evenly over current.nodes.
+        """
+
     def __init__(
         self,
         *,
@@ -1699,10 +1885,11 @@ class JobHistory(_message.Message):
         running_since_s: _builtins.float | None = ...,
         executed_time_s: _builtins.float = ...,
         waiting_time_s: _builtins.float = ...,
+        node_devices: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_lease_time_share", b"_lease_time_share", "_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "_running_since_s", b"_running_since_s", "_stride_pass", b"_stride_pass", "current", b"current", "lease_time_share", b"lease_time_share", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_job_count", b"reference_job_count", "running_since_s", b"running_since_s", "stride_pass", b"stride_pass"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lease_time_share", b"_lease_time_share", "_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "_running_since_s", b"_running_since_s", "_stride_pass", b"_stride_pass", "colocated_with", b"colocated_with", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "current", b"current", "devices", b"devices", "executed_time_s", b"executed_time_s", "gpu_time_s", b"gpu_time_s", "job_id", b"job_id", "lease_expires_s", b"lease_expires_s", "lease_time_share", b"lease_time_share", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "previous_time_share", b"previous_time_share", "received_time_s", b"received_time_s", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "restarts", b"restarts", "running_since_s", b"running_since_s", "stride_pass", b"stride_pass", "waiting_time_s", b"waiting_time_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lease_time_share", b"_lease_time_share", "_previous_isolated_throughput", b"_previous_isolated_throughput", "_previous_remaining_steps", b"_previous_remaining_steps", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_job_count", b"_reference_job_count", "_running_since_s", b"_running_since_s", "_stride_pass", b"_stride_pass", "colocated_with", b"colocated_with", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "current", b"current", "devices", b"devices", "executed_time_s", b"executed_time_s", "gpu_time_s", b"gpu_time_s", "job_id", b"job_id", "lease_expires_s", b"lease_expires_s", "lease_time_share", b"lease_time_share", "node_devices", b"node_devices", "previous_isolated_throughput", b"previous_isolated_throughput", "previous_remaining_steps", b"previous_remaining_steps", "previous_time_share", b"previous_time_share", "received_time_s", b"received_time_s", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "restarts", b"restarts", "running_since_s", b"running_since_s", "stride_pass", b"stride_pass", "waiting_time_s", b"waiting_time_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__lease_time_share: _TypeAlias = _typing.Literal["lease_time_share"]  # noqa: Y015
     _WhichOneofArgType__lease_time_share: _TypeAlias = _typing.Literal["_lease_time_share", b"_lease_time_share"]  # noqa: Y015
