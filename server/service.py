@@ -101,6 +101,11 @@ def list_policies_response() -> service_pb.ListPoliciesResponse:
                 round_schedule=caps.round_schedule,
                 space_sharing=bool(spec.packed_entry_point),
                 default_relative_gap=caps.default_relative_gap,
+                reads_loss_history=caps.reads_loss_history,
+                reads_inference=caps.reads_inference,
+                partitionable=caps.partitionable,
+                placement_stage=caps.placement_stage,
+                admission_stage=caps.admission_stage,
             ),
             combines_with=list(spec.capabilities.combines_with),
             placers=[placer.value for placer in Placer] if spec.capabilities.placement_stage

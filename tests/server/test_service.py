@@ -115,6 +115,9 @@ def test_list_policies(stub: service_grpc.AllocationServiceStub) -> None:
     assert by_name["sia"].capabilities.plan_kind == service_pb.PLAN_KIND_CONFIGURATION
     assert by_name["hierarchical_max_min_fairness"].capabilities.reads_tenants
     assert by_name["fifo"].capabilities.problem_class == service_pb.PROBLEM_CLASS_HEURISTIC
+    assert by_name["optimus"].capabilities.reads_loss_history
+    assert by_name["lyra"].capabilities.reads_inference
+    assert mmf.capabilities.partitionable and mmf.capabilities.placement_stage
 
 
 def test_list_policies_says_which_stages_combine(

@@ -1828,6 +1828,11 @@ class PolicyCapabilities(_message.Message):
     ROUND_SCHEDULE_FIELD_NUMBER: _builtins.int
     SPACE_SHARING_FIELD_NUMBER: _builtins.int
     DEFAULT_RELATIVE_GAP_FIELD_NUMBER: _builtins.int
+    READS_LOSS_HISTORY_FIELD_NUMBER: _builtins.int
+    READS_INFERENCE_FIELD_NUMBER: _builtins.int
+    PARTITIONABLE_FIELD_NUMBER: _builtins.int
+    PLACEMENT_STAGE_FIELD_NUMBER: _builtins.int
+    ADMISSION_STAGE_FIELD_NUMBER: _builtins.int
     plan_kind: Global___PlanKind.ValueType
     problem_class: Global___ProblemClass.ValueType
     reads_tenants: _builtins.bool
@@ -1848,6 +1853,16 @@ class PolicyCapabilities(_message.Message):
     """The parameters' space_sharing switch solves with pairs of jobs sharing devices."""
     default_relative_gap: _builtins.float
     """Relative gap within which a plan is reported optimal when options.relative_gap is 0."""
+    reads_loss_history: _builtins.bool
+    """Reads jobs[].loss_history (fitted loss curves)."""
+    reads_inference: _builtins.bool
+    """Reads snapshot.inference (servers loaned by an inference cluster)."""
+    partitionable: _builtins.bool
+    """options.partitions > 1 solves it by POP's partitioning."""
+    placement_stage: _builtins.bool
+    """Its plan can be followed by the placement stage (policy.placement)."""
+    admission_stage: _builtins.bool
+    """It can be preceded by the admission stage (policy.admission)."""
     def __init__(
         self,
         *,
@@ -1862,10 +1877,15 @@ class PolicyCapabilities(_message.Message):
         round_schedule: _builtins.bool = ...,
         space_sharing: _builtins.bool = ...,
         default_relative_gap: _builtins.float = ...,
+        reads_loss_history: _builtins.bool = ...,
+        reads_inference: _builtins.bool = ...,
+        partitionable: _builtins.bool = ...,
+        placement_stage: _builtins.bool = ...,
+        admission_stage: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_relative_gap", b"default_relative_gap", "needs_history", b"needs_history", "needs_remaining_work", b"needs_remaining_work", "plan_kind", b"plan_kind", "problem_class", b"problem_class", "reads_configurations", b"reads_configurations", "reads_epoch_profiles", b"reads_epoch_profiles", "reads_tenants", b"reads_tenants", "round_schedule", b"round_schedule", "space_sharing", b"space_sharing", "uses_colocations", b"uses_colocations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_stage", b"admission_stage", "default_relative_gap", b"default_relative_gap", "needs_history", b"needs_history", "needs_remaining_work", b"needs_remaining_work", "partitionable", b"partitionable", "placement_stage", b"placement_stage", "plan_kind", b"plan_kind", "problem_class", b"problem_class", "reads_configurations", b"reads_configurations", "reads_epoch_profiles", b"reads_epoch_profiles", "reads_inference", b"reads_inference", "reads_loss_history", b"reads_loss_history", "reads_tenants", b"reads_tenants", "round_schedule", b"round_schedule", "space_sharing", b"space_sharing", "uses_colocations", b"uses_colocations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
