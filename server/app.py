@@ -1,4 +1,4 @@
-"""Run the gRPC server: AllocationService, grpc.health.v1 and server reflection.
+"""Run the gRPC server: AllocationService, grpc.health.v1 and server reflection (v1 and v1alpha).
 
 `add_serve_arguments` and `run_from_args` back both ``apportion serve`` and
 ``python -m apportion.server.app``. Once the workers are ready and health says SERVING, one
@@ -220,8 +220,8 @@ async def serve(options: ServeOptions) -> int:
     import grpc
     import grpc.aio  # imported here so that building the command line stays cheap
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-    from grpc_reflection.v1alpha import reflection
 
+    from apportion.server.reflection import enable_reflection
     from apportion.server.service import SERVICE_NAME, AllocationServiceServicer, generic_handler
     from apportion.server.workers import WorkerFailedError, WorkerPool
 
@@ -270,9 +270,7 @@ async def serve(options: ServeOptions) -> int:
         (generic_handler(AllocationServiceServicer(pool, options.max_message_bytes)),)
     )
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    enable_reflection((SERVICE_NAME, health.SERVICE_NAME), server)
     await set_health(False)
     try:
         if options.tls is None:
