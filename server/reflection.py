@@ -1,4 +1,4 @@
-"""Server reflection under both protocol names: ``grpc.reflection.v1`` and ``grpc.reflection.v1alpha``.
+"""Server reflection under both protocol names: grpc.reflection.v1 and v1alpha.
 
 grpcio-reflection serves only v1alpha; newer clients (grpcurl, Postman, grpc-java's tools) ask
 for v1 first. The two protocols have the same messages with the same field numbers, only the
