@@ -77,24 +77,34 @@ def _apply_overrides(
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    """`apportion solve FILE`: solve and print the plan (table or JSON)."""
+    """`apportion solve FILE`: solve and print the plan (table, CSV or JSON), optionally
+    drawing it (`--plot`)."""
     from google.protobuf import json_format
 
     from apportion.server import render
     from apportion.server.pipeline import solve_request
+    from apportion.server.progress import progress
     from apportion.solver.deadline import Deadline
 
     arrived = time.monotonic()  # the time limit counts from here: reading the file included
     deadline = Deadline.after(args.time_limit) if args.time_limit is not None else None
     request = load_request(args.file)
     _apply_overrides(request, args.policy, args.time_limit)
-    response = solve_request(request, deadline, arrived)
-    if args.json:
+    with progress(f"solving {len(request.snapshot.jobs)} jobs"):
+        response = solve_request(request, deadline, arrived)
+    type_names = [t.name for t in request.snapshot.cluster.accelerator_types]
+    output_format = "json" if args.json else args.format
+    if output_format == "json":
         print(json_format.MessageToJson(response, preserving_proto_field_name=False))
+    elif output_format == "csv":
+        sys.stdout.write(render.plan_csv(response, type_names))
     else:
-        type_names = [t.name for t in request.snapshot.cluster.accelerator_types]
         max_rows = 0 if args.all else render.DEFAULT_MAX_ROWS
         print(render.solve_report(response, type_names, max_rows))
+    if args.plot:
+        from apportion.server.plot import plot_plan
+
+        plot_plan(response, type_names, args.plot)
     return EXIT_OK
 
 
@@ -355,8 +365,23 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="time limit from the start of the command, reading the file included "
         "(overrides the file's)",
     )
-    solve.add_argument("--json", action="store_true", help="print the SolveResponse as JSON")
-    solve.add_argument("--all", action="store_true", help="print every job (default: first 50)")
+    solve.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="table: the plan in the policy's terms and the solve statistics (default); csv: "
+        "one row per job, full precision; json: the SolveResponse",
+    )
+    solve.add_argument("--json", action="store_true", help="same as --format json")
+    solve.add_argument(
+        "--all", action="store_true", help="table: print every job (default: first 50)"
+    )
+    solve.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also draw the plan into an image (.png, .svg, .pdf): time shares per job and "
+        "type, AlloX's queues or Sia's configurations (needs matplotlib: apportion[plot])",
+    )
     solve.set_defaults(handler=cmd_solve)
 
     validate = sub.add_parser("validate", help="check a snapshot file without solving")

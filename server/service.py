@@ -79,6 +79,7 @@ def list_policies_response() -> service_pb.ListPoliciesResponse:
     response = service_pb.ListPoliciesResponse()
     for spec in policies():
         caps = spec.capabilities
+        job_value = spec.reporting.job_value
         response.policies.add(
             name=spec.name,
             aliases=list(spec.aliases),
@@ -87,6 +88,10 @@ def list_policies_response() -> service_pb.ListPoliciesResponse:
             required_inputs=list(spec.required_inputs),
             maximize=spec.maximize,
             parameters_field=spec.parameters_field,
+            objective_name=spec.reporting.objective.name,
+            objective_unit=spec.reporting.objective.unit,
+            job_value_name=job_value.name if job_value else "",
+            job_value_unit=job_value.unit if job_value else "",
             capabilities=service_pb.PolicyCapabilities(
                 plan_kind=service_pb.PlanKind.Value(f"PLAN_KIND_{caps.plan_kind.name}"),
                 problem_class=service_pb.ProblemClass.Value(

@@ -142,6 +142,11 @@ def test_list_policies(stub: service_grpc.AllocationServiceStub) -> None:
     assert mmf.capabilities.problem_class == service_pb.PROBLEM_CLASS_LP
     assert mmf.capabilities.space_sharing and mmf.capabilities.round_schedule
     assert mmf.capabilities.default_relative_gap == 1e-6
+    assert (mmf.objective_name, mmf.objective_unit) == ("smallest level", "")
+    assert (mmf.job_value_name, mmf.job_value_unit) == ("level", "")
+    allox = by_name["allox"]
+    assert (allox.job_value_name, allox.job_value_unit) == ("completion time", "s")
+    assert by_name["fifo"].job_value_name == ""  # its value is the job's throughput
     # the oneof field name differs from the policy name: clients read it here
     assert by_name["cost_normalized_throughput"].parameters_field == "cost_throughput"
     assert by_name["sia"].capabilities.plan_kind == service_pb.PLAN_KIND_CONFIGURATION
