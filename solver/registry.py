@@ -856,6 +856,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "time share 1 on their type; queues, ranks, Gittins indices and the state to send "
             "back are in JobAllocation.admission."
         ),
+        reporting=Reporting(Quantity("admitted jobs"), Quantity("admitted")),
         parameters_type=TiresiasParameters,
         parameters_message="apportion.v1.TiresiasParameters",
         parameters_field="tiresias",
