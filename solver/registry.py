@@ -126,6 +126,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "jobs[].throughput",
             "jobs[].scale_factor",
             "jobs[].priority_weight",
+            "colocations[] or type_colocations[] with jobs[].job_type (space_sharing)",
         ),
         maximize=True,
         entry_point="apportion.formulations.max_min_fairness:solve_policy",
@@ -165,6 +166,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "jobs[].priority_weight",
             "jobs[].tenant",
             "tenants[]",
+            "colocations[] or type_colocations[] with jobs[].job_type (space_sharing)",
         ),
         maximize=True,
         entry_point="apportion.formulations.water_filling:solve_policy",
@@ -197,7 +199,11 @@ _POLICIES: tuple[PolicySpec, ...] = (
         parameters_type=NoParameters,
         parameters_message="",
         parameters_field="",
-        required_inputs=("cluster.accelerator_types[].count", "jobs[].scale_factor"),
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+        ),
         maximize=True,
         entry_point="apportion.formulations.isolated:solve_policy",
         capabilities=Capabilities(
@@ -260,6 +266,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "cluster.accelerator_types[].count",
             "jobs[].throughput",
             "jobs[].scale_factor",
+            "colocations[] or type_colocations[] with jobs[].job_type (space_sharing)",
         ),
         maximize=True,
         entry_point="apportion.formulations.gavel_lp:solve_max_sum_throughput",
@@ -328,6 +335,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "jobs[].throughput",
             "jobs[].scale_factor",
             "jobs[].progress",
+            "colocations[] or type_colocations[] with jobs[].job_type (space_sharing)",
         ),
         maximize=False,
         entry_point="apportion.formulations.gavel_lp:solve_min_makespan",
@@ -367,6 +375,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "jobs[].arrival_time_s",
             "jobs[].progress",
             "history.jobs[].cumulative_isolated_time_s",
+            "colocations[] or type_colocations[] with jobs[].job_type (space_sharing)",
         ),
         maximize=False,
         entry_point="apportion.formulations.gavel_lp:solve_finish_time_fairness",
@@ -497,8 +506,10 @@ _POLICIES: tuple[PolicySpec, ...] = (
         name="fisher_market",
         description=(
             "Heterogeneity-aware Fisher market (Eisenberg-Gale program, formulations.md A4.1): "
-            "jobs buy device-time on each accelerator type with budgets (equal or priority "
-            "weights); maximize sum_i B_i log(throughput_i / proportional_share_i) under "
+            "jobs buy device-time on each accelerator type with budgets B_i: equal (1 each, the "
+            "default and alias eisenberg_gale, which ignores priority weights) or the priority "
+            "weights (budgets: BUDGET_SOURCE_PRIORITY_WEIGHT, alias fisher_market_weighted); "
+            "maximize sum_i B_i log(throughput_i / proportional_share_i) under "
             "capacity, time budgets and scale factors. Exact conic solve (Clarabel, exponential "
             "cones) with an independent Lagrangian-dual bound; returns the equilibrium price "
             "of every type and each job's spending."
@@ -511,7 +522,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "cluster.accelerator_types[].count",
             "jobs[].throughput",
             "jobs[].scale_factor",
-            "jobs[].priority_weight",
+            "jobs[].priority_weight (budgets with BUDGET_SOURCE_PRIORITY_WEIGHT)",
         ),
         maximize=True,
         entry_point="apportion.formulations.fisher_market:solve_policy",
@@ -549,6 +560,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "jobs[].epoch_profile",
             "history.jobs[].reference_finish_time_s",
             "history.jobs[].reference_estimate_s (and the other reference_* state fields)",
+            "jobs[].throughput (the plan's effective throughput)",
         ),
         maximize=True,
         entry_point="apportion.formulations.shockwave:solve_policy",
