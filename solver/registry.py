@@ -616,6 +616,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "Greedy (heuristic) with the exact allocation of the same objective (dynamic "
             "program / MILP) as bound, or method = exact."
         ),
+        reporting=Reporting(Quantity("total remaining time", "s"), Quantity("remaining time", "s")),
         parameters_type=_params.OptimusParameters,
         parameters_message="apportion.v1.OptimusParameters",
         parameters_field="optimus",
@@ -648,6 +649,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "Greedy (heuristic) with the exact allocation of the same objective as bound, or "
             "method = exact."
         ),
+        reporting=Reporting(Quantity("loss reduction"), Quantity("loss reduction")),
         parameters_type=_params.SlaqParameters,
         parameters_message="apportion.v1.SlaqParameters",
         parameters_field="slaq",
@@ -680,6 +682,9 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "base demands in order on training servers, then extra workers to elastic jobs as "
             "a multiple-choice knapsack solved exactly by dynamic programming (predicted "
             "completion-time reduction), placed on loaned servers first."
+        ),
+        reporting=Reporting(
+            Quantity("total completion time", "s"), Quantity("completion time", "s")
         ),
         parameters_type=_params.LyraParameters,
         parameters_message="apportion.v1.LyraParameters",
