@@ -167,7 +167,7 @@ def sia_problem(num_jobs: int, seed: int = 0, rows: GoodputRow | None = None) ->
 
 def instance_of(problem: Problem, params: SiaParameters) -> SiaInstance:
     table = goodput_table(
-        problem, params.max_gpus, sia_node_caps(problem, params.max_nodes_per_type)
+        problem, params.max_gpus, sia_node_caps(problem, params.max_nodes_per_type, Compat.NONE)
     )
     current = current_configuration(problem, table.configs, table.layout)
     restart = job_restart_factor(problem, current >= 0)
@@ -214,7 +214,10 @@ def main() -> None:
     )
     parser.add_argument("--reference-data", type=Path, default=REFERENCE)
     args = parser.parse_args()
-    params = SiaParameters()
+    # Sia's own per-type node caps on Sia's clusters (by its type names; the default only
+    # under compat sia, given explicitly here so the solve and the reference match)
+    params = SiaParameters(max_nodes_per_type=tuple(sorted(
+        (name, cap) for name, cap in SIA_MAX_PROFILED_NODES.items() if name in TYPES)))
     profiles = args.reference_data / "traces" / "sia_profiles"
     workload = args.reference_data / "sia" / "workloads_scale" / "scale_32x_workload-1.csv"
     use_profiles = args.inputs == "profiles" or (

@@ -59,6 +59,24 @@ class ClusterSpec:
         return cls.from_counts(counts)
 
     @classmethod
+    def parse_nodes(cls, text: str) -> ClusterSpec:
+        """ "a100:4:8,t4:2:4" -> 4 nodes of 8 a100 and 2 nodes of 4 t4 (named a100-0, ...)."""
+        nodes: list[NodeSpec] = []
+        seen: set[str] = set()
+        for part in text.split(","):
+            fields = part.strip().split(":")
+            if len(fields) != 3 or not fields[0] or not all(f.isdigit() for f in fields[1:]):
+                raise ValueError(f"bad node spec {part!r}: expected TYPE:NODES:GPUS[,...]")
+            name, count, devices = fields[0], int(fields[1]), int(fields[2])
+            if name in seen:
+                raise ValueError(f"bad node spec: type {name!r} given twice")
+            if count < 1 or devices < 1:
+                raise ValueError(f"bad node spec {part!r}: nodes and GPUs must be >= 1")
+            seen.add(name)
+            nodes += [NodeSpec(f"{name}-{n}", name, devices) for n in range(count)]
+        return cls.from_nodes(nodes)
+
+    @classmethod
     def from_nodes(cls, nodes: Sequence[NodeSpec], report: ReadReport | None = None) -> ClusterSpec:
         """Types in order of first appearance; counts = sum of node devices per type."""
         counts: dict[str, int] = {}

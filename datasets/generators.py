@@ -81,9 +81,15 @@ def type_speed(name: str) -> float:
 
 
 def throughput_table(
-    types: Sequence[str] = DEFAULT_TYPES, seed: int = 0, *, pairs: bool = False
+    types: Sequence[str] = DEFAULT_TYPES,
+    seed: int = 0,
+    *,
+    pairs: bool = False,
+    scale_factors: Sequence[int] = SCALE_FACTORS,
 ) -> ThroughputTable:
-    """A synthetic Gavel-schema table: 26 templates x scale factors (83 keys) on `types`."""
+    """A synthetic Gavel-schema table: 26 templates x scale factors (83 keys with the default
+    `scale_factors`) on `types`. Distributed families get a row at every scale factor of
+    `scale_factors`; a row does not depend on which other scale factors are asked for."""
     rng = np.random.default_rng(seed)
     isolated: dict[JobKey, dict[str, float]] = {}
     for family, (sizes, base) in FAMILIES.items():
@@ -92,7 +98,7 @@ def throughput_table(
         efficiency = float(rng.uniform(0.6, 0.95))
         for b_idx, batch in enumerate(sizes):
             steps = base / (1.6**b_idx) * float(rng.lognormal(0.0, 0.1))
-            scales = SCALE_FACTORS if family in DISTRIBUTED else (1,)
+            scales = scale_factors if family in DISTRIBUTED else (1,)
             for s in scales:
                 row = {}
                 for t in types:
@@ -103,9 +109,14 @@ def throughput_table(
     return pair_throughputs(table, seed=seed + 1) if pairs else table
 
 
-def builtin_throughputs(types: Sequence[str] = DEFAULT_TYPES) -> ThroughputTable:
-    """The project's own small synthetic table (fixed seed), usable for any type names."""
-    return throughput_table(types, seed=BUILTIN_SEED)
+def builtin_throughputs(
+    types: Sequence[str] = DEFAULT_TYPES, extra_scale_factors: Sequence[int] = ()
+) -> ThroughputTable:
+    """The project's own small synthetic table (fixed seed), usable for any type names; with
+    rows at `extra_scale_factors` too (e.g. the exact GPU counts of a trace), the other rows
+    unchanged."""
+    scales = sorted({*SCALE_FACTORS, *(int(s) for s in extra_scale_factors if s >= 1)})
+    return throughput_table(types, seed=BUILTIN_SEED, scale_factors=scales)
 
 
 def pair_throughputs(

@@ -1,16 +1,23 @@
 """Trace -> snapshot (data.md section 6): the `apportion.v1.SolveRequest` at time t.
 
 A job is *active* at t when it arrived at or before t (`arrival_s <= t`) and had not finished
-(`start + duration > t`, start = `start_s` when known, else the arrival; unknown duration =
-not finished). Running jobs (started by t) get progress `(t - start) / duration` of their
-steps; pending jobs 0.
+(`start + duration > t`; unknown duration = not finished). The start is the trace's own when
+it has start times (a job without one in such a trace: its arrival, counted as a guess); a
+trace with none (Gavel, Shockwave, Sia) gets them from a first-come-first-served replay on the
+cluster's devices (`fifo_start_times`, counted; `start_times="arrival"` instead assumes every
+job runs from its arrival). Running jobs (started by t) get progress `(t - start) / duration`
+of their steps; pending jobs 0.
 
 Throughputs (no real trace has them, step 2 of the recipe): a job whose `job_type` and
 scale factor are a key of the throughput table uses that row; any other job gets a job type
 drawn (seeded, per table row, independent of t) uniformly among the templates at its scale
-factor. Scale factor = the GPU count rounded up to a power of two, at most
-`max_scale_factor` (fractional GPUs -> 1). `total_steps` = duration x reference-type
-throughput (or the trace's own `total_steps`).
+factor (counted). Scale factor = the GPU count rounded up to a power of two, at most
+`max_scale_factor` (fractional GPUs -> 1), each change counted; with `gpus="exact"` the GPU
+count itself (a fractional one excludes the job). `total_steps` = duration x reference-type
+throughput (counted as a guess), or the trace's own `total_steps`.
+
+Every step that changes or guesses a value is counted in `BuildReport` (`changed`,
+`guessed`), and every job left out in `excluded`; `apportion snapshot` prints them.
 
 Active jobs that cannot be served are left out and counted in `BuildReport.excluded`:
 zero/negative/unknown GPUs, negative duration, no usable type (throughput > 0 on a type
@@ -42,6 +49,7 @@ dropped, and a job with no row left, or no table at all, is excluded (counted).
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import zlib
@@ -55,6 +63,7 @@ import numpy as np
 from apportion.datasets.cluster import ClusterSpec, NodeSpec
 from apportion.datasets.generators import reference_throughput, shockwave_profiles, sia_goodputs
 from apportion.datasets.shockwave import EpochProfile
+from apportion.datasets.snapshot_modes import GPU_MODES, START_MODES
 from apportion.datasets.table import JobTable
 from apportion.datasets.throughput import JobKey, ThroughputTable
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -68,33 +77,54 @@ GoodputSource = Callable[[str, str], Sequence[GoodputRow] | None]
 
 @dataclass
 class BuildReport:
+    """What a snapshot holds and every step that changed or guessed something on the way:
+    `excluded` (jobs left out), `changed` (jobs kept with a value altered) and `guessed`
+    (jobs kept with a value the trace does not have), each reason with its count."""
+
     time_s: float
     active: int = 0
     running: int = 0
     pending: int = 0
     included: int = 0
     excluded: Counter[str] = field(default_factory=Counter)
-    sampled_job_types: int = 0
+    changed: Counter[str] = field(default_factory=Counter)
+    guessed: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def sampled_job_types(self) -> int:
+        return self.guessed[SAMPLED_JOB_TYPE]
 
     def summary(self) -> str:
         parts = [
             f"t={self.time_s:g} s: {self.active} active jobs ({self.running} running, "
             f"{self.pending} pending), {self.included} in the snapshot"
         ]
-        parts += [f"  excluded {n}: {reason}" for reason, n in sorted(self.excluded.items())]
-        if self.sampled_job_types:
-            parts.append(f"  {self.sampled_job_types} job types drawn from the throughput table")
+        for word, counts in (("excluded", self.excluded), ("changed", self.changed),
+                             ("guessed", self.guessed)):
+            parts += [f"  {word} {n}: {reason}" for reason, n in sorted(counts.items())]
         return "\n".join(parts)
 
 
-def end_times(table: JobTable) -> np.ndarray:
-    start = np.where(np.isnan(table.start_s), table.arrival_s, table.start_s)
-    return np.where(np.isnan(table.duration_s), np.inf, start + table.duration_s)
+SAMPLED_JOB_TYPE = "job type drawn from the throughput table (the trace's is not a key of it)"
+STEPS_FROM_DURATION = "total steps = duration x the reference type's throughput"
+RAISED_TO_ONE = "fractional GPU count raised to 1 (--gpus exact keeps it: excluded)"
+ROUNDED_UP = "GPU count rounded up to a power of two (--gpus exact keeps it)"
+FIFO_START = "start time from a FIFO replay on the cluster (the trace has none; --start-times)"
+ARRIVAL_START = "start time unknown: running since arrival assumed"
 
 
-def active_mask(table: JobTable, time_s: float) -> np.ndarray:
+def end_times(table: JobTable, start_s: np.ndarray | None = None) -> np.ndarray:
+    """When each job finishes: start (`start_s`, default the trace's, else the arrival) plus
+    duration; inf for an unknown duration."""
+    if start_s is None:
+        start_s = np.where(np.isnan(table.start_s), table.arrival_s, table.start_s)
+    start_s = np.where(np.isnan(start_s), np.inf, start_s)  # never starts: never ends
+    return np.where(np.isnan(table.duration_s), np.inf, start_s + table.duration_s)
+
+
+def active_mask(table: JobTable, time_s: float, start_s: np.ndarray | None = None) -> np.ndarray:
     """Jobs that arrived at or before `time_s` and had not finished by then."""
-    return (table.arrival_s <= time_s) & (end_times(table) > time_s)
+    return (table.arrival_s <= time_s) & (end_times(table, start_s) > time_s)
 
 
 def scale_factors(gpus: np.ndarray, max_scale_factor: int = 8) -> np.ndarray:
@@ -102,6 +132,40 @@ def scale_factors(gpus: np.ndarray, max_scale_factor: int = 8) -> np.ndarray:
     g = np.where(np.isfinite(gpus) & (gpus > 0), gpus, 1.0)
     s = 2.0 ** np.ceil(np.log2(np.maximum(g, 1.0)))
     return np.minimum(s, max_scale_factor).astype(np.int64)
+
+
+def exact_scale_factors(gpus: np.ndarray) -> np.ndarray:
+    """GPU count as it is; 0 for a fractional, non-positive or unknown count."""
+    whole = np.isfinite(gpus) & (gpus >= 1) & (np.floor(gpus) == gpus)
+    return np.where(whole, np.where(whole, gpus, 0), 0).astype(np.int64)
+
+
+def fifo_start_times(arrival_s: np.ndarray, duration_s: np.ndarray, devices: np.ndarray,
+                     total_devices: int) -> np.ndarray:
+    """Start times (s) of jobs run first come, first served on `total_devices` devices: in
+    arrival order, each starts when every earlier job has started and enough devices are
+    free (an unknown duration holds its devices for good); NaN = never starts (it needs more
+    devices than will ever be free, or waits behind one that does)."""
+    order = np.argsort(arrival_s, kind="stable")
+    start = np.full(len(arrival_s), np.nan)
+    running: list[tuple[float, int]] = []  # heap of (end, devices)
+    free, clock = total_devices, -math.inf
+    for k in order:
+        need = int(devices[k])
+        clock = max(clock, float(arrival_s[k]))
+        while running and running[0][0] <= clock:  # release what ended meanwhile
+            free += heapq.heappop(running)[1]
+        while free < need and running and math.isfinite(running[0][0]):
+            end, held = heapq.heappop(running)
+            clock, free = end, free + held
+        if free < need:
+            break  # never enough devices: this job and every later one never start
+        start[k] = clock
+        free -= need
+        duration = float(duration_s[k])
+        heapq.heappush(running, (clock + duration if math.isfinite(duration) else math.inf,
+                                 need))
+    return start
 
 
 def build_request(
@@ -119,23 +183,32 @@ def build_request(
     colocations: bool = False,
     epoch_profiles: Mapping[str, EpochProfile] | None = None,
     goodputs: GoodputSource | None = None,
+    gpus: str = "power-of-two",
+    start_times: str = "fifo",
 ) -> tuple[service_pb.SolveRequest, BuildReport]:
     """The snapshot of `table` at `time_s` (s on the table's clock) on `cluster`; with
     `colocations`, job types and type-pair throughputs from the table's pair entries; with
     `epoch_profiles` (by job id), Shockwave's per-epoch inputs; with `goodputs`, Sia's
-    per-configuration goodputs (see the module docstring)."""
+    per-configuration goodputs (see the module docstring). `gpus` (`GPU_MODES`) says how GPU
+    counts become scale factors, `start_times` (`START_MODES`) how a trace without start
+    times gets them. Every change and guess is counted in the report."""
+    if gpus not in GPU_MODES:
+        raise ValueError(f"gpus must be one of {', '.join(GPU_MODES)}, got {gpus!r}")
+    if start_times not in START_MODES:
+        raise ValueError(f"start_times must be one of {', '.join(START_MODES)}")
     report = BuildReport(time_s)
-    mask = active_mask(table, time_s)
-    idx = np.flatnonzero(mask)
+    exact = gpus == "exact"
+    scale = exact_scale_factors(table.gpus) if exact else scale_factors(table.gpus,
+                                                                        max_scale_factor)
+    start, start_guess = _start_times(table, scale, cluster.total, start_times)
+    idx = np.flatnonzero(active_mask(table, time_s, start))
     report.active = len(idx)
     # job types for every row (so that a job keeps its type in every snapshot)
-    scale = scale_factors(table.gpus, max_scale_factor)
     rng = np.random.default_rng(seed)
     draws = rng.random(len(table))
     keys_by_scale = {s: throughputs.job_keys(s) for s in {int(x) for x in np.unique(scale)}}
     job_types = table.column("job_type")
     tenants = table.column("tenant")
-    start = np.where(np.isnan(table.start_s), table.arrival_s, table.start_s)
     counts = cluster.count
 
     request = service_pb.SolveRequest()
@@ -162,22 +235,25 @@ def build_request(
     seen: set[str] = set()
     keys_present: dict[JobKey, str] = {}
     for k in idx:
-        gpus, duration = table.gpus[k], table.duration_s[k]
-        if not np.isfinite(gpus) or gpus <= 0:
+        job_gpus, duration = table.gpus[k], table.duration_s[k]
+        if not np.isfinite(job_gpus) or job_gpus <= 0:
             report.excluded["zero, negative or unknown GPU count"] += 1
             continue
         if duration < 0:
             report.excluded["negative duration"] += 1
             continue
         s = int(scale[k])
+        if s == 0:
+            report.excluded["fractional GPU count (--gpus exact)"] += 1
+            continue
         key = (str(job_types[k]), s)
-        if key not in throughputs.isolated:
+        sampled = key not in throughputs.isolated
+        if sampled:
             options = keys_by_scale.get(s) or []
             if not options:
                 report.excluded[f"no job type at scale factor {s} in the throughput table"] += 1
                 continue
             key = options[int(draws[k] * len(options))]
-            report.sampled_job_types += 1
         thr = {
             t: v for t, v in throughputs.throughput(key, cluster.types).items() if counts[t] >= s
         }
@@ -191,7 +267,7 @@ def build_request(
         profile = None
         if epoch_profiles is not None:
             profile = epoch_profiles.get(job_id)
-            problem = _profile_problem(profile, float(gpus), s)
+            problem = _profile_problem(profile, float(job_gpus), s)
             if problem:
                 report.excluded[problem] += 1
                 continue
@@ -205,7 +281,13 @@ def build_request(
             if not configurations:
                 report.excluded["no goodput configuration fits the cluster"] += 1
                 continue
+            if len(configurations) < len(rows):
+                report.changed["goodput configurations dropped: they do not fit the nodes "
+                               "(--nodes)"] += 1
         seen.add(job_id)
+        _count_gpu_changes(report, float(job_gpus), s, max_scale_factor)
+        if sampled:
+            report.guessed[SAMPLED_JOB_TYPE] += 1
         job = snap.jobs.add()
         job.id = job_id
         if s != 1:
@@ -221,9 +303,12 @@ def build_request(
         total = table.total_steps[k]
         if not np.isfinite(total) and np.isfinite(duration):
             total = duration * reference_throughput(throughputs, key, reference_type)
-        running = start[k] <= time_s
+            report.guessed[STEPS_FROM_DURATION] += 1
+        running = bool(start[k] <= time_s)  # (NaN: never starts)
         report.running += int(running)
         report.pending += int(not running)
+        if start_guess[k]:
+            report.guessed[start_guess[k]] += 1
         if np.isfinite(total) and total > 0:
             done = 0.0
             if running and np.isfinite(duration) and duration > 0:
@@ -251,6 +336,33 @@ def build_request(
     if colocations and throughputs.pairs:
         _attach_type_pairs(snap, throughputs, keys_present, cluster)
     return request, report
+
+
+def _start_times(
+    table: JobTable, scale: np.ndarray, total_devices: int, mode: str
+) -> tuple[np.ndarray, list[str]]:
+    """Each job's start (s; NaN = never) and, where it is a guess, why (`FIFO_START`,
+    `ARRIVAL_START`; "" = the trace's own)."""
+    known = ~np.isnan(table.start_s)
+    if known.all():
+        return table.start_s, [""] * len(table)
+    if known.any() or mode == "arrival":
+        start = np.where(known, table.start_s, table.arrival_s)
+        return start, ["" if k else ARRIVAL_START for k in known]
+    start = fifo_start_times(table.arrival_s, table.duration_s, scale, total_devices)
+    return start, [FIFO_START] * len(table)
+
+
+def _count_gpu_changes(report: BuildReport, gpus: float, scale: int, cap: int) -> None:
+    """Count how the job's GPU count was changed to become its scale factor."""
+    if gpus == scale:
+        return
+    if gpus < 1:
+        report.changed[RAISED_TO_ONE] += 1
+    elif gpus > scale:
+        report.changed[f"GPU count above {cap} capped at {cap} (--gpus exact keeps it)"] += 1
+    else:
+        report.changed[ROUNDED_UP] += 1
 
 
 def epochs_done(durations_s: Sequence[float], run_time_s: float) -> int:

@@ -230,7 +230,57 @@ def elastic_lyra() -> service_pb.SolveRequest:
     return request
 
 
+def allox_queues() -> service_pb.SolveRequest:
+    """AlloX on 2 v100 + 2 k80: eight jobs with known remaining work (steps), one of them
+    already running on a v100; the plan is per-device queues with completion times."""
+    request = _request("allox")
+    _add_type(request, "v100", 2)
+    _add_type(request, "k80", 2)
+    request.snapshot.time_s = 600.0
+    for i, model in enumerate(("resnet50", "transformer", "a3c", "lm", "resnet18", "cyclegan",
+                               "recommendation", "resnet50")):
+        v100, _, k80 = MODELS[model]
+        job = _add_job(request, f"{model}-{i}", {"v100": v100, "k80": k80})
+        job.arrival_time_s = float(60 * i)
+        job.progress.total_steps = float(1000 * (1 + i % 3))
+    request.snapshot.jobs[0].progress.steps_done = 400.0
+    running = request.snapshot.history.jobs.add()
+    running.job_id = request.snapshot.jobs[0].id
+    running.current.accelerator_type = "v100"
+    running.current.devices = 1
+    return request
+
+
+def sia_configurations() -> service_pb.SolveRequest:
+    """Sia on two node types (2 nodes x 4 a100, 2 nodes x 4 t4): five jobs, each with its
+    goodput (samples/s) per configuration (type, nodes, GPUs); the plan is one configuration
+    per job, placed on nodes."""
+    request = _request("sia")
+    for node_type, count in (("a100", 2), ("t4", 2)):
+        _add_type(request, node_type, 4 * count)
+        for n in range(count):
+            node = request.snapshot.cluster.nodes.add()
+            node.name, node.accelerator_type, node.devices = f"{node_type}-{n}", node_type, 4
+    request.snapshot.time_s = 300.0
+    speed = {"a100": 1.0, "t4": 0.3}
+    for i, (job_id, base, scaling) in enumerate((
+        ("bert", 300.0, 0.9), ("resnet50", 900.0, 0.95), ("gpt-small", 120.0, 0.85),
+        ("cifar10", 2000.0, 0.6), ("deepspeech", 80.0, 0.8),
+    )):
+        job = request.snapshot.jobs.add()
+        job.id = job_id
+        job.arrival_time_s = float(30 * i)
+        for node_type in ("a100", "t4"):
+            for nodes, devices in ((1, 1), (1, 2), (1, 4), (2, 8)):
+                config = job.configurations.add()
+                config.accelerator_type, config.nodes, config.devices = node_type, nodes, devices
+                config.goodput = round(base * speed[node_type] * devices**scaling, 3)
+    return request
+
+
 BUILDERS: dict[str, Callable[[], service_pb.SolveRequest]] = {
+    "allox_queues.json": allox_queues,
+    "sia_configurations.json": sia_configurations,
     "four_jobs.json": four_jobs,
     "cluster_32_jobs.json": cluster_32_jobs,
     "invalid.json": invalid,

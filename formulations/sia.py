@@ -93,13 +93,21 @@ class GoodputTable:
     """(m, C) Pollux optimum per-device batch (0 = n/a)."""
     accumulation: IntArray
     """(m, C) Pollux optimum accumulation steps."""
+    unused_given: int = 0
+    """Given configurations (jobs[].configurations) outside the configuration set, not used."""
+    unused_example: str = ""
+    """The first of them, for the report ("job j: type, N node(s), G GPUs")."""
 
 
-def sia_node_caps(problem: Problem, caps: tuple[tuple[str, int], ...] | None) -> tuple[int, ...]:
+def sia_node_caps(
+    problem: Problem, caps: tuple[tuple[str, int], ...] | None, compat: Compat
+) -> tuple[int, ...]:
     """Per-type node caps (A5.2) of `SiaParameters.max_nodes_per_type` for the problem's
-    types (None = Sia's `SIA_MAX_PROFILED_NODES`; 0 = uncapped)."""
-    table = SIA_MAX_PROFILED_NODES if caps is None else dict(caps)
-    return node_caps(problem.cluster.type_names, table)
+    types; None = Sia's `SIA_MAX_PROFILED_NODES` under `compat: sia` (they name Sia's own
+    clusters' types, so a user's type named like one of them must not be capped otherwise),
+    no caps without it; 0 = uncapped."""
+    default = SIA_MAX_PROFILED_NODES if compat is Compat.SIA else {}
+    return node_caps(problem.cluster.type_names, default if caps is None else dict(caps))
 
 
 def goodput_table(
@@ -119,6 +127,7 @@ def goodput_table(
     accum = np.zeros((m, len(configs)), np.int64)
     unit_t = jobs.scale_unit if jobs.scale_unit.shape == (m, n) else np.ones((m, n), np.int64)
     unit = unit_t[:, c_type].astype(np.float64) if configs else np.zeros((m, 0))
+    unused, example = 0, ""
     for i in range(m):
         given = jobs.given_goodput[i] if len(jobs.given_goodput) == m else ()
         model = jobs.pollux[i] if len(jobs.pollux) == m else None
@@ -127,6 +136,11 @@ def goodput_table(
                 k = index.get((entry.type_index, entry.nodes, entry.devices))
                 if k is not None:
                     raw[i, k] = entry.goodput
+                    continue
+                unused += 1
+                example = example or (
+                    f"job {jobs.ids[i]}: {cluster.type_names[entry.type_index]}, "
+                    f"{entry.nodes} node(s), {entry.devices} GPUs")
         elif model is not None:
             grad, limits = job_inputs(model)
             source = bootstrap_sources(model)
@@ -160,7 +174,7 @@ def goodput_table(
     )
     multiple = (c_dev[None, :] % np.maximum(unit, 1).astype(np.int64)) == 0
     raw = np.where(fits & multiple & np.isfinite(raw) & (raw > 0), raw, 0.0)
-    return GoodputTable(configs, layout, raw, unit, atomic, accum)
+    return GoodputTable(configs, layout, raw, unit, atomic, accum, unused, example)
 
 
 def bootstrap_sources(model: PolluxJobModel) -> IntArray:
@@ -266,7 +280,8 @@ def solve_policy(
     """Sia's ILP solved exactly; never raises for infeasible or timed-out solves."""
     started = time.perf_counter()
     table = goodput_table(
-        problem, parameters.max_gpus, sia_node_caps(problem, parameters.max_nodes_per_type)
+        problem, parameters.max_gpus,
+        sia_node_caps(problem, parameters.max_nodes_per_type, compat),
     )
     current = current_configuration(problem, table.configs, table.layout)
     restart = job_restart_factor(problem, current >= 0)
@@ -381,6 +396,9 @@ def plan_from_result(
         detail += f"; placement failed for {len(failed)} job(s)"
     if placement.fell_back:
         detail += "; previous nodes could not all be kept (placed again without preference)"
+    if table.unused_given:
+        detail += (f"; {table.unused_given} given configuration(s) outside the configuration "
+                   f"set not used (e.g. {table.unused_example})")
     cert = Certificate(
         termination=ended,
         maximize=instance.maximize,

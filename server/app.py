@@ -1,4 +1,4 @@
-"""Run the gRPC server: AllocationService, grpc.health.v1 and server reflection.
+"""Run the gRPC server: AllocationService, grpc.health.v1 and server reflection (v1 and v1alpha).
 
 `add_serve_arguments` and `run_from_args` back both ``apportion serve`` and
 ``python -m apportion.server.app``. Once the workers are ready and health says SERVING, one
@@ -29,6 +29,9 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from apportion.server.logs import LOG_FORMATS
+from apportion.server.logs import configure as configure_logging
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 50051
@@ -147,6 +150,21 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "the workers)",
     )
     parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (0 = any free port, logged "
+        "at start-up; needs prometheus-client: apportion[metrics]); default: no metrics",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="log on stderr as text lines or as JSON objects, one per line (default "
+        "%(default)s); every call is logged with its request id",
+    )
+    parser.add_argument(
         "--tls-cert", metavar="FILE", help="serve TLS with this PEM certificate (chain)"
     )
     parser.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
@@ -202,14 +220,8 @@ class ServeOptions:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_worker_memory: int | None = None
     tls: TlsFiles | None = None
-
-
-def _configure_logging() -> None:
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    metrics_port: int | None = None
+    log_format: str = "text"
 
 
 async def serve(options: ServeOptions) -> int:
@@ -220,12 +232,13 @@ async def serve(options: ServeOptions) -> int:
     import grpc
     import grpc.aio  # imported here so that building the command line stays cheap
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-    from grpc_reflection.v1alpha import reflection
 
+    from apportion.server.reflection import enable_reflection
     from apportion.server.service import SERVICE_NAME, AllocationServiceServicer, generic_handler
     from apportion.server.workers import WorkerFailedError, WorkerPool
 
-    _configure_logging()
+    configure_logging(options.log_format)
+    log = logging.getLogger(__name__)
     address = _address(options.host, options.port)
     if options.tls is None and not is_loopback(options.host):
         print(
@@ -260,19 +273,29 @@ async def serve(options: ServeOptions) -> int:
             return
         serving = alive > 0
         if not serving:
-            logging.getLogger(__name__).warning("no solver worker is alive: NOT_SERVING")
+            log.warning("no solver worker is alive: NOT_SERVING")
         task = asyncio.get_running_loop().create_task(set_health(serving))
         health_updates.add(task)
         task.add_done_callback(health_updates.discard)
 
     pool = WorkerPool(workers, options.max_pending, ceiling, on_alive)
+    metrics = None
+    if options.metrics_port is not None:
+        from apportion.server.metrics import Metrics
+
+        try:
+            metrics = Metrics(pool)
+            metrics_port = metrics.start_http(options.host, options.metrics_port)
+        except (RuntimeError, OSError) as exc:
+            print(f"apportion: cannot serve metrics: {exc}", file=sys.stderr)
+            return 1
+        log.info("metrics on http://%s/metrics", _address(options.host, metrics_port),
+                 extra={"metrics_port": metrics_port})
     server.add_generic_rpc_handlers(
-        (generic_handler(AllocationServiceServicer(pool, options.max_message_bytes)),)
+        (generic_handler(AllocationServiceServicer(pool, options.max_message_bytes, metrics)),)
     )
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    enable_reflection((SERVICE_NAME, health.SERVICE_NAME), server)
     await set_health(False)
     try:
         if options.tls is None:
@@ -303,7 +326,7 @@ async def serve(options: ServeOptions) -> int:
         started = True
         on_alive(pool.alive)
         await asyncio.gather(*health_updates)
-        logging.getLogger(__name__).info(
+        log.info(
             "%d solver workers ready, %s bytes each after start-up, ceiling %s bytes",
             pool.alive, pool.baseline_bytes, ceiling,
         )
@@ -315,6 +338,8 @@ async def serve(options: ServeOptions) -> int:
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+        if metrics is not None:
+            metrics.stop_http()
     return 0
 
 
@@ -333,6 +358,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         max_message_bytes=args.max_message_bytes,
         max_worker_memory=args.max_worker_memory,
         tls=tls,
+        metrics_port=args.metrics_port,
+        log_format=args.log_format,
     )
     return asyncio.run(serve(options))
 

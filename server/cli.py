@@ -77,24 +77,34 @@ def _apply_overrides(
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    """`apportion solve FILE`: solve and print the plan (table or JSON)."""
+    """`apportion solve FILE`: solve and print the plan (table, CSV or JSON), optionally
+    drawing it (`--plot`)."""
     from google.protobuf import json_format
 
     from apportion.server import render
     from apportion.server.pipeline import solve_request
+    from apportion.server.progress import progress
     from apportion.solver.deadline import Deadline
 
     arrived = time.monotonic()  # the time limit counts from here: reading the file included
     deadline = Deadline.after(args.time_limit) if args.time_limit is not None else None
     request = load_request(args.file)
     _apply_overrides(request, args.policy, args.time_limit)
-    response = solve_request(request, deadline, arrived)
-    if args.json:
+    with progress(f"solving {len(request.snapshot.jobs)} jobs"):
+        response = solve_request(request, deadline, arrived)
+    type_names = [t.name for t in request.snapshot.cluster.accelerator_types]
+    output_format = "json" if args.json else args.format
+    if output_format == "json":
         print(json_format.MessageToJson(response, preserving_proto_field_name=False))
+    elif output_format == "csv":
+        sys.stdout.write(render.plan_csv(response, type_names))
     else:
-        type_names = [t.name for t in request.snapshot.cluster.accelerator_types]
         max_rows = 0 if args.all else render.DEFAULT_MAX_ROWS
         print(render.solve_report(response, type_names, max_rows))
+    if args.plot:
+        from apportion.server.plot import plot_plan
+
+        plot_plan(response, type_names, args.plot)
     return EXIT_OK
 
 
@@ -145,14 +155,21 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     try:
         table = read_trace(args.format, args.trace, tasks=args.tasks,
                            group_tags=args.group_tags, skip_bad=args.skip_bad)
+        time_s = snapshot_time(args.time, table.origin_s)
         if args.openb_nodes:
             from apportion.datasets.openb import read_openb_nodes
 
             cluster = read_openb_nodes(args.openb_nodes, skip_bad=args.skip_bad)
+        elif args.nodes:
+            cluster = ClusterSpec.parse_nodes(args.nodes)
         else:
             cluster = ClusterSpec.parse(args.cluster)
         if args.throughputs == "builtin":
-            throughputs = builtin_throughputs(cluster.types)
+            import numpy as np
+
+            exact = np.unique(table.gpus[np.isfinite(table.gpus)]) if args.gpus == "exact" else ()
+            throughputs = builtin_throughputs(cluster.types, extra_scale_factors=[
+                int(g) for g in exact if g >= 1 and g == int(g)])
             if args.colocations:
                 from apportion.datasets.generators import pair_throughputs
 
@@ -174,13 +191,15 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         table,
         cluster,
         throughputs,
-        args.time,
+        time_s,
         seed=args.seed,
         policy=args.policy,
         round_duration_s=args.round_duration,
         colocations=args.colocations,
         epoch_profiles=epoch_profiles,
         goodputs=goodputs,
+        gpus=args.gpus,
+        start_times=args.start_times,
     )
     _err(report.summary())
     text = render_request(request)
@@ -189,6 +208,30 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return EXIT_OK
+
+
+def snapshot_time(text: str, origin_s: float) -> float:
+    """`--time`: seconds from the trace origin, or an ISO 8601 date and time (UTC unless it
+    says otherwise) for a trace with timestamps (`origin_s`: the origin's Unix time, 0 for a
+    trace without)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    from datetime import UTC, datetime
+
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"--time {text!r}: not a number of seconds nor an ISO date (2017-10-03T12:00:00)"
+        ) from exc
+    if origin_s == 0:
+        raise ValueError(f"--time {text!r}: this trace has no timestamps; give seconds from "
+                         "its first arrival")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp() - origin_s
 
 
 def _snapshot_profiles(
@@ -220,12 +263,15 @@ def _snapshot_goodputs(spec: str | None, cluster: ClusterSpec, seed: int) -> Goo
 def _add_snapshot(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> argparse.ArgumentParser:
+    from apportion.datasets.snapshot_modes import GPU_MODES, START_MODES
+
     snap = sub.add_parser(
         "snapshot",
         help="build a snapshot JSON from a job trace at time T",
         description="Read a job trace, keep the jobs active at --time (arrived, not finished), "
         "attach throughputs and write the SolveRequest JSON for `apportion solve`. Read "
-        "problems and excluded jobs are reported on stderr.",
+        "problems, excluded jobs and every changed or guessed value (GPU rounding, drawn job "
+        "types, start times, steps from durations) are counted on stderr.",
     )
     snap.add_argument("trace", metavar="TRACE", help="trace file")
     snap.add_argument(
@@ -252,18 +298,42 @@ def _add_snapshot(
     )
     snap.add_argument(
         "--time",
-        type=float,
         required=True,
-        metavar="SECONDS",
-        help="snapshot time, s from the trace origin (earliest arrival)",
+        metavar="TIME",
+        help="snapshot time: seconds from the trace origin (earliest arrival), or for a trace "
+        "with timestamps (helios, philly, pai) an ISO date and time, e.g. 2017-10-03T12:00 "
+        "(UTC unless an offset is given)",
     )
-    snap.add_argument(
+    where = snap.add_mutually_exclusive_group()
+    where.add_argument(
         "--cluster",
         default="v100:36,p100:36,k80:36",
         metavar="SPEC",
-        help="TYPE:COUNT,... (default Gavel's 36/36/36)",
+        help="TYPE:COUNT,... (default Gavel's 36/36/36); each type is one virtual node",
     )
-    snap.add_argument("--openb-nodes", metavar="FILE", help="cluster from an openb node list")
+    where.add_argument(
+        "--nodes",
+        metavar="SPEC",
+        help="TYPE:NODES:GPUS,... nodes of GPUS devices each (e.g. a100:4:8,t4:2:4), so that "
+        "Sia's multi-node configurations fit",
+    )
+    where.add_argument("--openb-nodes", metavar="FILE", help="cluster from an openb node list")
+    snap.add_argument(
+        "--gpus",
+        choices=GPU_MODES,
+        default="power-of-two",
+        help="power-of-two: round each job's GPU count up to a power of two, at most 8 (Gavel's "
+        "tables; default); exact: keep it (a fractional count excludes the job). Changes are "
+        "counted on stderr",
+    )
+    snap.add_argument(
+        "--start-times",
+        choices=START_MODES,
+        default="fifo",
+        help="for a trace without start times (gavel, shockwave, sia): fifo = from a "
+        "first-come-first-served replay on the cluster (default); arrival = every job runs "
+        "from its arrival (more running jobs than GPUs). Counted on stderr",
+    )
     snap.add_argument(
         "--throughputs",
         default="builtin",
@@ -355,8 +425,23 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="time limit from the start of the command, reading the file included "
         "(overrides the file's)",
     )
-    solve.add_argument("--json", action="store_true", help="print the SolveResponse as JSON")
-    solve.add_argument("--all", action="store_true", help="print every job (default: first 50)")
+    solve.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="table: the plan in the policy's terms and the solve statistics (default); csv: "
+        "one row per job, full precision; json: the SolveResponse",
+    )
+    solve.add_argument("--json", action="store_true", help="same as --format json")
+    solve.add_argument(
+        "--all", action="store_true", help="table: print every job (default: first 50)"
+    )
+    solve.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="also draw the plan into an image (.png, .svg, .pdf): time shares per job and "
+        "type, AlloX's queues or Sia's configurations (needs matplotlib: apportion[plot])",
+    )
     solve.set_defaults(handler=cmd_solve)
 
     validate = sub.add_parser("validate", help="check a snapshot file without solving")

@@ -46,6 +46,11 @@ def _status(code: int, message: str, detail: Message | None = None) -> grpc.Stat
     return rpc_status.to_status(status_pb2.Status(code=code, message=message, details=details))
 
 
+def plain_status(code: int, message: str) -> grpc.Status:
+    """`code` (a google.rpc.Code) with `message` and no details."""
+    return _status(code, message)
+
+
 def bad_request_status(violations: Sequence[Violation]) -> grpc.Status:
     """INVALID_ARGUMENT whose detail is a google.rpc.BadRequest with one field violation per
     violation (field path and description), and whose message lists them one per line."""

@@ -6,12 +6,18 @@ has its control characters escaped (a raw newline in a job id must not start a f
 
 from __future__ import annotations
 
+import contextlib
+import csv
+import io
 import textwrap
-from collections.abc import Iterable, Sequence
-from typing import Literal
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from apportion.server.error_text import escape
-from apportion.solver.registry import PolicySpec
+from apportion.solver.capabilities import Capabilities, PlanKind, Quantity
+from apportion.solver.errors import ValidationError
+from apportion.solver.registry import PolicySpec, lookup
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 DEFAULT_MAX_ROWS = 50
@@ -55,15 +61,19 @@ def _clip(text: str, width: int = _MAX_ID_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _format_rows(header: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
-    """Align columns: the first `left` columns left-aligned, the others right-aligned."""
+def _format_rows(
+    header: Sequence[str], rows: Sequence[Sequence[str]], left: int | Sequence[bool] = 1
+) -> list[str]:
+    """Align columns: left-aligned where `left` says so (a count of leading columns or a flag
+    per column), the others right-aligned."""
+    flags = [c < left for c in range(len(header))] if isinstance(left, int) else list(left)
     header = [escape(cell) for cell in header]
     rows = [[escape(cell) for cell in row] for row in rows]
     widths = [max(len(row[c]) for row in [header, *rows]) for c in range(len(header))]
     lines = []
     for row in [header, *rows]:
         cells = [
-            cell.ljust(widths[c]) if c < left else cell.rjust(widths[c])
+            cell.ljust(widths[c]) if flags[c] else cell.rjust(widths[c])
             for c, cell in enumerate(row)
         ]
         lines.append("  ".join(cells).rstrip())
@@ -71,23 +81,138 @@ def _format_rows(header: Sequence[str], rows: Sequence[Sequence[str]], left: int
     return lines
 
 
-def _job_row(
-    job: service_pb.JobAllocation, type_names: Sequence[str], with_status: bool,
-    with_devices: bool = False,
-) -> list[str]:
-    row = [_clip(job.job_id)]
-    row += [_share(job.time_share.get(name, 0.0)) for name in type_names]
-    if with_devices:
-        row.append(str(job.configuration.devices) if job.HasField("configuration") else "-")
-    row += [
-        _number(job.effective_throughput),
-        _number(job.normalized_throughput),
-        _number(job.objective_value),
+@dataclass(frozen=True)
+class Column:
+    """One column of the plan table: its heading, the table cell (short) and the CSV value
+    (full precision) of a job."""
+
+    heading: str
+    cell: Callable[[service_pb.JobAllocation], str]
+    value: Callable[[service_pb.JobAllocation], object]
+    left: bool = False
+
+
+def _policy(response: service_pb.SolveResponse) -> PolicySpec | None:
+    """The registry entry of the policy that produced `response` (None when unknown)."""
+    try:
+        return lookup(response.stats.policy)
+    except ValidationError:
+        return None
+
+
+def _share_column(type_name: str) -> Column:
+    """The job's time share on one accelerator type."""
+
+    def value(job: service_pb.JobAllocation) -> float:
+        return job.time_share.get(type_name, 0.0)
+
+    return Column(type_name, lambda job: _share(value(job)), value)
+
+
+def _part_column(
+    heading: str,
+    part: Callable[[service_pb.JobAllocation], Any],
+    field: Callable[[Any], Any],
+    text: Callable[[Any], str] = str,
+    left: bool = False,
+) -> Column:
+    """A column showing `field` of a part of the job's allocation (its configuration, its
+    queue place) that may be unset: '-' in the table and empty in CSV when it is."""
+
+    def cell(job: service_pb.JobAllocation) -> str:
+        found = part(job)
+        return "-" if found is None else text(field(found))
+
+    def value(job: service_pb.JobAllocation) -> object:
+        found = part(job)
+        return "" if found is None else field(found)
+
+    return Column(heading, cell, value, left)
+
+
+def _configuration(job: service_pb.JobAllocation) -> service_pb.ConfigurationChoice | None:
+    return job.configuration if job.HasField("configuration") else None
+
+
+def _queue(job: service_pb.JobAllocation) -> service_pb.QueueAssignment | None:
+    return job.queue if job.HasField("queue") else None
+
+
+def _device(queue: service_pb.QueueAssignment) -> str:
+    return f"{queue.accelerator_type}[{','.join(map(str, queue.devices))}]"
+
+
+def _configuration_columns() -> list[Column]:
+    """The chosen configuration of a configuration policy (Sia, Pollux)."""
+    return [
+        _part_column("type", _configuration, lambda c: c.accelerator_type, _clip, left=True),
+        _part_column("nodes", _configuration, lambda c: c.nodes),
+        _part_column("GPUs", _configuration, lambda c: c.devices),
+        _part_column("goodput", _configuration, lambda c: c.goodput, _number),
     ]
+
+
+def _queue_columns() -> list[Column]:
+    """Where a queue policy (AlloX) runs the job: device, position, start and completion."""
+    return [
+        _part_column("device", _queue, _device, _clip, left=True),
+        _part_column("position", _queue, lambda q: q.position),
+        _part_column("start (s)", _queue, lambda q: q.start_time_s,
+                     lambda v: _number(v, 6)),
+        _part_column("completion (s)", _queue, lambda q: q.completion_time_s,
+                     lambda v: _number(v, 6)),
+    ]
+
+
+def plan_columns(
+    response: service_pb.SolveResponse, type_names: Sequence[str], *, with_status: bool
+) -> list[Column]:
+    """The plan table's columns in the policy's own terms: its plan kind decides the
+    allocation columns (time shares per type, a configuration, a queue place) and its
+    registry entry names the job's value in its objective (rho, completion time, ...)."""
+    spec = _policy(response)
+    kind = spec.capabilities.plan_kind if spec else None
+    columns = [Column("job", lambda job: _clip(job.job_id), lambda job: job.job_id, left=True)]
     if with_status:
-        status = _status_name(job.status)
-        row.append(f"{status}: {job.reason}" if job.reason else status)
-    return row
+        columns.append(Column("status", lambda job: _status_name(job.status),
+                              lambda job: _status_name(job.status), left=True))
+    if kind is PlanKind.CONFIGURATION:
+        columns += _configuration_columns()
+    elif kind is PlanKind.QUEUE:
+        columns += _queue_columns()
+    else:
+        columns += [_share_column(name) for name in type_names]
+        if any(job.HasField("configuration") for job in response.plan.jobs):  # elastic
+            columns.append(_part_column("devices", _configuration, lambda c: c.devices))
+    columns += [
+        Column("throughput (steps/s)", lambda job: _number(job.effective_throughput),
+               lambda job: job.effective_throughput),
+        Column("normalized", lambda job: _number(job.normalized_throughput),
+               lambda job: job.normalized_throughput),
+    ]
+    job_value = spec.reporting.job_value if spec else Quantity("objective value")
+    if job_value is not None:
+        columns.append(Column(job_value.heading(), lambda job: _number(job.objective_value),
+                              lambda job: job.objective_value))
+    if kind is PlanKind.MARKET:
+        columns.append(Column("spending", lambda job: _number(job.spending),
+                              lambda job: job.spending))
+    return columns
+
+
+def _type_names(response: service_pb.SolveResponse, type_names: Sequence[str]) -> list[str]:
+    return list(type_names) or sorted({n for job in response.plan.jobs for n in job.time_share})
+
+
+def _notes(jobs: Sequence[service_pb.JobAllocation], max_rows: int) -> list[str]:
+    """Why jobs are not allocated, one line each (below the table, so that a long reason
+    does not widen every line of it)."""
+    reasons = [job for job in jobs if job.reason]
+    shown = reasons if max_rows <= 0 else reasons[:max_rows]
+    lines = [f"  {_clip(job.job_id)}: {escape(job.reason)}" for job in shown]
+    if len(reasons) > len(shown):
+        lines.append(f"  ... {len(reasons) - len(shown)} more")
+    return ["", "notes:", *lines] if lines else []
 
 
 def plan_table(
@@ -95,23 +220,19 @@ def plan_table(
     type_names: Sequence[str],
     max_rows: int = DEFAULT_MAX_ROWS,
 ) -> str:
-    """Jobs × accelerator types: time share per type, then effective throughput (steps/s),
-    normalized throughput and the job's objective value (level). At most `max_rows` jobs
-    (<= 0: all), followed by a "... N more jobs" line."""
+    """Jobs in the policy's terms (`plan_columns`): at most `max_rows` jobs (<= 0: all),
+    followed by a "... N more jobs" line, then the reasons of jobs not allocated and, for a
+    market, the prices."""
     jobs = list(response.plan.jobs)
     if not jobs:
         reason = termination_name(response.stats.termination)
         return f"(no plan: termination {reason})"
-    names = list(type_names) or sorted({n for job in jobs for n in job.time_share})
     with_status = any(job.status != service_pb.JOB_STATUS_ALLOCATED for job in jobs)
-    with_devices = any(job.HasField("configuration") for job in jobs)
-    header = ["job", *names, *(["devices"] if with_devices else []),
-              "throughput", "normalized", "level"]
-    if with_status:
-        header.append("status")
+    columns = plan_columns(response, _type_names(response, type_names), with_status=with_status)
     shown = jobs if max_rows <= 0 else jobs[:max_rows]
-    rows = [_job_row(job, names, with_status, with_devices) for job in shown]
-    lines = _format_rows(header, rows)
+    rows = [[column.cell(job) for column in columns] for job in shown]
+    lines = _format_rows([c.heading for c in columns], rows,
+                         left=[c.left for c in columns])
     hidden = len(jobs) - len(shown)
     if hidden:
         lines.append(f"... {hidden} more jobs (use --all to print every job)")
@@ -120,7 +241,25 @@ def plan_table(
         preempted = ", ".join(reclaim.preempted_job_ids) or "none"
         lines.append(f"reclaimed nodes: {', '.join(reclaim.nodes) or 'none'}; preempted: "
                      f"{preempted}")
+    lines += _notes(jobs, max_rows)
+    spec = _policy(response)
+    if spec is not None and spec.capabilities.plan_kind is PlanKind.MARKET:
+        prices = ", ".join(f"{escape(name)} {_number(price)}"
+                           for name, price in sorted(response.plan.accelerator_prices.items()))
+        lines += ["", f"prices per device: {prices}"]
     return "\n".join(lines)
+
+
+def plan_csv(response: service_pb.SolveResponse, type_names: Sequence[str]) -> str:
+    """Every job as one CSV row (RFC 4180, full precision), with status and reason always."""
+    columns = plan_columns(response, _type_names(response, type_names), with_status=True)
+    columns.append(Column("reason", lambda job: job.reason, lambda job: job.reason))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([c.heading for c in columns])
+    for job in response.plan.jobs:
+        writer.writerow([column.value(job) for column in columns])
+    return out.getvalue()
 
 
 def colocation_table(response: service_pb.SolveResponse, max_rows: int = DEFAULT_MAX_ROWS
@@ -161,8 +300,11 @@ def _model_size(stats: service_pb.SolveStats) -> str:
 
 
 def stats_block(stats: service_pb.SolveStats) -> str:
-    """The solve statistics and optimality certificate, one `label  value` line each."""
+    """The solve statistics and optimality certificate, one `label  value` line each; the
+    objective named as its policy declares it (e.g. "largest rho", "makespan (s)")."""
     sense = "maximize" if stats.maximize else "minimize"
+    with contextlib.suppress(ValidationError):  # an unknown policy: the sense alone
+        sense += f" {lookup(stats.policy).reporting.objective.heading()}"
     solver = " ".join(part for part in (stats.solver, stats.solver_version) if part) or "-"
     items: list[tuple[str, str]] = [
         ("termination", termination_name(stats.termination)),
@@ -252,16 +394,56 @@ def _joined(values: Iterable[str]) -> str:
     return ", ".join(values) or "-"
 
 
+_PLAN_KINDS = {
+    PlanKind.TIME_SHARE: "time shares per type",
+    PlanKind.QUEUE: "per-device queues",
+    PlanKind.CONFIGURATION: "one configuration per job",
+    PlanKind.MARKET: "time shares at market prices",
+    PlanKind.WINDOW: "a 0/1 schedule over a window of rounds",
+}
+
+
+def _reads(caps: Capabilities) -> list[str]:
+    flags = [
+        (caps.reads_tenants, "tenants"),
+        (caps.needs_history, "history"),
+        (caps.needs_remaining_work, "remaining work"),
+        (caps.uses_colocations, "pair throughputs"),
+        (caps.reads_epoch_profiles, "epoch profiles"),
+        (caps.reads_configurations, "configurations"),
+    ]
+    return [name for on, name in flags if on]
+
+
 def policy_list(specs: Iterable[PolicySpec]) -> str:
-    """The registered policies for `apportion policies`: name, then indented details."""
+    """The registered policies for `apportion policies`: name, then indented details (what
+    it optimizes and in which unit, its plan, what it reads, its options, its inputs)."""
     blocks = []
     for spec in specs:
-        lines = [f"{spec.name}  ({'maximize' if spec.maximize else 'minimize'})"]
+        caps = spec.capabilities
+        sense = "maximize" if spec.maximize else "minimize"
+        job_value = spec.reporting.job_value
+        lines = [f"{spec.name}  ({sense} {spec.reporting.objective.heading()})"]
         lines += _wrapped("aliases", _joined(sorted(spec.aliases)))
-        lines += _wrapped("parameters", spec.parameters_message or "none")
+        lines += _wrapped(
+            "parameters",
+            f"{spec.parameters_field} ({spec.parameters_message})"
+            if spec.parameters_field else "none",
+        )
+        lines += _wrapped(
+            "plan",
+            f"{_PLAN_KINDS[caps.plan_kind]}; {caps.problem_class.value}, gap "
+            f"{caps.default_relative_gap:g}; per job: "
+            f"{job_value.heading() if job_value else 'throughput (steps/s)'}",
+        )
+        lines += _wrapped("reads", _joined(_reads(caps)))
+        options = [name for on, name in ((caps.round_schedule, "schedule_rounds"),
+                                         (bool(spec.packed_entry_point), "space_sharing"),
+                                         (caps.partitionable, "partitions (POP: k sub-problems "
+                                          "in parallel)"))
+                   if on]
+        lines += _wrapped("options", _joined(options))
         lines += _wrapped("inputs", _joined(spec.required_inputs))
-        if spec.capabilities.partitionable:
-            lines += _wrapped("options", "partitions (POP: k sub-problems in parallel)")
         lines += _wrapped("description", spec.description)
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

@@ -7,8 +7,10 @@ minus a margin (`time_limits`), so time spent waiting for a worker is taken off 
 also learns the arrival instant, from which the request's own ``options.time_limit_s`` counts.
 A worker still busy shortly after the gRPC deadline is terminated.
 
-Every call gets a request id. Unexpected failures answer INTERNAL with a one-line message and
-that id; the traceback goes to the server's log under the same id, never to the client.
+Every call gets a request id, sent back in the ``apportion-request-id`` header of every reply
+and logged with the call when it ends. Unexpected failures answer INTERNAL with a one-line
+message and that id; the traceback goes to the server's log under the same id, never to the
+client.
 """
 
 from __future__ import annotations
@@ -20,16 +22,20 @@ import uuid
 
 import grpc
 import grpc.aio
+from google.rpc import code_pb2
 
 from apportion.server.error_text import one_line
 from apportion.server.errors import (
-    abort,
     abort_with,
     bad_request_status,
     busy_status,
     internal_status,
+    plain_status,
     validation_status,
 )
+from apportion.server.metrics import NO_POLICY, Metrics, policy_label
+from apportion.server.render import termination_name
+from apportion.server.wire_peek import response_stats
 from apportion.server.workers import (
     PoolClosedError,
     PoolExhaustedError,
@@ -53,6 +59,8 @@ HARD_TIMEOUT_GRACE_S = 0.5
 """A worker still busy this long (s) after the call deadline is terminated."""
 RETRY_AFTER_S = 1.0
 """The retry delay (s) a busy reply suggests in its google.rpc.RetryInfo."""
+REQUEST_ID_HEADER = "apportion-request-id"
+"""Initial-metadata key carrying the call's request id, on every reply (success or error)."""
 
 _log = logging.getLogger(__name__)
 
@@ -79,6 +87,7 @@ def list_policies_response() -> service_pb.ListPoliciesResponse:
     response = service_pb.ListPoliciesResponse()
     for spec in policies():
         caps = spec.capabilities
+        job_value = spec.reporting.job_value
         response.policies.add(
             name=spec.name,
             aliases=list(spec.aliases),
@@ -87,6 +96,10 @@ def list_policies_response() -> service_pb.ListPoliciesResponse:
             required_inputs=list(spec.required_inputs),
             maximize=spec.maximize,
             parameters_field=spec.parameters_field,
+            objective_name=spec.reporting.objective.name,
+            objective_unit=spec.reporting.objective.unit,
+            job_value_name=job_value.name if job_value else "",
+            job_value_unit=job_value.unit if job_value else "",
             capabilities=service_pb.PolicyCapabilities(
                 plan_kind=service_pb.PlanKind.Value(f"PLAN_KIND_{caps.plan_kind.name}"),
                 problem_class=service_pb.ProblemClass.Value(
@@ -115,22 +128,46 @@ def list_policies_response() -> service_pb.ListPoliciesResponse:
 
 
 class AllocationServiceServicer:
-    """Solve and ListPolicies; register with `generic_handler`."""
+    """Solve and ListPolicies; register with `generic_handler`. Every call is logged once when
+    it ends (with its request id, policy, status code and latency) and, with `metrics`,
+    counted."""
 
-    def __init__(self, pool: WorkerPool, max_message_bytes: int) -> None:
+    def __init__(
+        self, pool: WorkerPool, max_message_bytes: int, metrics: Metrics | None = None
+    ) -> None:
         """`max_message_bytes`: largest accepted request (bytes); larger ones are rejected
         with a field violation on ``request``."""
         self._pool = pool
         self._max_message_bytes = max_message_bytes
+        self._metrics = metrics
 
     async def Solve(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         """Serialized SolveRequest in, serialized SolveResponse out."""
         arrived = time.monotonic()
-        budget_s, timeout_s = time_limits(context.time_remaining())
         request_id = new_request_id()
+        await context.send_initial_metadata(((REQUEST_ID_HEADER, request_id),))
+        policy = policy_label(request)
+        code = "CANCELLED"  # unless the call gets further
+        stats = None
+        try:
+            try:
+                response = await self._solve(request, context, arrived, request_id)
+            except _Rejected as rejected:
+                code = rejected.status.code.name
+                await abort_with(context, rejected.status)
+            code = "OK"
+            stats = response_stats(response)
+            return response
+        finally:
+            self._finished("Solve", request_id, policy, code, arrived, stats)
+
+    async def _solve(
+        self, request: bytes, context: grpc.aio.ServicerContext, arrived: float, request_id: str
+    ) -> bytes:
+        """The response bytes; `_Rejected` with the status to answer otherwise."""
+        budget_s, timeout_s = time_limits(context.time_remaining())
         if len(request) > self._max_message_bytes:
-            await abort_with(
-                context,
+            raise _Rejected(
                 bad_request_status(
                     [
                         Violation(
@@ -139,37 +176,74 @@ class AllocationServiceServicer:
                             f"{self._max_message_bytes} bytes",
                         )
                     ]
-                ),
+                )
             )
         try:
             return await self._pool.submit(request, arrived + budget_s, arrived, timeout_s)
         except ValidationError as exc:
-            await abort_with(context, validation_status(exc))
+            raise _Rejected(validation_status(exc)) from exc
         except PoolExhaustedError as exc:
-            await abort_with(context, busy_status(str(exc), RETRY_AFTER_S))
+            raise _Rejected(busy_status(str(exc), RETRY_AFTER_S)) from exc
         except WorkerMemoryError as exc:
-            _log.warning("request %s: %s", request_id, exc)
-            await abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-        except TimeoutError:
-            await abort(
-                context,
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                "the solve did not finish before the deadline",
-            )
+            _log.warning("request %s: %s", request_id, exc, extra={"request_id": request_id})
+            raise _Rejected(plain_status(code_pb2.RESOURCE_EXHAUSTED, str(exc))) from exc
+        except TimeoutError as exc:
+            raise _Rejected(
+                plain_status(
+                    code_pb2.DEADLINE_EXCEEDED, "the solve did not finish before the deadline"
+                )
+            ) from exc
         except PoolClosedError as exc:
-            await abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+            raise _Rejected(plain_status(code_pb2.UNAVAILABLE, str(exc))) from exc
         except WorkerFailedError as exc:
-            _log.error("request %s failed: %s\n%s", request_id, exc.summary, exc.detail)
-            await abort_with(context, internal_status(one_line(exc.summary), request_id))
+            _log.error("request %s failed: %s\n%s", request_id, exc.summary, exc.detail,
+                       extra={"request_id": request_id, "detail": exc.detail})
+            raise _Rejected(internal_status(one_line(exc.summary), request_id)) from exc
         except Exception as exc:  # a defect of the service itself: same treatment
-            _log.exception("request %s failed in the service", request_id)
+            _log.exception("request %s failed in the service", request_id,
+                           extra={"request_id": request_id})
             summary = one_line(f"unexpected {type(exc).__name__} in the service")
-            await abort_with(context, internal_status(summary, request_id))
+            raise _Rejected(internal_status(summary, request_id)) from exc
 
     async def ListPolicies(
         self, request: service_pb.ListPoliciesRequest, context: grpc.aio.ServicerContext
     ) -> service_pb.ListPoliciesResponse:
-        return list_policies_response()
+        arrived = time.monotonic()
+        request_id = new_request_id()
+        await context.send_initial_metadata(((REQUEST_ID_HEADER, request_id),))
+        response = list_policies_response()
+        self._finished("ListPolicies", request_id, NO_POLICY, "OK", arrived, None)
+        return response
+
+    def _finished(
+        self,
+        method: str,
+        request_id: str,
+        policy: str,
+        code: str,
+        arrived: float,
+        stats: service_pb.SolveStats | None,
+    ) -> None:
+        """Log and count one finished call."""
+        latency_s = time.monotonic() - arrived
+        fields: dict[str, object] = {
+            "request_id": request_id, "method": method, "policy": policy, "code": code,
+            "latency_s": round(latency_s, 6),
+        }
+        if stats is not None:
+            fields["termination"] = termination_name(stats.termination)
+            fields["solve_time_s"] = round(stats.solve_time_s, 6)
+        _log.info("call", extra=fields)
+        if self._metrics is not None:
+            self._metrics.record(method, policy, code, latency_s, stats)
+
+
+class _Rejected(Exception):
+    """A call answered with an error status."""
+
+    def __init__(self, status: grpc.Status) -> None:
+        super().__init__(status.details)
+        self.status = status
 
 
 def generic_handler(servicer: AllocationServiceServicer) -> grpc.GenericRpcHandler:

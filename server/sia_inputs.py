@@ -253,11 +253,11 @@ def sia_problem(
                         "leaves a node empty",
                     )
                 )
-            elif not (_finite(conf.goodput) and conf.goodput > 0):
+            elif not (_finite(conf.goodput) and conf.goodput >= 0):
                 violations.append(
-                    Violation(f"{fp}.goodput", f"must be finite and > 0, got {conf.goodput}")
+                    Violation(f"{fp}.goodput", f"must be finite and >= 0, got {conf.goodput}")
                 )
-            else:
+            elif conf.goodput > 0:  # 0 = invalid configuration: the job cannot run there
                 entries.append(GivenGoodput(t, conf.nodes, conf.devices, float(conf.goodput)))
         given.append(tuple(entries))
         models.append(
@@ -328,7 +328,7 @@ def _check_current(
         return
     max_gpus = getattr(policy.parameters, "max_gpus", 64)
     caps = (
-        sia_node_caps(problem, policy.parameters.max_nodes_per_type)
+        sia_node_caps(problem, policy.parameters.max_nodes_per_type, policy.compat)
         if isinstance(policy.parameters, SiaParameters)
         else ()
     )

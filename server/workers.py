@@ -295,6 +295,9 @@ class WorkerPool:
         self._workers: set[_Worker] = set()
         self._alive = 0
         self._in_flight = 0
+        self._busy = 0
+        self.restarts = 0
+        """Replacement workers started since the pool started."""
         self._closed = False
         self._reaps: set[asyncio.Task[None]] = set()
         self._replacements: set[asyncio.Task[None]] = set()
@@ -312,6 +315,11 @@ class WorkerPool:
     @property
     def in_flight(self) -> int:
         return self._in_flight
+
+    @property
+    def busy(self) -> int:
+        """Workers running a request now (the rest of `in_flight` waits for one)."""
+        return self._busy
 
     @property
     def alive(self) -> int:
@@ -369,6 +377,7 @@ class WorkerPool:
             io = self._executor.submit(_roundtrip, worker.conn, message)
             worker.io = io
             sampler = self._sample_memory(worker) if self.memory_ceiling else None
+            self._busy += 1
             try:
                 reply = await asyncio.wrap_future(io)
             except _LostError as lost:
@@ -382,6 +391,7 @@ class WorkerPool:
                 self._retire(worker)
                 raise
             finally:
+                self._busy -= 1
                 if sampler is not None:
                     sampler.cancel()
             worker.io = None
@@ -547,6 +557,7 @@ class WorkerPool:
                 _log.exception("could not start a replacement solver worker")
                 await asyncio.sleep(RESPAWN_BACKOFF_S)
                 continue
+            self.restarts += 1
             self._ready(worker)
             return
 

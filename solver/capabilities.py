@@ -105,3 +105,27 @@ class Capabilities:
         if self.relative_gap is not None:
             return self.relative_gap
         return DEFAULT_RELATIVE_GAP[self.problem_class]
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A number a policy reports, as tables and clients should label it."""
+
+    name: str
+    """Short name, e.g. "level", "rho", "completion time"."""
+    unit: str = ""
+    """Unit, e.g. "s", "steps/s"; "" = dimensionless."""
+
+    def heading(self) -> str:
+        """`name (unit)`, or the name alone when dimensionless."""
+        return f"{self.name} ({self.unit})" if self.unit else self.name
+
+
+@dataclass(frozen=True)
+class Reporting:
+    """How a policy's numbers read: its objective (`SolveStats.objective`) and each job's
+    value in it (`JobAllocation.objective_value`)."""
+
+    objective: Quantity
+    job_value: Quantity | None
+    """None: the job's value is its effective throughput, already a column of its own."""

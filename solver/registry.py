@@ -12,7 +12,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from apportion.solver import parameters as _params
-from apportion.solver.capabilities import Capabilities, PlanKind, ProblemClass
+from apportion.solver.capabilities import (
+    Capabilities,
+    PlanKind,
+    ProblemClass,
+    Quantity,
+    Reporting,
+)
 from apportion.solver.deadline import Deadline
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import Compat, Problem, SolveOptions
@@ -71,6 +77,8 @@ class PolicySpec:
     """"module:function" implementing SolveFunction, imported lazily."""
     capabilities: Capabilities
     """What the policy reads and what its plan holds (`apportion.solver.capabilities`)."""
+    reporting: Reporting
+    """How its objective and each job's value read (names and units for tables, clients)."""
     aliases: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     """Alias name -> parameter values the alias forces."""
 
@@ -109,6 +117,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "s_i/w_i * throughput_i(X)/proportional_share_i. Exact LP optimum with a dual "
             "certificate."
         ),
+        reporting=Reporting(Quantity("smallest level"), Quantity("level")),
         parameters_type=MaxMinFairnessParameters,
         parameters_message="apportion.v1.MaxMinFairnessParameters",
         parameters_field="max_min_fairness",
@@ -117,6 +126,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "jobs[].throughput",
             "jobs[].scale_factor",
             "jobs[].priority_weight",
+            "colocations[] or type_colocations[] with jobs[].job_type (space_sharing)",
         ),
         maximize=True,
         entry_point="apportion.formulations.max_min_fairness:solve_policy",
@@ -145,6 +155,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "every job is frozen. Tenant weights from snapshot.tenants; within a tenant, "
             "weighted fairness or FIFO. Exact, with the freeze levels as certificate."
         ),
+        reporting=Reporting(Quantity("smallest level"), Quantity("level")),
         parameters_type=WaterFillingParameters,
         parameters_message="apportion.v1.WaterFillingParameters",
         parameters_field="water_filling",
@@ -155,6 +166,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "jobs[].priority_weight",
             "jobs[].tenant",
             "tenants[]",
+            "colocations[] or type_colocations[] with jobs[].job_type (space_sharing)",
         ),
         maximize=True,
         entry_point="apportion.formulations.water_filling:solve_policy",
@@ -183,10 +195,15 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "Gavel's isolated baseline (formulations.md A1.3): a static 1/m share of every "
             "accelerator type, cells a job cannot use left idle. No optimization."
         ),
+        reporting=Reporting(Quantity("smallest level"), Quantity("level")),
         parameters_type=NoParameters,
         parameters_message="",
         parameters_field="",
-        required_inputs=("cluster.accelerator_types[].count", "jobs[].scale_factor"),
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].throughput",
+            "jobs[].scale_factor",
+        ),
         maximize=True,
         entry_point="apportion.formulations.isolated:solve_policy",
         capabilities=Capabilities(
@@ -203,6 +220,10 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "sum (C_i - a_i); running jobs keep their devices until busy_until_s. Exact: a "
             "transportation LP over (device group, position) slots with a dual certificate. "
             "Outputs per-device queues, jobs to start now and predicted completion times."
+        ),
+        reporting=Reporting(
+            Quantity("total completion time", "s"),
+            Quantity("completion time", "s"),
         ),
         parameters_type=AlloxParameters,
         parameters_message="apportion.v1.AlloxParameters",
@@ -234,6 +255,10 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "proportional-share normalized) throughput sum_i thr_i(X). Exact LP with a dual "
             "certificate (capacity prices pi_j, job budgets sigma_i)."
         ),
+        reporting=Reporting(
+            Quantity("total throughput", "steps/s, or normalized"),
+            Quantity("throughput term", "steps/s, or normalized"),
+        ),
         parameters_type=MaxSumThroughputParameters,
         parameters_message="apportion.v1.MaxSumThroughputParameters",
         parameters_field="max_sum_throughput",
@@ -241,6 +266,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "cluster.accelerator_types[].count",
             "jobs[].throughput",
             "jobs[].scale_factor",
+            "colocations[] or type_colocations[] with jobs[].job_type (space_sharing)",
         ),
         maximize=True,
         entry_point="apportion.formulations.gavel_lp:solve_max_sum_throughput",
@@ -262,6 +288,10 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "throughput/cost_per_hour * X (steps/s per $/h), optionally with soft lexicographic "
             "SLO rows thr_i >= R_i/SLO_i (shortfall minimized first, unmet SLOs reported). "
             "Exact LP stages with a dual certificate of the last stage."
+        ),
+        reporting=Reporting(
+            Quantity("throughput per cost", "steps/s per $/h"),
+            Quantity("throughput per cost", "steps/s per $/h"),
         ),
         parameters_type=CostThroughputParameters,
         parameters_message="apportion.v1.CostThroughputParameters",
@@ -296,6 +326,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "allocation under which the last job finishes as early as possible. Objective: the "
             "makespan (s), bound from the LP dual."
         ),
+        reporting=Reporting(Quantity("makespan", "s"), Quantity("finish time", "s")),
         parameters_type=MinMakespanParameters,
         parameters_message="apportion.v1.MinMakespanParameters",
         parameters_field="min_makespan",
@@ -304,6 +335,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "jobs[].throughput",
             "jobs[].scale_factor",
             "jobs[].progress",
+            "colocations[] or type_colocations[] with jobs[].job_type (space_sharing)",
         ),
         maximize=False,
         entry_point="apportion.formulations.gavel_lp:solve_min_makespan",
@@ -330,6 +362,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "minimize the largest weighted rho_i = (t_i + R_i/thr_i)/(C_i + R_i/iso_i). Exact "
             "via z-LPs whose duals prove the lower bound; returns the updated state C_i."
         ),
+        reporting=Reporting(Quantity("largest rho"), Quantity("rho")),
         parameters_type=FinishTimeFairnessParameters,
         parameters_message="apportion.v1.FinishTimeFairnessParameters",
         parameters_field="finish_time_fairness",
@@ -342,6 +375,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "jobs[].arrival_time_s",
             "jobs[].progress",
             "history.jobs[].cumulative_isolated_time_s",
+            "colocations[] or type_colocations[] with jobs[].job_type (space_sharing)",
         ),
         maximize=False,
         entry_point="apportion.formulations.gavel_lp:solve_finish_time_fairness",
@@ -369,6 +403,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "queue head (earliest arrival) takes a random type with enough free devices "
             "(seeded); the first job that does not fit stops the queue. Heuristic."
         ),
+        reporting=Reporting(Quantity("total throughput", "steps/s"), None),
         parameters_type=NoParameters,
         parameters_message="",
         parameters_field="",
@@ -394,6 +429,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "the queue head takes the fastest type with enough free devices; no skipping. "
             "Heuristic."
         ),
+        reporting=Reporting(Quantity("total throughput", "steps/s"), None),
         parameters_type=NoParameters,
         parameters_message="",
         parameters_field="",
@@ -418,6 +454,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "whose pair has the largest combined normalized throughput, if above 1.5. "
             "Heuristic."
         ),
+        reporting=Reporting(Quantity("total throughput", "steps/s"), None),
         parameters_type=NoParameters,
         parameters_message="",
         parameters_field="",
@@ -445,6 +482,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "normalized throughput stays >= 1 on every usable type) and every combination "
             "gets an equal share of every type; otherwise the isolated allocation. Heuristic."
         ),
+        reporting=Reporting(Quantity("total throughput", "steps/s"), None),
         parameters_type=NoParameters,
         parameters_message="",
         parameters_field="",
@@ -468,12 +506,15 @@ _POLICIES: tuple[PolicySpec, ...] = (
         name="fisher_market",
         description=(
             "Heterogeneity-aware Fisher market (Eisenberg-Gale program, formulations.md A4.1): "
-            "jobs buy device-time on each accelerator type with budgets (equal or priority "
-            "weights); maximize sum_i B_i log(throughput_i / proportional_share_i) under "
+            "jobs buy device-time on each accelerator type with budgets B_i: equal (1 each, the "
+            "default and alias eisenberg_gale, which ignores priority weights) or the priority "
+            "weights (budgets: BUDGET_SOURCE_PRIORITY_WEIGHT, alias fisher_market_weighted); "
+            "maximize sum_i B_i log(throughput_i / proportional_share_i) under "
             "capacity, time budgets and scale factors. Exact conic solve (Clarabel, exponential "
             "cones) with an independent Lagrangian-dual bound; returns the equilibrium price "
             "of every type and each job's spending."
         ),
+        reporting=Reporting(Quantity("Nash welfare"), Quantity("B log u")),
         parameters_type=_params.FisherMarketParameters,
         parameters_message="apportion.v1.FisherMarketParameters",
         parameters_field="fisher_market",
@@ -481,7 +522,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "cluster.accelerator_types[].count",
             "jobs[].throughput",
             "jobs[].scale_factor",
-            "jobs[].priority_weight",
+            "jobs[].priority_weight (budgets with BUDGET_SOURCE_PRIORITY_WEIGHT)",
         ),
         maximize=True,
         entry_point="apportion.formulations.fisher_market:solve_policy",
@@ -504,6 +545,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "work-conserving fill. HiGHS MIP, lambda formulation (no SOS2 binaries). Returns "
             "the T-round schedule, round 0 as the plan, and the updated reference finish times."
         ),
+        reporting=Reporting(Quantity("welfare"), Quantity("welfare term")),
         parameters_type=_params.ShockwaveParameters,
         parameters_message="apportion.v1.ShockwaveParameters",
         parameters_field="shockwave",
@@ -518,6 +560,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "jobs[].epoch_profile",
             "history.jobs[].reference_finish_time_s",
             "history.jobs[].reference_estimate_s (and the other reference_* state fields)",
+            "jobs[].throughput (the plan's effective throughput)",
         ),
         maximize=True,
         entry_point="apportion.formulations.shockwave:solve_policy",
@@ -539,6 +582,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "configuration. Goodput from jobs[].configurations, a Pollux model, or throughput. "
             "Exact MILP (HiGHS) with best bound and gap; chosen configurations placed on nodes."
         ),
+        reporting=Reporting(Quantity("Sia objective"), Quantity("objective term")),
         parameters_type=_params.SiaParameters,
         parameters_message="apportion.v1.SiaParameters",
         parameters_field="sia",
@@ -572,6 +616,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "Greedy (heuristic) with the exact allocation of the same objective (dynamic "
             "program / MILP) as bound, or method = exact."
         ),
+        reporting=Reporting(Quantity("total remaining time", "s"), Quantity("remaining time", "s")),
         parameters_type=_params.OptimusParameters,
         parameters_message="apportion.v1.OptimusParameters",
         parameters_field="optimus",
@@ -604,6 +649,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "Greedy (heuristic) with the exact allocation of the same objective as bound, or "
             "method = exact."
         ),
+        reporting=Reporting(Quantity("loss reduction"), Quantity("loss reduction")),
         parameters_type=_params.SlaqParameters,
         parameters_message="apportion.v1.SlaqParameters",
         parameters_field="slaq",
@@ -636,6 +682,9 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "base demands in order on training servers, then extra workers to elastic jobs as "
             "a multiple-choice knapsack solved exactly by dynamic programming (predicted "
             "completion-time reduction), placed on loaned servers first."
+        ),
+        reporting=Reporting(
+            Quantity("total completion time", "s"), Quantity("completion time", "s")
         ),
         parameters_type=_params.LyraParameters,
         parameters_message="apportion.v1.LyraParameters",
@@ -671,6 +720,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "configuration. Solved exactly as an ILP over Sia's configurations (Pollux uses a "
             "genetic algorithm); objective and bound reported as fitness."
         ),
+        reporting=Reporting(Quantity("fitness"), Quantity("objective term")),
         parameters_type=_params.PolluxParameters,
         parameters_message="apportion.v1.PolluxParameters",
         parameters_field="pollux",
@@ -704,6 +754,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "its bundle under a lease (hidden payment, one exact program per winner), and the "
             "withheld and unsold device-time goes to the other jobs (leftover allocation)."
         ),
+        reporting=Reporting(Quantity("sum log 1/rho"), Quantity("log 1/rho")),
         parameters_type=_params.ThemisAuctionParameters,
         parameters_message="apportion.v1.ThemisAuctionParameters",
         parameters_field="themis_auction",
@@ -740,6 +791,10 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "nodes. Returns the quanta as rounds, the shares before and after trading and the "
             "stride passes to send back. Alias gandiva_fair_equal_split: Shockwave's static "
             "equal split of every type."
+        ),
+        reporting=Reporting(
+            Quantity("total throughput", "steps/s"),
+            Quantity("user share", "devices"),
         ),
         parameters_type=_params.GandivaFairParameters,
         parameters_message="apportion.v1.GandivaFairParameters",
@@ -778,6 +833,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "fits. Jobs with an unexpired lease keep their placement. Returns the leases and "
             "the updated bookkeeping; the bound is the fractional max-min ratio."
         ),
+        reporting=Reporting(Quantity("smallest ratio"), Quantity("tenant ratio")),
         parameters_type=_params.AstraeaParameters,
         parameters_message="apportion.v1.AstraeaParameters",
         parameters_field="astraea",
@@ -817,6 +873,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "time share 1 on their type; queues, ranks, Gittins indices and the state to send "
             "back are in JobAllocation.admission."
         ),
+        reporting=Reporting(Quantity("admitted jobs"), Quantity("admitted")),
         parameters_type=TiresiasParameters,
         parameters_message="apportion.v1.TiresiasParameters",
         parameters_field="tiresias",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 from google.protobuf import json_format
+from hypothesis import given
+from hypothesis import strategies as st
 
 from apportion.datasets.cluster import ClusterSpec
 from apportion.datasets.errors import TraceFormatError
@@ -30,11 +33,14 @@ from apportion.datasets.shockwave import (
 )
 from apportion.datasets.sia import write_sia_workload
 from apportion.datasets.snapshot import (
+    ARRIVAL_START,
+    FIFO_START,
     active_mask,
     build_request,
     builtin_epoch_profiles,
     builtin_goodputs,
     epochs_done,
+    fifo_start_times,
     profile_goodputs,
     profiles_by_job_id,
     render_request,
@@ -468,3 +474,140 @@ def test_cli_snapshot_pai_group_tags_with_profile_goodputs(
     assert [j["id"] for j in jobs] == ["j2"]
     assert [c["devices"] for c in jobs[0]["configurations"]] == [1, 2, 4]
     assert cli.main(["solve", str(out)]) == cli.EXIT_OK
+
+
+# --------------------------------------------------------------------------- honesty
+
+
+def _gpu_table(gpus: list[float]) -> JobTable:
+    n = len(gpus)
+    return JobTable.from_columns([f"j{k}" for k in range(n)], arrival_s=[0.0] * n,
+                                 start_s=[0.0] * n, duration_s=[1000.0] * n, gpus=gpus)
+
+
+def test_every_gpu_change_is_counted_and_exact_keeps_the_counts() -> None:
+    table = _gpu_table([0.5, 3.0, 16.0, 8.0, 2.0, 1.0])
+    cluster = ClusterSpec.parse("v100:32,p100:32")
+    request, report = build_request(table, cluster, builtin_throughputs(), 10.0)
+    assert [j.scale_factor or 1 for j in request.snapshot.jobs] == [1, 4, 8, 8, 2, 1]
+    assert report.changed == {
+        "fractional GPU count raised to 1 (--gpus exact keeps it: excluded)": 1,
+        "GPU count rounded up to a power of two (--gpus exact keeps it)": 1,
+        "GPU count above 8 capped at 8 (--gpus exact keeps it)": 1,
+    }
+    assert "changed 1: GPU count above 8 capped at 8" in report.summary()
+
+    exact_table = builtin_throughputs(cluster.types, extra_scale_factors=[3, 16])
+    request, report = build_request(table, cluster, exact_table, 10.0, gpus="exact")
+    assert [j.scale_factor or 1 for j in request.snapshot.jobs] == [3, 16, 8, 2, 1]
+    assert report.changed == {}
+    assert report.excluded == {"fractional GPU count (--gpus exact)": 1}
+
+
+def test_extra_scale_factors_leave_the_builtin_rows_unchanged() -> None:
+    base = builtin_throughputs()
+    more = builtin_throughputs(extra_scale_factors=[3, 16])
+    assert all(more.isolated[key] == row for key, row in base.isolated.items())
+    assert more.job_keys(16) and not base.job_keys(16)
+
+
+def _check_fifo(arrival: np.ndarray, duration: np.ndarray, need: np.ndarray, total: int,
+                start: np.ndarray) -> None:
+    """First come, first served on `total` devices, checked event by event: starts in arrival
+    order, never before arrival, never over capacity, and no job waits while it could start
+    (enough devices free and every earlier job started)."""
+    order = np.argsort(arrival, kind="stable")
+    started = [k for k in order if np.isfinite(start[k])]
+    assert started == list(order[: len(started)])  # a prefix of the arrival order
+    assert all(start[k] >= arrival[k] for k in started)
+    assert all(start[a] <= start[b] for a, b in itertools.pairwise(started))
+
+    def in_use(t: float, before: list[int]) -> int:
+        return sum(int(need[j]) for j in before if start[j] <= t < start[j] + duration[j])
+
+    for i, k in enumerate(started):
+        assert in_use(start[k], started[:i]) + need[k] <= total
+        earliest = max(arrival[k], start[started[i - 1]] if i else -np.inf)
+        if start[k] > earliest:  # it waited: devices were short just before it started
+            assert in_use(np.nextafter(start[k], -np.inf), started[:i]) + need[k] > total
+    if len(started) < len(order):  # the first one left never fits
+        blocked = order[len(started)]
+        assert need[blocked] > total - sum(
+            int(need[j]) for j in started if not np.isfinite(duration[j]))
+
+
+@given(
+    jobs=st.lists(st.tuples(st.integers(0, 50), st.sampled_from([1.0, 5.0, 20.0, np.inf]),
+                            st.integers(1, 6)), min_size=1, max_size=14),
+    total=st.integers(1, 8),
+)
+def test_fifo_start_times_are_first_come_first_served(
+    jobs: list[tuple[int, float, int]], total: int
+) -> None:
+    arrival = np.array([float(a) for a, _, _ in jobs])
+    duration = np.array([d for _, d, _ in jobs])
+    need = np.array([n for _, _, n in jobs])
+    _check_fifo(arrival, duration, need, total, fifo_start_times(arrival, duration, need, total))
+
+
+def test_trace_without_start_times_never_runs_more_than_the_cluster() -> None:
+    """Shockwave's format has no start times: the jobs running at t fit the cluster (a FIFO
+    replay), every start counted as a guess; `start_times="arrival"` is the old
+    over-subscribed view, counted too."""
+    workload = gavel_workload(120, seed=4, jobs_per_hour=200)
+    table = JobTable.from_columns(workload.id, arrival_s=workload.arrival_s,
+                                  duration_s=workload.duration_s, gpus=workload.gpus,
+                                  job_type=workload.column("job_type"))
+    cluster = ClusterSpec.parse("v100:16")
+    request, report = build_request(table, cluster, builtin_throughputs(["v100"]), 1800.0)
+    running = [j for j in request.snapshot.jobs if j.progress.steps_done > 0]
+    assert 0 < sum(j.scale_factor or 1 for j in running) <= 16
+    assert report.pending > 0
+    assert report.guessed[FIFO_START] == report.included
+    crowded, old = build_request(table, cluster, builtin_throughputs(["v100"]), 1800.0,
+                                 start_times="arrival")
+    assert sum(j.scale_factor or 1 for j in crowded.snapshot.jobs) > 16
+    assert old.guessed[ARRIVAL_START] == old.included and old.pending == 0
+
+
+def test_cli_snapshot_time_as_a_date(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    origin = 1_585_699_200.0  # 2020-04-01T00:00:00Z
+    table = gavel_workload(30, seed=5, jobs_per_hour=40)
+    table = JobTable.from_columns(table.id, arrival_s=table.arrival_s, start_s=table.arrival_s,
+                                  duration_s=table.duration_s, gpus=table.gpus, origin_s=origin)
+    write_helios(table, tmp_path / "log.csv")
+    by_seconds, by_date = tmp_path / "a.json", tmp_path / "b.json"
+    common = ["snapshot", str(tmp_path / "log.csv"), "--format", "helios", "--cluster", "v100:8"]
+    assert cli.main([*common, "--time", "3000", "-o", str(by_seconds)]) == cli.EXIT_OK
+    assert cli.main([*common, "--time", "2020-04-01T00:50:00", "-o", str(by_date)]) == 0
+    assert by_seconds.read_text() == by_date.read_text()
+    assert cli.snapshot_time("2020-04-01T02:50:00+02:00", origin) == 3000.0
+    # a trace without timestamps takes seconds only
+    write_gavel_trace(gavel_workload(5, seed=1), tmp_path / "g.trace")
+    capsys.readouterr()
+    assert cli.main(["snapshot", str(tmp_path / "g.trace"), "--format", "gavel", "--time",
+                     "2020-04-01", "-o", str(tmp_path / "c.json")]) == cli.EXIT_INVALID_INPUT
+    assert "has no timestamps" in capsys.readouterr().err
+
+
+def test_cli_snapshot_nodes_keep_multi_node_configurations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With one virtual node per type, multi-node configurations cannot fit and are dropped
+    (counted); with --nodes TYPE:N:G they are kept."""
+    write_sia_workload(_sia_table(), tmp_path / "sia.csv")
+    common = ["snapshot", str(tmp_path / "sia.csv"), "--format", "sia", "--time", "600",
+              "--policy", "sia", "--goodputs", "builtin"]
+
+    def nodes_used(argv: list[str]) -> set[int]:
+        out = tmp_path / "s.json"
+        assert cli.main([*argv, "-o", str(out)]) == cli.EXIT_OK
+        jobs = json.loads(out.read_text())["snapshot"]["jobs"]
+        return {c.get("nodes", 1) for j in jobs for c in j["configurations"]}
+
+    assert nodes_used([*common, "--cluster", "v100:16,k80:16"]) == {1}
+    assert nodes_used([*common, "--nodes", "v100:4:4,k80:2:8"]) > {1}
+    assert "configurations dropped" not in capsys.readouterr().err
+    assert ClusterSpec.parse_nodes("v100:4:4,k80:2:8").count == {"v100": 16, "k80": 16}
+    with pytest.raises(ValueError, match="TYPE:NODES:GPUS"):
+        ClusterSpec.parse_nodes("v100:4")

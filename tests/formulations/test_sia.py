@@ -427,18 +427,21 @@ def test_per_type_node_caps_give_sias_configuration_counts(
         assert len(configuration_set(node_layout(cluster), 3, 64)) == 40
 
 
-def test_sia_policy_applies_the_node_caps_by_type_name() -> None:
-    """The policy's default caps are Sia's by type name; () switches them off; unknown type
-    names are uncapped."""
+def test_sia_policy_applies_the_node_caps_by_type_name_only_under_compat_sia() -> None:
+    """Under `compat: sia` the default caps are Sia's by type name (its own clusters' types);
+    without it a type that happens to be named like one of them (a user's "rtx") is not
+    capped; explicit caps apply either way; () switches them off; unknown names uncapped."""
     cluster = sia_cluster(32)
     problem = make_problem(cluster.type_names, cluster.count.tolist(), np.ones((2, 3)))
     problem = replace(problem, cluster=cluster)
-    assert sia_node_caps(problem, None) == (16, 2, 3)
-    assert sia_node_caps(problem, ()) == (0, 0, 0)
-    assert sia_node_caps(problem, (("rtx", 4),)) == (0, 0, 4)
+    assert sia_node_caps(problem, None, Compat.SIA) == (16, 2, 3)
+    assert sia_node_caps(problem, None, Compat.NONE) == (0, 0, 0)
+    assert sia_node_caps(problem, (), Compat.SIA) == (0, 0, 0)
+    for compat in (Compat.NONE, Compat.SIA):
+        assert sia_node_caps(problem, (("rtx", 4),), compat) == (0, 0, 4)
     renamed = replace(problem, cluster=replace(cluster, type_names=("t4", "a100", "2080ti")))
-    assert sia_node_caps(renamed, None) == (0, 0, 0)
-    table = goodput_table(problem, 64, sia_node_caps(problem, None))
+    assert sia_node_caps(renamed, None, Compat.SIA) == (0, 0, 0)
+    table = goodput_table(problem, 64, sia_node_caps(problem, None, Compat.SIA))
     assert len(table.configs) == 29
     assert len(goodput_table(problem, 64).configs) == 40
 
@@ -670,7 +673,7 @@ def _violations(request: service_pb.SolveRequest) -> dict[str, str]:
             {
                 "id": "b",
                 "configurations": [
-                    {"acceleratorType": "a100", "nodes": 1, "devices": 1, "goodput": 0}
+                    {"acceleratorType": "a100", "nodes": 1, "devices": 1, "goodput": -1}
                 ],
             },
             "snapshot.jobs[2].configurations[0].goodput",
@@ -749,8 +752,9 @@ def test_bad_parameters_and_history() -> None:
 
 
 def test_running_job_beyond_a_node_cap_is_reported() -> None:
-    """Sia's rtx cap is 3 nodes (A5.2): on 4 rtx nodes a running job on all 4 (32 GPUs) no
-    longer has a configuration, while 3 nodes (24 GPUs) do."""
+    """Under compat sia, Sia's rtx cap is 3 nodes (A5.2): on 4 rtx nodes a running job on all
+    4 (32 GPUs) no longer has a configuration, while 3 nodes (24 GPUs) do; without compat
+    sia the type name caps nothing."""
 
     def request(devices: int) -> service_pb.SolveRequest:
         body = {
@@ -777,12 +781,15 @@ def test_running_job_beyond_a_node_cap_is_reported() -> None:
                     ]
                 },
             },
-            "policy": {"name": "sia"},
+            "policy": {"name": "sia", "compat": "COMPAT_SIA"},
         }
         return json_format.ParseDict(body, service_pb.SolveRequest())
 
     capped = _violations(request(32))
     assert "per-type node caps" in capped["snapshot.history.jobs[0].current"]
+    uncapped = request(32)
+    uncapped.policy.compat = 0  # COMPAT_UNSPECIFIED: no caps by type name
+    assert solve_request(uncapped).stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
     response = solve_request(request(24))
     assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
     assert response.plan.jobs[0].configuration.devices == 24

@@ -4,7 +4,9 @@ checks of the rendering and error mapping)."""
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib.util
+import io
 import json
 import math
 import signal
@@ -17,7 +19,8 @@ from google.protobuf import json_format
 
 from apportion.server import cli, render
 from apportion.server.pipeline import solve_request
-from apportion.solver.registry import known_names
+from apportion.solver.capabilities import PlanKind
+from apportion.solver.registry import known_names, lookup, policies
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +28,8 @@ EXAMPLES = ROOT / "examples"
 FOUR_JOBS = EXAMPLES / "four_jobs.json"
 CLUSTER_32 = EXAMPLES / "cluster_32_jobs.json"
 INVALID = EXAMPLES / "invalid.json"
+ALLOX = EXAMPLES / "allox_queues.json"
+SIA = EXAMPLES / "sia_configurations.json"
 
 
 def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -309,7 +314,135 @@ def test_unservable_jobs_show_their_reason() -> None:
     response.plan.jobs[1].status = service_pb.JOB_STATUS_UNSERVABLE
     response.plan.jobs[1].reason = "needs 16 devices"
     table = render.plan_table(response, ["a"])
-    assert "unservable: needs 16 devices" in table
+    lines = table.splitlines()
+    assert lines[3].split()[:2] == ["job1", "unservable"]
+    assert "notes:" in lines and "  job1: needs 16 devices" in lines
+
+
+def test_a_long_reason_does_not_widen_the_table() -> None:
+    """Reasons go below the table, so a long one leaves the table's lines short."""
+    response = _response(3)
+    response.plan.jobs[1].status = service_pb.JOB_STATUS_UNSERVABLE
+    response.plan.jobs[1].reason = "x" * 150
+    table = render.plan_table(response, ["a"])
+    header, rule, *rows = table.split("\n\nnotes:")[0].splitlines()
+    assert max(len(line) for line in [header, rule, *rows]) < 100
+    assert "x" * 150 in table
+
+
+# --------------------------------------------------------------------------- in the policy's terms
+
+
+def _solve_json(path: Path, *args: str) -> dict[str, object]:
+    result = run_cli("solve", path, "--format", "json", *args)
+    assert result.returncode == 0, result.stderr
+    data: dict[str, object] = json.loads(result.stdout)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("example", "policy"),
+    [(FOUR_JOBS, "weighted_max_min_fairness"), (ALLOX, "allox"), (SIA, "sia"),
+     (CLUSTER_32, "fisher_market"), (CLUSTER_32, "fifo")],
+)
+def test_table_speaks_the_policy_language(example: Path, policy: str) -> None:
+    """The table's headings come from the registry: the job's value under its own name and
+    unit (no "level" for AlloX), the objective named in the stats, and the allocation in
+    the plan's own shape (configurations for Sia, queue places for AlloX, spending and
+    prices for a market)."""
+    spec = lookup(policy)
+    result = run_cli("solve", example, "--policy", policy, "--all")
+    assert result.returncode == 0, result.stderr
+    header = result.stdout.splitlines()[0]
+    job_value = spec.reporting.job_value
+    if job_value is None:
+        assert "level" not in header
+    else:
+        assert job_value.heading() in header
+    assert f"({'maximize' if spec.maximize else 'minimize'} " \
+        f"{spec.reporting.objective.heading()})" in result.stdout
+    kind = spec.capabilities.plan_kind
+    plan = _solve_json(example, "--policy", policy)["plan"]
+    assert isinstance(plan, dict)
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[2:]
+            if line.strip() and not line.startswith(" ")}
+    if kind is PlanKind.CONFIGURATION:
+        assert header.split()[:4] == ["job", "type", "nodes", "GPUs"]
+        for job in plan["jobs"]:
+            config = job["configuration"]
+            assert rows[job["jobId"]][1:4] == [config["acceleratorType"], str(config["nodes"]),
+                                               str(config["devices"])]
+    elif kind is PlanKind.QUEUE:
+        assert header.split()[:3] == ["job", "status", "device"] or \
+            header.split()[:2] == ["job", "device"]
+        for job in plan["jobs"]:
+            if "queue" in job:
+                queue = job["queue"]
+                device = f"{queue['acceleratorType']}[{','.join(map(str, queue['devices']))}]"
+                assert device in rows[job["jobId"]]
+    elif kind is PlanKind.MARKET:
+        assert header.split()[-1] == "spending"
+        assert "prices per device:" in result.stdout
+    if kind is not PlanKind.MARKET:
+        assert "prices per device" not in result.stdout
+
+
+def test_csv_has_every_job_at_full_precision() -> None:
+    result = run_cli("solve", CLUSTER_32, "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    plan = _solve_json(CLUSTER_32)["plan"]
+    assert isinstance(plan, dict)
+    assert [row["job"] for row in rows] == [job["jobId"] for job in plan["jobs"]]
+    for row, job in zip(rows, plan["jobs"], strict=True):
+        assert row["status"] == "allocated" and row["reason"] == ""
+        assert float(row["level"]) == job["objectiveValue"]
+        assert float(row["throughput (steps/s)"]) == job["effectiveThroughput"]
+        for name in ("v100", "p100", "k80"):
+            assert float(row[name]) == job.get("timeShare", {}).get(name, 0.0)
+
+
+def test_json_flag_is_an_alias_of_format_json() -> None:
+    by_flag = run_cli("solve", FOUR_JOBS, "--json")
+    assert by_flag.returncode == 0
+    plan = json.loads(by_flag.stdout)["plan"]
+    assert plan == _solve_json(FOUR_JOBS)["plan"]
+
+
+@pytest.mark.parametrize("example", [FOUR_JOBS, ALLOX, SIA])
+def test_plot_draws_each_plan_kind(example: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is not installed")
+    picture = tmp_path / "plan.png"
+    result = run_cli("solve", example, "--plot", picture, "--format", "csv")
+    assert result.returncode == 0, result.stderr
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert result.stdout.startswith("job,")  # the plan is printed as well
+
+
+def test_plot_without_matplotlib_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails
+    code = cli.main(["solve", str(FOUR_JOBS), "--plot", str(tmp_path / "p.png")])
+    assert code == cli.EXIT_INVALID_INPUT
+    assert "--plot needs matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_policies_lists_capabilities_and_units() -> None:
+    result = run_cli("policies")
+    assert result.returncode == 0, result.stderr
+    blocks = {block.split()[0]: block for block in result.stdout.split("\n\n")}
+    assert list(blocks) == [spec.name for spec in policies()]
+    for spec in policies():
+        block = blocks[spec.name]
+        assert spec.reporting.objective.heading() in block.splitlines()[0]
+        assert f"gap {spec.capabilities.default_relative_gap:g}" in block
+        if spec.parameters_field:
+            assert spec.parameters_field in block
+    assert "reads        tenants" in blocks["hierarchical_max_min_fairness"]
+    assert "schedule_rounds, space_sharing" in blocks["weighted_max_min_fairness"]
+    assert "one configuration per job" in blocks["sia"]
 
 
 def test_replay_compares_policies_and_writes_json(

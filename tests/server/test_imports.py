@@ -1,5 +1,6 @@
 """What the service path imports: never cvxpy (a reference for the tests and benchmarks
-only, in the ``dev`` extra), and everything a solve needs before a worker reports ready."""
+only, in the ``dev`` extra) nor the optional extras (prometheus-client, matplotlib), and
+everything a solve needs before a worker reports ready."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ for package in (apportion.solver, apportion.formulations, apportion.server, appo
 from apportion.server.workers import solve_modules
 for name in solve_modules():  # what a worker loads before it reports ready
     importlib.import_module(name)
-print(json.dumps({"cvxpy": "cvxpy" in sys.modules, "ecos": "ecos" in sys.modules}))
+print(json.dumps({name: name in sys.modules
+                  for name in ("cvxpy", "ecos", "prometheus_client", "matplotlib")}))
 """
 
 
@@ -26,7 +28,10 @@ def test_no_package_module_imports_cvxpy() -> None:
     )
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout)
-    assert found == {"cvxpy": False, "ecos": False}
+    # cvxpy: tests only; prometheus_client and matplotlib: optional extras, imported only
+    # for --metrics-port and --plot
+    assert found == {"cvxpy": False, "ecos": False, "prometheus_client": False,
+                     "matplotlib": False}
 
 
 def test_workers_load_every_registered_policys_module() -> None:

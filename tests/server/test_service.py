@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import descriptor_pb2
 from google.rpc import error_details_pb2
 from grpc_harness import (
     CALL_TIMEOUT_S,
@@ -96,6 +97,37 @@ def test_reflection_lists_the_service(channel: grpc.Channel) -> None:
     assert "grpc.health.v1.Health" in names
 
 
+@pytest.mark.parametrize("package", ["grpc.reflection.v1alpha", "grpc.reflection.v1"])
+def test_reflection_both_protocols(channel: grpc.Channel, package: str) -> None:
+    """v1 and v1alpha answer the same questions (same messages, different package): the list
+    of services, and the file that defines a service (also the v1 reflection service itself)."""
+    call = channel.stream_stream(
+        f"/{package}.ServerReflection/ServerReflectionInfo",
+        request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+        response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+    )
+    requests = [
+        reflection_pb2.ServerReflectionRequest(list_services=""),
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol=SERVICE),
+        reflection_pb2.ServerReflectionRequest(
+            file_containing_symbol="grpc.reflection.v1.ServerReflection"
+        ),
+    ]
+    listing, service_file, v1_file = list(call(iter(requests), timeout=CALL_TIMEOUT_S))
+    names = {s.name for s in listing.list_services_response.service}
+    assert {SERVICE, "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection"} <= names
+    files = [descriptor_pb2.FileDescriptorProto.FromString(raw)
+             for raw in service_file.file_descriptor_response.file_descriptor_proto]
+    assert any(f.package == "apportion.v1" and f.service for f in files)
+    (v1,) = [descriptor_pb2.FileDescriptorProto.FromString(raw)
+             for raw in v1_file.file_descriptor_response.file_descriptor_proto]
+    assert v1.package == "grpc.reflection.v1"
+    method = v1.service[0].method[0]
+    assert method.input_type == ".grpc.reflection.v1.ServerReflectionRequest"
+    assert {m.name for m in v1.message_type} >= {"ServerReflectionRequest", "ErrorResponse"}
+
+
 def test_list_policies(stub: service_grpc.AllocationServiceStub) -> None:
     reply = stub.ListPolicies(service_pb.ListPoliciesRequest(), timeout=CALL_TIMEOUT_S)
     by_name = {p.name: p for p in reply.policies}
@@ -110,6 +142,11 @@ def test_list_policies(stub: service_grpc.AllocationServiceStub) -> None:
     assert mmf.capabilities.problem_class == service_pb.PROBLEM_CLASS_LP
     assert mmf.capabilities.space_sharing and mmf.capabilities.round_schedule
     assert mmf.capabilities.default_relative_gap == 1e-6
+    assert (mmf.objective_name, mmf.objective_unit) == ("smallest level", "")
+    assert (mmf.job_value_name, mmf.job_value_unit) == ("level", "")
+    allox = by_name["allox"]
+    assert (allox.job_value_name, allox.job_value_unit) == ("completion time", "s")
+    assert by_name["fifo"].job_value_name == ""  # its value is the job's throughput
     # the oneof field name differs from the policy name: clients read it here
     assert by_name["cost_normalized_throughput"].parameters_field == "cost_throughput"
     assert by_name["sia"].capabilities.plan_kind == service_pb.PLAN_KIND_CONFIGURATION

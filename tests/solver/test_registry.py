@@ -90,3 +90,23 @@ def test_space_sharing_dispatch_follows_parameters_and_data() -> None:
     shared = dataclasses.replace(plain, colocations=pairs)
     assert spec.load(shared, packed) is load_entry(spec.packed_entry_point)
     assert spec.load(shared, MaxMinFairnessParameters()) is load_entry(spec.entry_point)
+
+
+def test_every_policy_lists_what_its_capabilities_say_it_reads() -> None:
+    """`required_inputs` (shown by `apportion policies` and `ListPolicies`) names every input
+    a capability flag says the policy reads, and the throughputs every policy reads."""
+    from apportion.solver.registry import policies
+
+    for spec in policies():
+        caps, listed = spec.capabilities, " ".join(spec.required_inputs)
+        expected = {
+            "colocations": caps.uses_colocations or bool(spec.packed_entry_point),
+            "tenant": caps.reads_tenants,
+            "history.": caps.needs_history,
+            "epoch_profile": caps.reads_epoch_profiles,
+            "configurations": caps.reads_configurations,
+            "progress": caps.needs_remaining_work,
+            "jobs[].throughput": True,
+        }
+        for word, reads in expected.items():
+            assert not reads or word in listed, (spec.name, word)

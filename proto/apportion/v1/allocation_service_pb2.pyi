@@ -1753,6 +1753,10 @@ class PolicyInfo(_message.Message):
     MAXIMIZE_FIELD_NUMBER: _builtins.int
     PARAMETERS_FIELD_FIELD_NUMBER: _builtins.int
     CAPABILITIES_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_NAME_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_UNIT_FIELD_NUMBER: _builtins.int
+    JOB_VALUE_NAME_FIELD_NUMBER: _builtins.int
+    JOB_VALUE_UNIT_FIELD_NUMBER: _builtins.int
     COMBINES_WITH_FIELD_NUMBER: _builtins.int
     PLACERS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
@@ -1767,6 +1771,16 @@ class PolicyInfo(_message.Message):
     the request's JSON and proto (e.g. "cost_throughput" for "cost_normalized_throughput";
     empty = the policy takes no parameters).
     """
+    objective_name: _builtins.str
+    """How the policy's numbers read: what SolveStats.objective measures for this policy (e.g.
+    "smallest level", "makespan") and its unit ("" = dimensionless, e.g. "s").
+    """
+    objective_unit: _builtins.str
+    job_value_name: _builtins.str
+    """What JobAllocation.objective_value holds for this policy (e.g. "rho", "completion time")
+    and its unit; empty name = the value is the job's effective throughput (steps/s).
+    """
+    job_value_unit: _builtins.str
     @_builtins.property
     def aliases(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Accepted aliases (e.g. Gavel's registered names)."""
@@ -1800,12 +1814,16 @@ class PolicyInfo(_message.Message):
         maximize: _builtins.bool = ...,
         parameters_field: _builtins.str = ...,
         capabilities: Global___PolicyCapabilities | None = ...,
+        objective_name: _builtins.str = ...,
+        objective_unit: _builtins.str = ...,
+        job_value_name: _builtins.str = ...,
+        job_value_unit: _builtins.str = ...,
         combines_with: _abc.Iterable[_builtins.str] | None = ...,
         placers: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "capabilities", b"capabilities", "combines_with", b"combines_with", "description", b"description", "maximize", b"maximize", "name", b"name", "parameters_field", b"parameters_field", "parameters_message", b"parameters_message", "placers", b"placers", "required_inputs", b"required_inputs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "capabilities", b"capabilities", "combines_with", b"combines_with", "description", b"description", "job_value_name", b"job_value_name", "job_value_unit", b"job_value_unit", "maximize", b"maximize", "name", b"name", "objective_name", b"objective_name", "objective_unit", b"objective_unit", "parameters_field", b"parameters_field", "parameters_message", b"parameters_message", "placers", b"placers", "required_inputs", b"required_inputs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1499,7 +1499,9 @@ class SiaParameters(_message.Message):
     elasticity, priority_weight, arrival_time_s (age = time_s - arrival_time_s),
     restart_penalty_s, history.jobs[].restarts and .current. Solved exactly with HiGHS (MIP).
     With compat = COMPAT_SIA: coefficients rounded to 2 decimals and invalid configurations
-    kept with goodput 1e-4, as Sia does.
+    kept with goodput 1e-4, as Sia does. A given configuration (jobs[].configurations) with
+    goodput 0 is one the job cannot run; one outside the configuration set (e.g. 3 GPUs on one
+    node) is not used, and stats.detail counts them.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -1555,7 +1557,8 @@ class SiaParameters(_message.Message):
     def max_nodes_per_type(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Per-type caps on the nodes of multi-node configurations (formulations.md A5.2), by
         accelerator type name (each a type of the cluster, cap >= 1); types not listed are not
-        capped. Empty = Sia's own table (aws 16, dgx-ext 2, rtx 3, azure 5, quad 1, by name).
+        capped. Empty = no caps, except with compat = COMPAT_SIA: Sia's own table (aws 16,
+        dgx-ext 2, rtx 3, azure 5, quad 1, by the names of Sia's clusters' types).
         """
 
     def __init__(
