@@ -433,11 +433,6 @@ def test_fifo_tenant_serves_its_oldest_job_first() -> None:
     np.testing.assert_allclose(X, [0.0, 1.0, 1.0], atol=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue #13 item 1: water filling with tenants restarts levels after a reweighting "
-    "and calls the worse plan optimal; the certificate check in solve() now refuses it",
-)
 def test_doubling_a_tenant_weight_never_lowers_its_smallest_share() -> None:
     """The issue's tenant-weight relation, on a contended single-type cluster: the tenant with
     doubled weight gets at least as much normalized throughput for its worst-off job."""
