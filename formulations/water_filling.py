@@ -19,44 +19,53 @@ amount t:
            u_i(X) >= f_i                          frozen jobs (their frozen value)
 
 then r_i += t* weight_i / s_i for the jobs of the first kind, and those whose row has a
-positive dual freeze at f_i = r_i; repeat until every job is frozen. Since running values
-carry over, no job's u_i falls from one round to the next: when a freeze changes the tenant
+positive dual freeze at f_i = r_i; until every job is frozen. Since running values carry
+over, no job's u_i falls from one round to the next: when a freeze changes the tenant
 weights, the remaining jobs keep what they have and share the further increase by the new
 weights. The rises t* add up to the *water level*; a job's `objective_value` is the water
 level at which it froze. With fixed weights (no tenants) that is its level s_i u_i / w_i and
-this is the classic leximin algorithm; round 1 is always A2.1's max-min LP.
+this is the classic leximin algorithm. Round 1 is A2.1's max-min LP with round 1's weights;
+its optimum is the reported objective (the final plan's smallest round-1 level) and its
+repaired dual bound the reported bound.
 
 Why freezing on duals is exact (no MILP, no big-M, unlike Gavel). By complementary
 slackness, a row with a positive multiplier in *some* optimal dual is tight in *every*
 optimal primal: the job cannot rise while every other active job rises by t*, so freezing it
 is what water filling prescribes. The interior-point method (Clarabel) returns the analytic
 centre of the optimal face, whose duals are strictly complementary, so every such job freezes
-at once; a bottlenecked job whose multiplier is 0 anyway (a degenerate dual, e.g. from the
-simplex fallback) stays active and freezes in a later round at t* = 0. Quantitatively, with
-the round's proven bound B (below) and normalized duals y, a job frozen on y_i can rise by at
-most (B - t*)(1 + 1/y_i) weight_i / s_i above its frozen value (times the group's size, see
-Groups); a job is frozen only when that is within the tolerance, and every round freezes at least one job (the multipliers of the
-level rows sum to 1), so there are at most as many rounds as jobs.
+at once; a bottlenecked job whose multiplier is 0 all the same (a degenerate dual, e.g. from
+the simplex fallback) stays active and freezes in a later round at t* = 0. Quantitatively,
+with the round's proven bound B and duals y normalized to sum 1, a job frozen on y_i can rise
+by at most (B - t*)(1 + 1/y_i) weight_i / s_i above its frozen value (for a group: its
+jobs' common value, see Groups). The jobs for which that is within the tolerance freeze; when
+none is, all with a positive dual freeze and the round's error says how far the proof falls
+short. Every round freezes a job, so there are at most as many rounds as jobs. When a round
+rises by 0 while FIFO jobs wait, one LP checks whether any job at all can still rise
+(`water_filling_rounds.saturation`); if none can, every later round would rise by 0, and all
+the jobs left freeze where they are.
 
-Certificate. Each round's duals are repaired into a dual feasible point
-(`space_sharing.lagrangian_bound`), whose objective B bounds the round's optimum; the round's
-error, in u units, is the larger of (B - t*) max_i weight_i / s_i and the freeze bounds
-above. The plan is OPTIMAL only when every round's LP solved, every round's error and the
-final plan's shortfall against the frozen values are within the tolerance (relative gap
-option, default 1e-6, against max(1, largest u)), and the final plan's smallest round-1 level
-(the reported objective) matches round 1's bound: for fixed weights this proves the leximin
-property, with tenants each round's LP optimality. Solved but not within tolerance:
-OPTIMAL_INACCURATE. Stopped by the deadline (every LP gets what is left of it): FEASIBLE, the
-plan of the last round solved (which keeps every value reached so far). Frozen and running
-rows are imposed FLOOR_SLACK below their value, which absorbs solver noise and keeps an
-interior for the interior-point method (`relaxed`).
+Certificate. Each round's duals are repaired into a dual feasible point whose Lagrangian
+bound B holds for the rows at their exact values (`water_filling_rounds.solve_round`); the
+rise recorded is what the plan reaches but never more than B, and the round's error (u
+units) is the larger of (B - t*) max_i weight_i / s_i and the freeze bounds above. The last
+round's plan is then settled within the floors' slack of every frozen value
+(`water_filling_rounds.polish`). The plan is OPTIMAL only when every round's LP solved, every
+round's error and the final plan's shortfall against the frozen values are within the
+tolerance (the relative gap option, against max(1, largest u)) and round 1's gap is too: for
+fixed weights this proves the leximin property, with tenants each round's LP optimality.
+Solved but not within the tolerance: OPTIMAL_INACCURATE. Stopped by the deadline (every LP
+gets what is left of it): FEASIBLE, the plan of the last round solved (which keeps every
+value reached so far), the jobs not frozen said in the detail.
 
 Groups. Jobs are grouped as in `space_sharing.make_groups` with the tenant in the key and a
 FIFO tenant's jobs alone (FIFO weights single out one job), so jobs of a group have equal
 weights in every round. The round LP is then invariant under permuting a group's jobs; by the
 averaging argument of A2.3 it has a symmetric optimum, which is a plan of the group LP, and a
 group whose row has a positive multiplier cannot rise in any optimum (else averaging would
-raise the whole group). So freezing whole groups is exactly the per-job water filling.
+raise the whole group). So freezing whole groups is exactly the per-job water filling, and
+since the water-filling values are unique (each round's optimum and its set of blocked jobs
+are) and equal within a group, a bound on how far a group's common value can rise bounds
+each of its jobs' distance from the exact answer.
 
 Batch freezing at caps (fixed weights only). No job exceeds its cap, the u it gets with all
 its time in its best cell. When a round freezes only jobs at their caps, the next round first
@@ -65,8 +74,8 @@ the other jobs still rise past all of those levels, the pinned jobs would have f
 their caps on the way (nothing else binds below), and one LP did the work of many rounds.
 
 Compat gavel: Gavel's LP (the same, with t <= M when a frozen or waiting job exists) and its
-MILP bottleneck test with the 0.01% / 1e-5 threshold (`water_filling_gavel`), per job, until
-a round freezes nothing; no batching.
+MILP bottleneck test with the 0.01% / 1e-5 threshold (`water_filling_gavel`), one job per
+group, until a round freezes nothing; no batching, no polish (the plan is the last LP's).
 """
 
 from __future__ import annotations
@@ -77,25 +86,28 @@ from dataclasses import dataclass, replace
 from importlib.metadata import version
 
 import numpy as np
-import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from apportion.formulations.lp import LPResult, solve_lp
 from apportion.formulations.max_min_fairness import level_coefficients
 from apportion.formulations.space_sharing import (
     Groups,
-    PackedLP,
     build_cells,
-    lagrangian_bound,
-    level_entries,
     make_groups,
     plan_of,
     realize,
-    resource_entries,
     scaled,
     split_raw,
 )
-from apportion.formulations.water_filling_gavel import gavel_bottlenecks
+from apportion.formulations.water_filling_gavel import gavel_freeze
+from apportion.formulations.water_filling_rounds import (
+    FLOOR_SLACK,
+    RoundModel,
+    polish,
+    relaxed,
+    round_lp,
+    saturation,
+    solve_round,
+)
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.certificate import termination
 from apportion.solver.deadline import Deadline
@@ -105,7 +117,6 @@ from apportion.solver.model import (
     IntArray,
     Problem,
     SolveOptions,
-    SolverPreference,
     TenantSharing,
 )
 from apportion.solver.parameters import WaterFillingParameters
@@ -117,8 +128,6 @@ DEFAULT_GAP = 1e-6
 """Tolerance (u units, against max(1, largest u)) when the options give none."""
 FREEZE_THRESHOLD = 1e-6
 """A level row's dual counts as positive above this fraction of the largest dual."""
-FLOOR_SLACK = 1e-9
-"""Running and frozen values u are imposed less FLOOR_SLACK max(1, u) (`relaxed`)."""
 RETRY_SLACK = 100 * FLOOR_SLACK
 """The slack of a round retried after the solvers found its floors infeasible."""
 NEGLIGIBLE_RISE = 10 * FLOOR_SLACK
@@ -212,140 +221,7 @@ def group_key(problem: Problem, weights: TenantWeights, per_job: bool) -> FloatA
 
 
 # --------------------------------------------------------------------------------------------
-# the round LP
-
-
-@dataclass(frozen=True)
-class RoundModel:
-    """The rows every round shares, over the variables of `cells` (t excluded)."""
-
-    cells: PackedLP
-    """Cells in u units (group g's coefficients per job of the group)."""
-    u: sp.csr_matrix
-    """(G, V): u_g(x) = (u @ x)[g]."""
-    resources: sp.csr_matrix
-    """(K, V) capacity, budget, same-class and balance rows (equalities last)."""
-    rhs: FloatArray
-    equalities: int
-    s: FloatArray
-    """(G,) devices per job."""
-    cap: FloatArray
-    """(G,) the largest u a job of the group can reach (all its time in its best cell)."""
-
-    @staticmethod
-    def of(cells: PackedLP) -> RoundModel:
-        G = cells.k.size
-        V = cells.num_vars - 1
-        group, col, val = level_entries(cells)
-        u = sp.csr_matrix((val, (group, col)), shape=(G, V))
-        rows, cols, vals, rhs, equalities = resource_entries(cells, 0)
-        resources = sp.csr_matrix(
-            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-            shape=(rhs.size, V))
-        cap = np.asarray(u.max(axis=1).toarray()).ravel() if V else np.zeros(G)
-        return RoundModel(cells, u, resources, rhs, equalities, cells.s, np.maximum(cap, 0.0))
-
-
-@dataclass(frozen=True)
-class RoundLP:
-    """One round's LP: rows [level rows of `rising` (A), floor rows of `floored` (F), the cap
-    row t <= M (compat gavel, optional), resources]; columns [x, t]."""
-
-    matrix: sp.csc_matrix
-    b: FloatArray
-    c: FloatArray
-    rising: IntArray
-    floored: IntArray
-    first_resource_row: int
-    equalities: int
-
-
-def round_lp(model: RoundModel, scale: FloatArray, rising: IntArray, floored: IntArray,
-             floor: FloatArray, t_cap: float | None) -> RoundLP:
-    """LP_k: maximize t s.t. scale_g (u_g(x) - floor_g) >= t (rising), u_g(x) >= floor_g
-    (floored), t <= t_cap (when given) and the resource rows; `scale` = s_g / weight_g."""
-    V = model.u.shape[1]
-    A, F = rising.size, floored.size
-    extra = 0 if t_cap is None else 1
-    blocks = [-sp.diags(scale[rising]) @ model.u[rising], -model.u[floored],
-              sp.csr_matrix((extra, V)), model.resources]
-    t_col = np.concatenate([np.ones(A), np.zeros(F), np.ones(extra),
-                            np.zeros(model.rhs.size)])
-    matrix = sp.hstack([sp.vstack(blocks), sp.csr_matrix(t_col[:, None])], format="csc")
-    b = np.concatenate([-scale[rising] * floor[rising], -floor[floored],
-                        [] if t_cap is None else [t_cap], model.rhs])
-    c = np.zeros(V + 1)
-    c[V] = 1.0
-    return RoundLP(matrix, b, c, rising, floored, A + F + extra, model.equalities)
-
-
-@dataclass(frozen=True)
-class RoundSolution:
-    result: LPResult
-    x: FloatArray
-    """(V,) the LP's values without t, clipped at 0."""
-    t: float
-    """min over the rising rows of scale_g (u_g(x) - floor_g), recomputed from x."""
-    bound: float
-    """Proven upper bound on the round's optimum with the rows at their exact values (inf
-    when the duals give none)."""
-    y: FloatArray
-    """(A,) the rising rows' duals, normalized to sum 1 with the cap row's."""
-    prices: FloatArray
-    """(n,) capacity duals of the repaired dual point."""
-    lps: int
-
-
-def solve_round(model: RoundModel, lp: RoundLP, scale: FloatArray, floor: FloatArray,
-                exact: FloatArray, deadline: Deadline, fallback: bool) -> RoundSolution:
-    """Solve with Clarabel (strictly complementary duals); on failure with HiGHS's simplex
-    (late rounds are nearly degenerate; its vertex duals are optimal too, so freezing on them
-    stays exact, only slower). Certify with the repaired duals: their Lagrangian bound for the
-    rows at their `exact` values instead of the relaxed `floor` (weak duality holds for any
-    right-hand side, so this bounds the round without the slack; it also takes back what the
-    slack handed on)."""
-    args = (lp.c, lp.matrix, lp.b)
-    result = solve_lp(*args, SolverPreference.CLARABEL, deadline.solver_limit_s(),
-                      equalities=lp.equalities)
-    lps = 1
-    if fallback and result.status in ("error", "infeasible") and not deadline.expired():
-        slow = solve_lp(*args, SolverPreference.HIGHS, deadline.solver_limit_s(),
-                        equalities=lp.equalities)
-        result = replace(slow, solve_time_s=slow.solve_time_s + result.solve_time_s,
-                         solver=f"{result.solver}+{slow.solver}")
-        lps = 2
-    V = model.u.shape[1]
-    A = lp.rising.size
-    n = model.cells.W.size
-    x = np.maximum(result.x[:V], 0.0) if result.x.size else np.zeros(V)
-    rise = scale[lp.rising] * (model.u[lp.rising] @ x - floor[lp.rising])
-    t = float(rise.min()) if A else 0.0
-    bound, y, prices = float("inf"), np.zeros(A), np.zeros(n)
-    duals = np.nan_to_num(result.row_dual, nan=0.0, posinf=0.0, neginf=0.0)
-    first = lp.first_resource_row
-    if duals.size == lp.b.size:
-        head = np.maximum(duals[:first], 0.0)
-        weight = float(head @ lp.matrix[:first, V].toarray().ravel())
-        if weight > 0:
-            bound, lam = lagrangian_bound(model.cells, lp.matrix, lp.b, lp.c, duals / weight,
-                                          first, lp.equalities)
-            slack = np.concatenate([scale[lp.rising] * (exact - floor)[lp.rising],
-                                    (exact - floor)[lp.floored]])
-            bound -= float(lam[:slack.size] @ slack)
-            y = lam[:A]
-            prices = lam[first:first + n]
-    return RoundSolution(result, x, t, bound, y, prices, lps)
-
-
-# --------------------------------------------------------------------------------------------
 # the rounds
-
-
-def relaxed(value: FloatArray, slack: float = FLOOR_SLACK) -> FloatArray:
-    """The floors imposed for values u (u units): u - slack max(1, u), at least 0. The margin
-    absorbs the solvers' feasibility tolerance (a value reached by one round's x must stay
-    feasible in the next round) and keeps an interior for the interior-point method."""
-    return np.asarray(np.maximum(value - slack * np.maximum(1.0, value), 0.0))
 
 
 @dataclass(frozen=True)
@@ -426,6 +302,7 @@ def fill(
     note = ""
     batch = 0
     retries = 0
+    check_after, check_every = 0, 1
     big_m = float(np.max(model.cap * s, initial=0.0))
     while True:
         weight = weights(frozen)
@@ -500,26 +377,25 @@ def fill(
         value[rising] += t * rate  # (A2.4) r_i += t* weight_i / s_i
         water += t
         if gavel:
-            newly, milp_status, seconds = _gavel_freeze(model, value, active & ~pinned, frozen,
-                                                        big_m, deadline)
-            solve_time += seconds
-            if milp_status not in ("optimal", "infeasible"):
-                status, note = milp_status, f"round {len(rounds) + 1}: bottleneck MILP " \
-                                            f"{milp_status}"
+            test = gavel_freeze(model, value, active & ~pinned, big_m, deadline)
+            solve_time += test.solve_time_s
+            newly = test.frozen
+            if test.status not in ("optimal", "infeasible"):
+                status = test.status
+                note = f"round {len(rounds) + 1}: bottleneck MILP {test.status}"
                 rounds.append(FillingRound(water, t, np.flatnonzero(pinned), error))
                 break
         else:
             y = sol.y
-            # one job of a group rising by d raises the group's average by d / k
-            k = model.cells.k[rising]
-            rise_bound = gap * (1 + 1 / np.maximum(y, 1e-300)) * rate * k / unit
-            newly_rows = (y > FREEZE_THRESHOLD * float(np.max(y, initial=0.0))) & (
-                rise_bound <= tolerance)
-            if not newly_rows.any():  # nothing provable: the largest dual (or tightest row)
+            rise_bound = gap * (1 + 1 / np.maximum(y, 1e-300)) * rate / unit
+            positive = y > FREEZE_THRESHOLD * float(np.max(y, initial=0.0))
+            # the proven ones; the others wait for a round where fewer rows share the dual
+            newly_rows = positive & (rise_bound <= tolerance)
+            if not newly_rows.any():  # none proven: all with a positive dual (or the tightest
+                newly_rows = positive  # row), the round's error says how far from proven
+            if not newly_rows.any():
                 slack = scale[rising] * (model.u[rising] @ x - floor[rising]) - t
-                pick = int(np.argmax(y)) if float(np.max(y, initial=0.0)) > 0 \
-                    else int(np.argmin(slack))
-                newly_rows[pick] = True
+                newly_rows[int(np.argmin(slack))] = True
             error = max(error, float(np.max(rise_bound[newly_rows])))
             newly = np.zeros(G, dtype=bool)
             newly[rising[newly_rows]] = True
@@ -530,29 +406,34 @@ def fill(
                                    value.copy() if trace else None))
         if gavel and not newly.any():
             break  # Gavel stops when a round freezes nothing
+        waiting = ~frozen & (weights(frozen) == 0)
+        if not gavel and t == 0.0 and waiting.any() and len(rounds) >= check_after:
+            # a round rose by 0 and jobs wait (FIFO): if no job at all can rise, every later
+            # round rises by 0 too and freezes them where they are, one LP for all of them
+            check = saturation(model, value, frozen, deadline)
+            lps += 1
+            solve_time += check.solve_time_s
+            if check.rise <= tolerance * unit:
+                rows = np.flatnonzero(~frozen)
+                freeze_level[rows] = water
+                frozen[rows] = True
+                rounds.append(FillingRound(water, 0.0, rows, check.rise / unit,
+                                           value.copy() if trace else None))
+            else:
+                check_every *= 2
+                check_after = len(rounds) + check_every
         if batch_caps and newly.any() and np.all(value[newly] >= model.cap[newly] * (1 - 1e-7)):
             batch = max(batch, INITIAL_BATCH)  # jobs freeze at their caps: try a batch
     freeze_level[~frozen & ever] = water
+    if not gavel and rounds and frozen.any() and not deadline.expired():
+        settled = polish(model, value, frozen, deadline)
+        lps += 1
+        solve_time += settled.solve_time_s
+        if settled.status == "optimal" and settled.x.size:
+            x = np.maximum(settled.x, 0.0)
     return Filling(status, x, value, frozen, freeze_level, freeze_dual, first_weight,
                    first_bound, prices, tuple(rounds), lps, solve_time, size,
                    "+".join(sorted(solvers)), note, retries)
-
-
-def _gavel_freeze(model: RoundModel, value: FloatArray, rising: BoolArray, frozen: BoolArray,
-                  big_m: float, deadline: Deadline) -> tuple[BoolArray, str, float]:
-    """Rows frozen by Gavel's MILP test (compat): rising rows that cannot rise by 0.01%; all
-    of them when the MILP is infeasible (Gavel's failure path)."""
-    fixed = ~rising
-    test = gavel_bottlenecks(model.u, model.resources, model.rhs, model.equalities, value,
-                             relaxed(value), fixed, model.cells.k, big_m, deadline)
-    if test.status == "optimal":
-        newly = rising & ~test.can_rise
-    elif test.status == "infeasible":
-        newly = rising.copy()
-    else:
-        newly = np.zeros_like(rising)
-    assert not np.any(newly & frozen)
-    return newly, test.status, test.solve_time_s
 
 
 # --------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from apportion.formulations.lp import new_highs
+from apportion.formulations.water_filling_rounds import RoundModel, relaxed
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import FloatArray
 
@@ -37,51 +38,45 @@ GAVEL_OFFSET = 1e-5
 
 
 @dataclass(frozen=True)
-class Bottlenecks:
+class GavelFreeze:
     status: str
-    """"optimal", "infeasible" (Gavel then freezes every active job), "time_limit", "error"."""
-    can_rise: NDArray[np.bool_]
-    """(G,) z_g = 1 (meaningful when optimal)."""
+    """The MILP's: "optimal", "infeasible" (Gavel then freezes every active job),
+    "time_limit", "error"."""
+    frozen: NDArray[np.bool_]
+    """(G,) rows to freeze now: the rising rows that cannot rise by 0.01% (all of them when
+    the MILP is infeasible; none when it failed otherwise)."""
     solve_time_s: float
 
 
-def gavel_bottlenecks(
-    u: sp.csr_matrix,
-    resources: sp.csr_matrix,
-    rhs: FloatArray,
-    equalities: int,
-    running: FloatArray,
-    floor: FloatArray,
-    fixed: NDArray[np.bool_],
-    count: FloatArray,
-    big_m: float,
-    deadline: Deadline,
-) -> Bottlenecks:
-    """Gavel's MILP over the rows of `u` (G, V): u_g(x) = (u @ x)[g] in u units, `resources`
-    A x <= rhs (the last `equalities` rows with =), `running` r_g (u units), `floor` the
-    lower bound of u_g, `fixed` rows whose z is 0, `count` jobs per row (objective weight)."""
+def gavel_freeze(model: RoundModel, running: FloatArray, rising: NDArray[np.bool_],
+                 big_m: float, deadline: Deadline) -> GavelFreeze:
+    """Gavel's MILP over the rows of `model` (module docstring): `running` r_g (u units, the
+    frozen value for frozen rows), `rising` the rows whose z may be 1 (active, weight > 0),
+    `big_m` = max_g s_g cap_g. Each row's z_g counts once per job of its group (one job per
+    group under compat)."""
     import highspy
 
+    u, resources, rhs = model.u, model.resources, model.rhs
     G, V = u.shape
     K = resources.shape[0]
     z = sp.identity(G, format="csr") * big_m
     matrix = sp.vstack([
         sp.hstack([u, -z]),  # u - M z <= 1.0001 r - 1e-5
         sp.hstack([-u, z]),  # -u + M z <= M - 1.0001 r
-        sp.hstack([-u, sp.csr_matrix((G, G))]),  # -u <= -floor
+        sp.hstack([-u, sp.csr_matrix((G, G))]),  # -u <= -r (relaxed as in the rounds)
         sp.hstack([resources, sp.csr_matrix((K, G))]),
     ], format="csc")
     upper = np.concatenate([GAVEL_SLACK * running - GAVEL_OFFSET,
-                            big_m - GAVEL_SLACK * running, -floor, rhs])
+                            big_m - GAVEL_SLACK * running, -relaxed(running), rhs])
     lower = np.full(upper.size, -highspy.kHighsInf)
-    if equalities:
-        lower[upper.size - equalities:] = rhs[K - equalities:]
+    if model.equalities:
+        lower[upper.size - model.equalities:] = rhs[K - model.equalities:]
     lp = highspy.HighsLp()
     lp.num_col_ = V + G
     lp.num_row_ = matrix.shape[0]
-    lp.col_cost_ = np.concatenate([np.zeros(V), count])
+    lp.col_cost_ = np.concatenate([np.zeros(V), model.cells.k])
     lp.col_lower_ = np.zeros(V + G)
-    lp.col_upper_ = np.concatenate([np.full(V, highspy.kHighsInf), np.where(fixed, 0.0, 1.0)])
+    lp.col_upper_ = np.concatenate([np.full(V, highspy.kHighsInf), np.where(rising, 1.0, 0.0)])
     lp.row_lower_ = lower
     lp.row_upper_ = upper
     lp.sense_ = highspy.ObjSense.kMaximize
@@ -97,14 +92,16 @@ def gavel_bottlenecks(
     started = time.perf_counter()
     highs.run()
     elapsed = time.perf_counter() - started
-    model_status = highs.getModelStatus()
     status = {
         highspy.HighsModelStatus.kOptimal: "optimal",
         highspy.HighsModelStatus.kInfeasible: "infeasible",
         highspy.HighsModelStatus.kTimeLimit: "time_limit",
-    }.get(model_status, "error")
-    can_rise = np.zeros(G, dtype=bool)
+    }.get(highs.getModelStatus(), "error")
     if status == "optimal":
         values = np.asarray(highs.getSolution().col_value, dtype=np.float64)
-        can_rise = np.round(values[V:]) > 0
-    return Bottlenecks(status, can_rise, elapsed)
+        frozen = rising & ~(np.round(values[V:]) > 0)
+    elif status == "infeasible":
+        frozen = rising.copy()
+    else:
+        frozen = np.zeros(G, dtype=bool)
+    return GavelFreeze(status, frozen, elapsed)

@@ -127,7 +127,7 @@ class Outcome:
 def max_rise(model: DenseModel, rate: Array, lower: Array, cap: float | None = None
            ) -> tuple[float, Array]:
     """max t s.t. u >= lower + t rate, base rows; returns (t*, v)."""
-    m, V = model.U.shape
+    V = model.U.shape[1]
     # variables [v, t]
     A_ub = [np.hstack([model.A, np.zeros((model.A.shape[0], 1))]),
             np.hstack([-model.U, rate[:, None]])]
