@@ -394,8 +394,8 @@ def fill(
             if not newly_rows.any():  # none proven: all with a positive dual (or the tightest
                 newly_rows = positive  # row), the round's error says how far from proven
             if not newly_rows.any():
-                slack = scale[rising] * (model.u[rising] @ x - floor[rising]) - t
-                newly_rows[int(np.argmin(slack))] = True
+                room = scale[rising] * (model.u[rising] @ x - floor[rising]) - t
+                newly_rows[int(np.argmin(room))] = True
             error = max(error, float(np.max(rise_bound[newly_rows])))
             newly = np.zeros(G, dtype=bool)
             newly[rising[newly_rows]] = True

@@ -181,16 +181,16 @@ def polish(model: RoundModel, value: FloatArray, frozen: BoolArray,
 @dataclass(frozen=True)
 class Saturation:
     rise: float
-    """Proven bound (u units) on how far any one job not yet frozen can rise while every job
+    """Proven bound (u units) on how far any group not yet frozen can rise while every job
     keeps its value (inf when not proven)."""
     solve_time_s: float
 
 
 def saturation(model: RoundModel, value: FloatArray, frozen: BoolArray,
                deadline: Deadline) -> Saturation:
-    """maximize sum_g k_g (u_g(x) - r_g) over the jobs not yet frozen s.t. u_g(x) >= r_g for
-    every row (relaxed as in the rounds) and the resources; its repaired dual bound at the
-    exact values bounds the total, hence every single job's, rise."""
+    """maximize sum_g k_g (u_g(x) - r_g) over the groups not yet frozen s.t. u_g(x) >= r_g
+    for every row (relaxed as in the rounds) and the resources; its repaired dual bound at
+    the exact values bounds the total, hence every group's, rise."""
     G = model.u.shape[0]
     live = ~frozen
     floor = relaxed(value)
