@@ -425,7 +425,9 @@ def fill(
         if batch_caps and newly.any() and np.all(value[newly] >= model.cap[newly] * (1 - 1e-7)):
             batch = max(batch, INITIAL_BATCH)  # jobs freeze at their caps: try a batch
     freeze_level[~frozen & ever] = water
-    if not gavel and rounds and frozen.any() and not deadline.expired():
+    ceiling = value + FLOOR_SLACK * np.maximum(1.0, value)
+    handed_on = np.any((model.u @ x > ceiling) & frozen)
+    if not gavel and handed_on and not deadline.expired():
         settled = polish(model, value, frozen, deadline)
         lps += 1
         solve_time += settled.solve_time_s

@@ -171,7 +171,7 @@ def polish(model: RoundModel, value: FloatArray, frozen: BoolArray,
     FLOOR_SLACK max(1, value) for frozen rows, u_g(x) >= relaxed(value) for the others."""
     V = model.u.shape[1]
     rows = np.flatnonzero(frozen)
-    ceiling = value[rows] + FLOOR_SLACK * np.maximum(1.0, value[rows])
+    ceiling = value[rows] + FLOOR_SLACK * np.maximum(1.0, value[rows])  # as `fill` checks
     matrix = sp.vstack([-model.u, model.u[rows], model.resources], format="csc")
     b = np.concatenate([-relaxed(value), ceiling, model.rhs])
     return solve_lp(np.zeros(V), matrix, b, SolverPreference.CLARABEL,
