@@ -304,6 +304,7 @@ def fill(
     retries = 0
     check_after, check_every = 0, 1
     big_m = float(np.max(model.cap * s, initial=0.0))
+    entries = model.entries()
     while True:
         weight = weights(frozen)
         active = ~frozen & (weight > 0)
@@ -328,7 +329,7 @@ def fill(
             rising = np.flatnonzero(active & ~pinned)
             floored = np.flatnonzero(~active | pinned)
             t_cap = big_m if gavel and floored.size else None
-            lp = round_lp(model, scale, rising, floored, floor, t_cap)
+            lp = round_lp(model, entries, scale, rising, floored, floor, t_cap)
             sol = solve_round(model, lp, scale, floor, exact, deadline,
                               fallback=take.size == 0)
             lps += sol.lps

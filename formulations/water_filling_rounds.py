@@ -71,6 +71,12 @@ class RoundModel:
         cap = np.asarray(u.max(axis=1).toarray()).ravel() if V else np.zeros(G)
         return RoundModel(cells, u, resources, rhs, equalities, cells.s, np.maximum(cap, 0.0))
 
+    def entries(self) -> tuple[tuple[IntArray, IntArray, FloatArray],
+                               tuple[IntArray, IntArray, FloatArray]]:
+        """(row, column, value) of u's and of the resources' nonzeros."""
+        u, r = self.u.tocoo(), self.resources.tocoo()
+        return (u.row, u.col, u.data), (r.row, r.col, r.data)
+
 
 @dataclass(frozen=True)
 class RoundLP:
@@ -84,25 +90,39 @@ class RoundLP:
     floored: IntArray
     first_resource_row: int
     equalities: int
+    t_rows: FloatArray
+    """(first_resource_row,) t's coefficient in the rows before the resources."""
 
 
-def round_lp(model: RoundModel, scale: FloatArray, rising: IntArray, floored: IntArray,
-             floor: FloatArray, t_cap: float | None) -> RoundLP:
+def round_lp(model: RoundModel, entries: tuple[tuple[IntArray, IntArray, FloatArray],
+                                               tuple[IntArray, IntArray, FloatArray]],
+             scale: FloatArray, rising: IntArray, floored: IntArray, floor: FloatArray,
+             t_cap: float | None) -> RoundLP:
     """LP_k: maximize t s.t. scale_g (u_g(x) - floor_g) >= t (rising), u_g(x) >= floor_g
-    (floored), t <= t_cap (when given) and the resource rows; `scale` = s_g / weight_g."""
-    V = model.u.shape[1]
+    (floored), t <= t_cap (when given) and the resource rows; `scale` = s_g / weight_g,
+    `entries` = `model.entries()`. Built from the nonzeros in one step."""
+    (ur, uc, uv), (rr, rc, rv) = entries
+    G, V = model.u.shape
     A, F = rising.size, floored.size
     extra = 0 if t_cap is None else 1
-    blocks = [-sp.diags(scale[rising]) @ model.u[rising], -model.u[floored],
-              sp.csr_matrix((extra, V)), model.resources]
-    t_col = np.concatenate([np.ones(A), np.zeros(F), np.ones(extra),
-                            np.zeros(model.rhs.size)])
-    matrix = sp.hstack([sp.vstack(blocks), sp.csr_matrix(t_col[:, None])], format="csc")
+    head = A + F + extra
+    row_of = np.full(G, -1)
+    row_of[rising] = np.arange(A)
+    row_of[floored] = A + np.arange(F)
+    factor = np.zeros(G)
+    factor[rising] = scale[rising]
+    factor[floored] = 1.0
+    keep = row_of[ur] >= 0
+    t_rows = np.concatenate([np.ones(A), np.zeros(F), np.ones(extra)])
+    rows = np.concatenate([row_of[ur[keep]], head + rr, np.arange(head)[t_rows > 0]])
+    cols = np.concatenate([uc[keep], rc, np.full(A + extra, V)])
+    vals = np.concatenate([-factor[ur[keep]] * uv[keep], rv, np.ones(A + extra)])
+    matrix = sp.csc_matrix((vals, (rows, cols)), shape=(head + model.rhs.size, V + 1))
     b = np.concatenate([-scale[rising] * floor[rising], -floor[floored],
                         [] if t_cap is None else [t_cap], model.rhs])
     c = np.zeros(V + 1)
     c[V] = 1.0
-    return RoundLP(matrix, b, c, rising, floored, A + F + extra, model.equalities)
+    return RoundLP(matrix, b, c, rising, floored, head, model.equalities, t_rows)
 
 
 @dataclass(frozen=True)
@@ -150,8 +170,7 @@ def solve_round(model: RoundModel, lp: RoundLP, scale: FloatArray, floor: FloatA
     duals = np.nan_to_num(result.row_dual, nan=0.0, posinf=0.0, neginf=0.0)
     first = lp.first_resource_row
     if duals.size == lp.b.size:
-        head = np.maximum(duals[:first], 0.0)
-        weight = float(head @ lp.matrix[:first, V].toarray().ravel())
+        weight = float(np.maximum(duals[:first], 0.0) @ lp.t_rows)
         if weight > 0:
             bound, lam = lagrangian_bound(model.cells, lp.matrix, lp.b, lp.c, duals / weight,
                                           first, lp.equalities)
