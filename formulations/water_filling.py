@@ -211,6 +211,11 @@ class TenantWeights:
         return weight
 
 
+def effective_weights(problem: Problem, frozen: BoolArray) -> FloatArray:
+    """(m,) weight_i of the round after the `frozen` jobs froze (module docstring)."""
+    return TenantWeights.of(problem)(frozen)
+
+
 def group_key(problem: Problem, weights: TenantWeights, per_job: bool) -> FloatArray:
     """(m, 2) extra grouping key: the tenant, and the job's own index for jobs of FIFO tenants
     (or for every job when `per_job`)."""
