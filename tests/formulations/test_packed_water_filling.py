@@ -1,6 +1,8 @@
 """Water filling with space sharing (Gavel's `max_min_fairness_water_filling_packed`,
-formulations.md A2.4 over A2.2): the leximin certificate against an independent per-pair
-cvxpy program, reduction to the plain policies, tenants, and the wire alias."""
+formulations.md A2.4 over A2.2): every job's throughput against the independent per-round
+route over per-pair variables (with tenants), the leximin certificate against an independent
+per-pair cvxpy program, the round properties, reduction to the plain policies, and the wire
+alias."""
 
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from apportion.solver.model import (
 from apportion.solver.parameters import MaxMinFairnessParameters, WaterFillingParameters
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
+from tests.formulations.reference_water_filling import dense_model, water_filling
 from tests.formulations.test_space_sharing import check_decoded, instances, per_pair_throughput
+from tests.formulations.test_water_filling import assert_same_u, check_rounds, with_tenants
 
 TOL = 1e-6
 PACKED = WaterFillingParameters(space_sharing=True)
@@ -94,18 +98,40 @@ def test_zero_pair_throughput_equals_plain_water_filling(problem: Problem) -> No
 
 
 @given(problem=instances(), data=st.data())
-def test_tenants_with_pairs_are_feasible_and_every_job_frozen(problem: Problem,
-                                                              data: st.DataObject) -> None:
-    m = problem.jobs.num_jobs
-    names = tuple(data.draw(st.sampled_from(["a", "b", ""])) for _ in range(m))
-    specs = tuple(Tenant(name, data.draw(st.sampled_from([1.0, 2.0])),
-                         data.draw(st.sampled_from(list(TenantSharing)))) for name in ("a", "b"))
-    arrival = np.array([float(data.draw(st.integers(0, 2))) for _ in range(m)])
-    problem = replace(problem, jobs=replace(problem.jobs, tenant=names, arrival_time_s=arrival),
-                      tenants=specs)
+def test_tenants_with_pairs_equal_the_independent_route(problem: Problem,
+                                                        data: st.DataObject) -> None:
+    """Every job's normalized throughput equals A2.4's exact algorithm run by plain per-round
+    LPs over A2.2's per-pair variables (no groups, no pruning), with tenants."""
+    problem = with_tenants(problem, data.draw)
     plan = water_fill(problem)
     check_decoded(problem, plan)
-    assert np.all(plan.objective_value > 0)
+    assert np.all(plan.objective_value >= 0)
+    reference = water_filling(problem, dense_model(problem, pairs=True))
+    assert_same_u(plan.normalized_throughput, reference.value)
+
+
+@given(problem=instances(), data=st.data())
+def test_rounds_with_pairs_start_at_max_min_and_never_lower_a_job(problem: Problem,
+                                                                   data: st.DataObject) -> None:
+    if data.draw(st.booleans()):
+        problem = with_tenants(problem, data.draw)
+    check_rounds(problem, PACKED)
+
+
+@given(problem=instances())
+def test_one_tenant_and_fifo_singletons_with_pairs(problem: Problem) -> None:
+    """A2.4 tests 4 and 5 with space sharing."""
+    m = problem.jobs.num_jobs
+    plain = water_fill(problem).normalized_throughput
+    one = replace(problem, jobs=replace(problem.jobs, tenant=("all",) * m),
+                  tenants=(Tenant("all", 2.0),))
+    assert_same_u(water_fill(one).normalized_throughput, plain)
+    names = tuple(f"e{i}" for i in range(m))
+    base = replace(problem, jobs=replace(problem.jobs, tenant=names))
+    modes = [replace(base, tenants=tuple(Tenant(names[i], 1.0 + i % 2, mode) for i in range(m)))
+             for mode in TenantSharing]
+    assert_same_u(water_fill(modes[0]).normalized_throughput,
+                  water_fill(modes[1]).normalized_throughput)
 
 
 def test_wire_alias_shares_devices() -> None:
