@@ -136,13 +136,7 @@ INITIAL_BATCH = 8
 """Jobs pinned at their caps in the first batch round."""
 DETAIL_ROUNDS = 20
 """Rounds listed in the certificate's detail."""
-FILLING_STATUS = {
-    "optimal": SolverStatus.OPTIMAL,
-    "time_limit": SolverStatus.TIME_LIMIT,
-    # a round LP is feasible in exact arithmetic (the last round's plan is a point of it)
-    "infeasible": SolverStatus.NUMERICAL_ERROR,
-    "error": SolverStatus.ERROR,
-}
+
 """The rounds' outcome (`Filling.status`) in the solver vocabulary of `termination`."""
 
 
@@ -246,8 +240,9 @@ class FillingRound:
 class Filling:
     """The outcome of the rounds, per row (group)."""
 
-    status: str
-    """"optimal" (every job frozen, or Gavel's stop), or the failing LP's status."""
+    status: SolverStatus
+    """OPTIMAL (every job frozen, or Gavel's stop), or the failing LP's status (a round LP
+    found infeasible is a numerical error: the last round's plan is a point of it)."""
     x: FloatArray
     """LP values (without t) of the last round solved; zeros if none."""
     value: FloatArray
@@ -299,7 +294,7 @@ def fill(
     rounds: list[FillingRound] = []
     x = np.zeros(V)
     water = 0.0
-    status = "optimal"
+    status = SolverStatus.OPTIMAL
     lps = 0
     solve_time = 0.0
     size = ModelSize()
@@ -316,7 +311,7 @@ def fill(
         if not active.any():
             break
         if deadline.expired():
-            status, note = "time_limit", "the deadline passed before the next round"
+            status, note = SolverStatus.TIME_LIMIT, "the deadline passed before the next round"
             break
         ever |= active
         scale = np.divide(s, weight, out=np.zeros(G), where=weight > 0)
@@ -342,7 +337,7 @@ def fill(
             solvers.add(sol.result.solver)
             size = ModelSize(lp.matrix.shape[1], lp.matrix.shape[0], int(lp.matrix.nnz), 0)
             if take.size == 0:
-                if sol.result.status == "infeasible" and slack == FLOOR_SLACK:
+                if sol.result.status is SolverStatus.INFEASIBLE and slack == FLOOR_SLACK:
                     # the last round's plan is feasible here up to the solvers' tolerance,
                     # which the slack did not absorb: once more with a wider one
                     slack = RETRY_SLACK
@@ -350,15 +345,16 @@ def fill(
                     continue
                 break
             reached = water + max(sol.t, 0.0)
-            if (sol.result.status == "optimal"
+            if (sol.result.solved
                     and reached >= float(np.max(scale[take] * model.cap[take])) * (1 - 1e-9)):
                 break
-            if sol.result.status == "time_limit":
+            if sol.result.status.limit_reached:
                 break
             batch //= 2
             take = take[:batch]
-        if sol.result.status != "optimal":
-            status = sol.result.status
+        if not sol.result.solved:
+            status = (SolverStatus.NUMERICAL_ERROR
+                      if sol.result.status is SolverStatus.INFEASIBLE else sol.result.status)
             note = f"round {len(rounds) + 1}: {sol.result.solver} {sol.result.detail}".strip()
             break
         x = sol.x
@@ -386,7 +382,7 @@ def fill(
             test = gavel_freeze(model, value, active & ~pinned, big_m, deadline)
             solve_time += test.solve_time_s
             newly = test.frozen
-            if test.status not in ("optimal", "infeasible"):
+            if test.status not in (SolverStatus.OPTIMAL, SolverStatus.INFEASIBLE):
                 status = test.status
                 note = f"round {len(rounds) + 1}: bottleneck MILP {test.status}"
                 rounds.append(FillingRound(water, t, np.flatnonzero(pinned), error))
@@ -437,7 +433,7 @@ def fill(
         settled = polish(model, value, frozen, deadline)
         lps += 1
         solve_time += settled.solve_time_s
-        if settled.status == "optimal" and settled.x.size:
+        if settled.solved:
             x = np.maximum(settled.x, 0.0)
     return Filling(status, x, value, frozen, freeze_level, freeze_dual, first_weight,
                    first_bound, prices, tuple(rounds), lps, solve_time, size,
@@ -551,17 +547,16 @@ def solve_water_filling(problem: Problem, params: WaterFillingParameters, compat
     # proven within the tolerance: round 1's gap, every round's error, the plan's shortfall
     gaps = [cert.gap, largest, shortfall]
     proof = None if gaps[0] is None else max(g for g in gaps if g is not None)
-    if filling.status == "optimal" and not np.all(filling.frozen):  # Gavel's stop
+    if filling.status.solved and not np.all(filling.frozen):  # Gavel's stop
         proof = proof if compat is Compat.GAVEL else None
-    status = FILLING_STATUS.get(filling.status, SolverStatus.ERROR)
-    outcome = termination(status, bool(filling.rounds), proof, tolerance)
+    outcome = termination(filling.status, bool(filling.rounds), proof, tolerance)
     notes = [rounds_detail(filling.rounds),
              f"largest round error {largest:.2g}, plan shortfall {shortfall:.2g} "
              f"(u units, tolerance {tolerance:.2g})"]
     if filling.retries:
         notes.append(f"{filling.retries} rounds solved again with floors relaxed by "
                      f"{RETRY_SLACK:.0e}")
-    if filling.status != "optimal" or not np.all(filling.frozen):
+    if not filling.status.solved or not np.all(filling.frozen):
         notes.append(f"{filling.note or 'stopped'}: {int(np.sum(~filling.frozen[group]))} of "
                      f"{m} jobs not frozen, the plan of round {len(filling.rounds)} returned")
     solver = filling.solver or "clarabel"

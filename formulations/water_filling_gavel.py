@@ -19,15 +19,15 @@ Gavel solves it with GLPK_MI; HiGHS here. Our default freezes on LP duals instea
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from apportion.formulations.lp import new_highs
 from apportion.formulations.water_filling_rounds import RoundModel, relaxed
+from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
+from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import FloatArray
 
@@ -39,9 +39,8 @@ GAVEL_OFFSET = 1e-5
 
 @dataclass(frozen=True)
 class GavelFreeze:
-    status: str
-    """The MILP's: "optimal", "infeasible" (Gavel then freezes every active job),
-    "time_limit", "error"."""
+    status: SolverStatus
+    """The MILP's (INFEASIBLE: Gavel then freezes every active job)."""
     frozen: NDArray[np.bool_]
     """(G,) rows to freeze now: the rising rows that cannot rise by 0.01% (all of them when
     the MILP is infeasible; none when it failed otherwise)."""
@@ -54,8 +53,6 @@ def gavel_freeze(model: RoundModel, running: FloatArray, rising: NDArray[np.bool
     frozen value for frozen rows), `rising` the rows whose z may be 1 (active, weight > 0),
     `big_m` = max_g s_g cap_g. Each row's z_g counts once per job of its group (one job per
     group under compat)."""
-    import highspy
-
     u, resources, rhs = model.u, model.resources, model.rhs
     G, V = u.shape
     K = resources.shape[0]
@@ -68,39 +65,24 @@ def gavel_freeze(model: RoundModel, running: FloatArray, rising: NDArray[np.bool
     ], format="csc")
     upper = np.concatenate([GAVEL_SLACK * running - GAVEL_OFFSET,
                             big_m - GAVEL_SLACK * running, -relaxed(running), rhs])
-    lower = np.full(upper.size, -highspy.kHighsInf)
+    lower = np.full(upper.size, -INFINITY)
     if model.equalities:
         lower[upper.size - model.equalities:] = rhs[K - model.equalities:]
-    lp = highspy.HighsLp()
-    lp.num_col_ = V + G
-    lp.num_row_ = matrix.shape[0]
-    lp.col_cost_ = np.concatenate([np.zeros(V), model.cells.k])
-    lp.col_lower_ = np.zeros(V + G)
-    lp.col_upper_ = np.concatenate([np.full(V, highspy.kHighsInf), np.where(rising, 1.0, 0.0)])
-    lp.row_lower_ = lower
-    lp.row_upper_ = upper
-    lp.sense_ = highspy.ObjSense.kMaximize
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = matrix.indptr
-    lp.a_matrix_.index_ = matrix.indices
-    lp.a_matrix_.value_ = matrix.data
-    lp.integrality_ = [highspy.HighsVarType.kContinuous] * V + [highspy.HighsVarType.kInteger] * G
-    highs = new_highs(0, deadline.solver_limit_s())
-    highs.setOptionValue("mip_rel_gap", 0.0)
-    highs.setOptionValue("random_seed", 0)
-    highs.passModel(lp)
-    started = time.perf_counter()
-    highs.run()
-    elapsed = time.perf_counter() - started
-    status = {
-        highspy.HighsModelStatus.kOptimal: "optimal",
-        highspy.HighsModelStatus.kInfeasible: "infeasible",
-        highspy.HighsModelStatus.kTimeLimit: "time_limit",
-    }.get(highs.getModelStatus(), "error")
-    if status == "optimal":
-        values = np.asarray(highs.getSolution().col_value, dtype=np.float64)
-        frozen = rising & ~(np.round(values[V:]) > 0)
-    elif status == "infeasible":
+    milp = LinearModel(
+        cost=np.concatenate([np.zeros(V), model.cells.k]),
+        matrix=matrix,
+        row_lower=lower,
+        row_upper=upper,
+        col_lower=np.zeros(V + G),
+        col_upper=np.concatenate([np.full(V, INFINITY), np.where(rising, 1.0, 0.0)]),
+        integer=np.concatenate([np.zeros(V, dtype=bool), np.ones(G, dtype=bool)]),
+        maximize=True,
+    )
+    result = solve_highs(milp, HighsSettings(mip_rel_gap=0.0, seed=0), deadline)
+    status, elapsed = result.status, result.solve_time_s
+    if status is SolverStatus.OPTIMAL:
+        frozen = rising & ~(np.round(result.x[V:]) > 0)
+    elif status is SolverStatus.INFEASIBLE:
         frozen = rising.copy()
     else:
         frozen = np.zeros(G, dtype=bool)

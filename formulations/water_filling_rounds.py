@@ -18,13 +18,14 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from apportion.formulations.lp import LPResult, solve_lp
 from apportion.formulations.space_sharing import (
     PackedLP,
     lagrangian_bound,
     level_entries,
     resource_entries,
 )
+from apportion.solver.backends.lp import solve_lp
+from apportion.solver.backends.status import SolverResult
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import FloatArray, IntArray, SolverPreference
 
@@ -127,7 +128,7 @@ def round_lp(model: RoundModel, entries: tuple[tuple[IntArray, IntArray, FloatAr
 
 @dataclass(frozen=True)
 class RoundSolution:
-    result: LPResult
+    result: SolverResult
     x: FloatArray
     """(V,) the LP's values without t, clipped at 0."""
     t: float
@@ -151,11 +152,12 @@ def solve_round(model: RoundModel, lp: RoundLP, scale: FloatArray, floor: FloatA
     right-hand side, so this bounds the round without the slack; it also takes back what the
     slack handed on)."""
     args = (lp.c, lp.matrix, lp.b)
-    result = solve_lp(*args, SolverPreference.CLARABEL, deadline.solver_limit_s(),
+    result = solve_lp(*args, SolverPreference.CLARABEL, deadline,
                       equalities=lp.equalities)
     lps = 1
-    if fallback and result.status in ("error", "infeasible") and not deadline.expired():
-        slow = solve_lp(*args, SolverPreference.HIGHS, deadline.solver_limit_s(),
+    failed = not result.solved and not result.status.limit_reached
+    if fallback and failed and not deadline.expired():
+        slow = solve_lp(*args, SolverPreference.HIGHS, deadline,
                         equalities=lp.equalities)
         result = replace(slow, solve_time_s=slow.solve_time_s + result.solve_time_s,
                          solver=f"{result.solver}+{slow.solver}")
@@ -183,7 +185,7 @@ def solve_round(model: RoundModel, lp: RoundLP, scale: FloatArray, floor: FloatA
 
 
 def polish(model: RoundModel, value: FloatArray, frozen: BoolArray,
-           deadline: Deadline) -> LPResult:
+           deadline: Deadline) -> SolverResult:
     """A plan that keeps every frozen job within the floors' slack of its value, above and
     below (the last round's plan may hand a job what the slack freed elsewhere, amplified by
     exchange rates between jobs): any point of relaxed(value) <= u_g(x) <= value +
@@ -193,8 +195,8 @@ def polish(model: RoundModel, value: FloatArray, frozen: BoolArray,
     ceiling = value[rows] + FLOOR_SLACK * np.maximum(1.0, value[rows])  # as `fill` checks
     matrix = sp.vstack([-model.u, model.u[rows], model.resources], format="csc")
     b = np.concatenate([-relaxed(value), ceiling, model.rhs])
-    return solve_lp(np.zeros(V), matrix, b, SolverPreference.CLARABEL,
-                    deadline.solver_limit_s(), equalities=model.equalities)
+    return solve_lp(np.zeros(V), matrix, b, SolverPreference.CLARABEL, deadline,
+                    equalities=model.equalities)
 
 
 @dataclass(frozen=True)
@@ -217,10 +219,10 @@ def saturation(model: RoundModel, value: FloatArray, frozen: BoolArray,
                         sp.csr_matrix((G + model.rhs.size, 1))], format="csc")
     b = np.concatenate([-floor, model.rhs])
     c = np.concatenate([model.u.T @ np.where(live, model.cells.k, 0.0), [0.0]])
-    result = solve_lp(c, matrix, b, SolverPreference.CLARABEL, deadline.solver_limit_s(),
+    result = solve_lp(c, matrix, b, SolverPreference.CLARABEL, deadline,
                       equalities=model.equalities)
     rise = float("inf")
-    if result.status == "optimal" and result.row_dual.size == b.size:
+    if result.solved:
         bound, lam = lagrangian_bound(model.cells, matrix, b, c, result.row_dual, G,
                                       model.equalities)
         bound -= float(lam[:G] @ (value - floor))
