@@ -112,6 +112,10 @@ class SharingInputs:
     """Per job, its configurations (iadeep); empty tuple = a single default one."""
     devices: SharedDevices | None = None
     interference: tuple[GroupInterference, ...] = ()
+    node_cpus: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(nodes,) CPU cores of each node of `Cluster.node_names` (synergy)."""
+    node_memory_gib: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(nodes,) host memory of each node (GiB) (synergy)."""
 
     def gpu_memory(self, m: int) -> FloatArray:
         return self.gpu_memory_gib if self.gpu_memory_gib.size == m else np.zeros(m)
