@@ -151,8 +151,10 @@ def grouping_value(instance: MuriInstance, groups: tuple[tuple[int, ...], ...],
 
 
 def admitted(instance: MuriInstance) -> IntArray:
-    """Muri's admitted jobs, in priority order (module docstring)."""
+    """Muri's admitted jobs, in priority order (module docstring); a NaN priority is never
+    admitted."""
     order = np.argsort(instance.priority, kind="stable")
+    order = order[~np.isnan(instance.priority[order])]
     buckets: dict[int, list[int]] = {}
     for i in order.tolist():
         buckets.setdefault(int(instance.gpus[i]), []).append(i)
@@ -174,7 +176,7 @@ def admitted(instance: MuriInstance) -> IntArray:
             chosen.append(j)
         pointer[g] = upto
     rank = np.empty(instance.num_jobs, np.int64)
-    rank[order] = np.arange(instance.num_jobs)
+    rank[order] = np.arange(order.size)
     return np.array(sorted(chosen, key=lambda j: rank[j]), np.int64)
 
 
@@ -423,7 +425,9 @@ def muri_instance(problem: Problem, params: MuriParameters, compat: Compat) -> M
     """The instance of a validated snapshot (stage times in `problem.sharing`)."""
     jobs = problem.jobs
     sharing = problem.sharing or SharingInputs()
-    stage = np.nan_to_num(sharing.stage_s, nan=0.0)
+    stage = np.zeros((jobs.num_jobs, STAGES))
+    if sharing.stage_s.shape[0] == jobs.num_jobs:
+        stage = np.nan_to_num(sharing.stage_s, nan=0.0)
     gpus = jobs.scale_factor
     solo = stage.sum(axis=1)
     if params.order is BaseOrder.REMAINING_SERVICE:
@@ -439,6 +443,7 @@ def muri_instance(problem: Problem, params: MuriParameters, compat: Compat) -> M
         overhead = MURI_OVERHEAD
     else:
         overhead = (1.0, 1.0, 1.0, 1.0)
+    key = np.where(solo > 0, key, np.nan)  # no stage times: never admitted
     return MuriInstance(
         stage_s=stage,
         gpus=gpus,
@@ -522,6 +527,8 @@ def _place(
     m = inst.num_jobs
     status = [JobStatus.DEFERRED] * m
     reasons = ["not admitted this round (GPUs taken by jobs served first)"] * m
+    for i in np.nonzero(np.isnan(inst.priority))[0].tolist():
+        status[i], reasons[i] = JobStatus.UNSERVABLE, "no stage times (jobs[].stage_times)"
     free = free_devices(problem, holding=np.zeros(m, bool))
     solo = inst.solo_s()
     groups: list[ColocationGroup] = []

@@ -845,6 +845,104 @@ _POLICIES: tuple[PolicySpec, ...] = (
     ),
 )
 
+_SHARING_POLICIES: tuple[PolicySpec, ...] = (
+    PolicySpec(
+        name="synergy",
+        description=(
+            "Synergy OPT (B5): jobs get GPUs in base order, then one point of their CPU/memory "
+            "throughput grid each, at or above their fair-share point, maximizing total "
+            "normalized throughput within the cluster's CPUs and memory (ILP, HiGHS), placed "
+            "on nodes (consolidated, reshaped exactly per node); bound = the ILP optimum. "
+            "compat synergy: TUNE (best point, fair share, peer adjustment)."
+        ),
+        parameters_type=_params.SynergyParameters,
+        parameters_message="apportion.v1.SynergyParameters",
+        parameters_field="synergy",
+        required_inputs=(
+            "cluster.nodes (devices, cpus, memory_gib)",
+            "jobs[].scale_factor",
+            "jobs[].resource_profile | resource_profiles[] with jobs[].job_type",
+            "jobs[].arrival_time_s",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.synergy:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.GROUPS,
+            ProblemClass.MILP,
+            reads_resource_profiles=True,
+        ),
+        aliases={"synergy_opt": {}},
+    ),
+    PolicySpec(
+        name="muri",
+        description=(
+            "Muri (B6): jobs admitted in base order (Muri-S: remaining service, Muri-L: "
+            "attained service) are grouped by up to 4 of one GPU count to interleave their "
+            "storage, CPU, GPU and network stages: rounds of maximum-weight matching (exact, "
+            "certified) on the used ratio until they fit, as Muri does; or, with exact_groups, "
+            "the set packing maximizing the running jobs' relative throughput (HiGHS MIP) "
+            "with the matching's objective beside it."
+        ),
+        parameters_type=_params.MuriParameters,
+        parameters_message="apportion.v1.MuriParameters",
+        parameters_field="muri",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].stage_times",
+            "jobs[].scale_factor",
+            "jobs[].progress (remaining service)",
+            "history.jobs[].received_time_s (attained service)",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.muri:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.GROUPS,
+            ProblemClass.MILP,
+            needs_history=True,
+            reads_stage_times=True,
+        ),
+        aliases={
+            "muri_s": {"order": _params.BaseOrder.REMAINING_SERVICE},
+            "muri_l": {"order": _params.BaseOrder.ATTAINED_SERVICE},
+        },
+    ),
+    PolicySpec(
+        name="lucid",
+        description=(
+            "Lucid's pairing (D8): waiting jobs share the devices of running jobs that run "
+            "alone under Lucid's four rules (GPU count, memory, sharing scores, priority), "
+            "chosen as a maximum-weight matching on the predicted gain (exact, certified); "
+            "compat lucid: Lucid's indolent first fit. Unpaired waiting jobs start alone in "
+            "estimated GPU-time order."
+        ),
+        parameters_type=_params.LucidParameters,
+        parameters_message="apportion.v1.LucidParameters",
+        parameters_field="lucid",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].scale_factor",
+            "jobs[].sharing (gpu_memory_gib, sharing_score)",
+            "colocations[] or type_colocations[] (pair speeds; optional)",
+            "jobs[].throughput and progress (estimated duration)",
+            "history.jobs[].current and colocated_with",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.lucid:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.GROUPS,
+            ProblemClass.LP,
+            needs_history=True,
+            uses_colocations=True,
+            reads_device_sharing=True,
+            relative_gap=1e-6,
+        ),
+        aliases={"affine_pair": {}},
+    ),
+)
+
+
+_POLICIES = _POLICIES + _SHARING_POLICIES
+
 _BY_NAME: dict[str, PolicySpec] = {}
 for _spec in _POLICIES:
     _BY_NAME[_spec.name] = _spec
