@@ -938,6 +938,35 @@ _SHARING_POLICIES: tuple[PolicySpec, ...] = (
         ),
         aliases={"affine_pair": {}},
     ),
+    PolicySpec(
+        name="antman",
+        description=(
+            "AntMan (D7): resource-guaranteed jobs keep whole devices (waiting ones take free "
+            "devices in arrival order); opportunistic one-device jobs fill the spare memory "
+            "and compute of devices without slowing their guaranteed job beyond its budget, "
+            "as a generalized assignment MIP (exact, HiGHS); compat antman: AntMan's "
+            "least-utilized first fit."
+        ),
+        parameters_type=_params.AntmanParameters,
+        parameters_message="apportion.v1.AntmanParameters",
+        parameters_field="antman",
+        required_inputs=(
+            "shared_devices[]",
+            "jobs[].sharing (opportunistic, gpu_memory_gib, gpu_utilization)",
+            "jobs[].scale_factor",
+            "jobs[].priority_weight",
+            "jobs[].arrival_time_s",
+            "interference[] (guaranteed job's slowdown; optional)",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.antman:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.GROUPS,
+            ProblemClass.MILP,
+            reads_device_sharing=True,
+        ),
+        aliases={"opportunistic_pack": {}},
+    ),
 )
 
 
