@@ -967,6 +967,33 @@ _SHARING_POLICIES: tuple[PolicySpec, ...] = (
         ),
         aliases={"opportunistic_pack": {}},
     ),
+    PolicySpec(
+        name="iadeep",
+        description=(
+            "IADeep (D9): jobs share devices in groups listed in interference, each member "
+            "with a configuration; set packing over (group, configuration) columns maximizing "
+            "the jobs' relative throughput within the devices and their memory (exact, HiGHS "
+            "MIP); compat iadeep: IADeep's per-arrival least-interference greedy."
+        ),
+        parameters_type=_params.IadeepParameters,
+        parameters_message="apportion.v1.IadeepParameters",
+        parameters_field="iadeep",
+        required_inputs=(
+            "interference[] (groups, configurations, slowdowns)",
+            "jobs[].sharing (gpu_memory_gib, configurations)",
+            "jobs[].priority_weight",
+            "jobs[].arrival_time_s",
+            "shared_devices[] (optional)",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.iadeep:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.GROUPS,
+            ProblemClass.MILP,
+            reads_device_sharing=True,
+        ),
+        aliases={"colocate_groups": {}},
+    ),
 )
 
 
