@@ -15,6 +15,13 @@ pricing loop the last term is 0 and the bound is the LP value. An edge with
 rc_e < -(bound - incumbent) is in no matching better than the incumbent, which is why the MIP
 may leave such edges out.
 
+Twins. Two vertices are twins when their rows agree outside their own two entries
+(interchangeable jobs: Muri's traces repeat a few models). Twins form classes with one
+weight c_a inside class a, and a matching is then a b-matching of the classes: x_ab pairs
+between classes a and b, x_aa inside a, sum_b x_ab + 2 x_aa <= n_a; any such counts are
+realized by distinct members. When the classes are few, that small integer program (HiGHS) is
+solved instead: exact, and immune to the ties that make the LP's optimal face huge.
+
 Only positive weights are edges (a non-positive edge never increases the weight of a
 matching). Vertices: at most `MAX_VERTICES` (a dense n x n weight matrix is priced).
 """
@@ -49,6 +56,12 @@ MAX_VERTICES = 8192
 
 INITIAL_EDGES_PER_VERTEX = 6
 """Heaviest edges per vertex in the first LP; pricing adds the rest when they matter."""
+
+ALL_EDGES_UP_TO = 60_000
+"""Graphs with at most this many edges start with all of them (no pricing rounds)."""
+
+MAX_TWIN_CLASSES = 400
+"""Twin compression (below) is used when the vertices fall into at most this many classes."""
 
 MAX_CUT_ROUNDS = 30
 """Odd-set separation rounds before the MIP settles the remaining fractional part."""
@@ -316,13 +329,19 @@ def max_weight_matching(
     if not w.any():
         return Matching(np.full(n, -1, np.int64), 0.0, 0.0, SolverStatus.OPTIMAL,
                         solve_time_s=time.perf_counter() - started, method="no edge")
+    classes = twin_classes(w)
+    if len(classes) < n and len(classes) <= MAX_TWIN_CLASSES:
+        return _class_matching(w, classes, deadline, threads, relative_gap, started)
     scale = float(w.max())
-    k = min(INITIAL_EDGES_PER_VERTEX, n - 1)
-    top = np.argpartition(-w, k - 1, axis=1)[:, :k]
-    rows = np.repeat(np.arange(n), k)
-    cand = top.reshape(-1)
-    initial = rows * n + cand
-    initial = initial[w[rows, cand] > 0]
+    if np.count_nonzero(w) // 2 <= ALL_EDGES_UP_TO:
+        initial = np.flatnonzero(np.triu(w, 1)).astype(np.int64)
+    else:
+        k = min(INITIAL_EDGES_PER_VERTEX, n - 1)
+        top = np.argpartition(-w, k - 1, axis=1)[:, :k]
+        rows = np.repeat(np.arange(n), k)
+        cand = top.reshape(-1)
+        initial = rows * n + cand
+        initial = initial[w[rows, cand] > 0]
     best = greedy_matching(w, initial)
     best_value = matching_weight(w, best)
     lp = _DegreeLP(w, np.concatenate([initial, _mate_edges(best, n)]), threads)
@@ -403,6 +422,91 @@ def max_weight_matching(
         solve_time_s=time.perf_counter() - started,
         method=method,
     )
+
+
+def twin_classes(w: FloatArray) -> list[IntArray]:
+    """The vertices grouped into classes of twins (module docstring), ascending."""
+    n = w.shape[0]
+    # twins have equal row sums, sums of squares and maxima (their rows are permutations)
+    key = np.round(np.column_stack([w.sum(axis=1), (w * w).sum(axis=1)]), 9)
+    order = np.lexsort((np.arange(n), key[:, 1], key[:, 0]))
+    classes: list[IntArray] = []
+    budget = 32 * n  # pairwise checks; rows that only look alike stay apart once it runs out
+    start = 0
+    while start < n:
+        stop = start + 1
+        while stop < n and (key[order[stop]] == key[order[start]]).all():
+            stop += 1
+        pending = order[start:stop].tolist()
+        while pending:
+            u = pending.pop(0)
+            members = [u]
+            rest = []
+            for v in pending:
+                budget -= 1
+                if budget < 0:
+                    rest.append(v)
+                    continue
+                differ = np.flatnonzero(w[u] != w[v])
+                if np.isin(differ, (u, v)).all():
+                    members.append(v)
+                else:
+                    rest.append(v)
+            pending = rest
+            classes.append(np.array(sorted(members), np.int64))
+        start = stop
+    classes.sort(key=lambda c: int(c[0]))
+    return classes
+
+
+def _class_matching(w: FloatArray, classes: list[IntArray], deadline: Deadline, threads: int,
+                    relative_gap: float, started: float) -> Matching:
+    """The b-matching of twin classes (module docstring), expanded to a matching."""
+    k = len(classes)
+    rep = np.array([c[0] for c in classes], np.int64)
+    size = np.array([c.size for c in classes], np.float64)
+    inside = np.array([w[c[0], c[1]] if c.size > 1 else 0.0 for c in classes])
+    a, b = np.nonzero(np.triu(w[np.ix_(rep, rep)], 1))
+    self_edges = np.nonzero((inside > 0) & (size > 1))[0]
+    ca = np.concatenate([a, self_edges])
+    cb = np.concatenate([b, self_edges])
+    cols = ca.size
+    value = np.concatenate([w[rep[a], rep[b]], inside[self_edges]])
+    upper = np.concatenate([np.minimum(size[a], size[b]), np.floor(size[self_edges] / 2)])
+    coef = np.concatenate([np.ones(a.size), 2 * np.ones(self_edges.size)])
+    rows = np.concatenate([ca, cb[: a.size]])
+    entries = np.concatenate([np.arange(cols), np.arange(a.size)])
+    vals = np.concatenate([coef, np.ones(a.size)])
+    model = LinearModel(
+        cost=value,
+        matrix=sp.csc_matrix((vals, (rows, entries)), shape=(k, cols)),
+        row_lower=np.full(k, -INFINITY),
+        row_upper=size,
+        col_lower=np.zeros(cols),
+        col_upper=upper,
+        integer=np.ones(cols, bool),
+        maximize=True,
+    )
+    result = solve_highs(
+        model, HighsSettings(mip_rel_gap=relative_gap, mip_abs_gap=1e-12, threads=threads),
+        deadline,
+    )
+    n = w.shape[0]
+    mate = np.full(n, -1, np.int64)
+    if result.has_solution:
+        free = [list(c) for c in classes]
+        counts = np.rint(result.x).astype(np.int64)
+        for col in np.nonzero(counts > 0)[0].tolist():
+            x, y = int(ca[col]), int(cb[col])
+            for _ in range(int(counts[col])):
+                u = free[x].pop()
+                v = free[y].pop()
+                mate[u], mate[v] = v, u
+    objective = matching_weight(w, mate)
+    bound = None if result.bound is None else max(result.bound, objective)
+    return Matching(mate, objective, bound, result.status, lp_runs=0, cuts=0, columns=cols,
+                    solve_time_s=time.perf_counter() - started,
+                    method=f"twin classes ({k} of {n} vertices)")
 
 
 _PRICING_TOL = 1e-9

@@ -13,6 +13,7 @@ from apportion.formulations.matching import (
     is_matching,
     matching_weight,
     max_weight_matching,
+    twin_classes,
 )
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
@@ -132,3 +133,25 @@ def test_greedy_is_a_matching_never_above_the_optimum(weight: np.ndarray) -> Non
     assert matching_weight(weight, mate) <= brute_force(weight) + 1e-9
     # greedy is a 1/2-approximation
     assert matching_weight(weight, mate) >= brute_force(weight) / 2 - 1e-9
+
+
+@given(st.integers(0, 10_000), st.integers(2, 30), st.integers(1, 6))
+def test_twin_classes_solve_exactly(seed: int, n: int, kinds: int) -> None:
+    """Vertices of a few kinds (weights by kind pair, as identical jobs give): the class
+    b-matching path, against networkx."""
+    rng = np.random.default_rng(seed)
+    kind = rng.integers(0, kinds, n)
+    table = np.round(rng.random((kinds, kinds)) * 3) / 3
+    table = np.triu(table) + np.triu(table, 1).T
+    weight = table[kind[:, None], kind[None, :]]
+    np.fill_diagonal(weight, 0.0)
+    classes = twin_classes(weight)
+    assert sorted(np.concatenate(classes).tolist()) == list(range(n))
+    assert len(classes) <= kinds or n <= kinds + 1
+    for members in classes:  # interchangeable: rows agree outside the two own entries
+        for u in members.tolist():
+            for v in members.tolist():
+                outside = np.ones(n, bool)
+                outside[[u, v]] = False
+                assert (weight[u, outside] == weight[v, outside]).all()
+    check_proven(weight, reference(weight))
