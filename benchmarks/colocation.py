@@ -20,7 +20,7 @@ same instance, same run: time and objective gap.
   the set packing against IADeep's greedy.
 * matching: the exact maximum-weight matching on a complete graph of `size` vertices with
   random weights (the pair-matching target), against networkx's blossom algorithm (reference,
-  sizes <= 512) and the greedy matching.
+  sizes up to --networkx-max, default 256: it takes minutes beyond) and the greedy matching.
 
 Objective gap = (exact - heuristic) / exact on the policy's own objective (>= 0).
 """
@@ -286,6 +286,9 @@ def bench_iadeep(size: int, reference: Path) -> None:
     _row("iadeep", size, exact_s, exact, greedy_s, greedy)
 
 
+NETWORKX_MAX = [256]
+
+
 def bench_matching(size: int, reference: Path) -> None:
     rng = np.random.default_rng(size)
     weight = np.triu(rng.random((size, size)), 1)
@@ -298,7 +301,7 @@ def bench_matching(size: int, reference: Path) -> None:
     greedy_s = time.perf_counter() - started
     g = matching_weight(weight, greedy)
     note = ""
-    if size <= 512:
+    if size <= NETWORKX_MAX[0]:
         import networkx as nx
 
         graph = nx.from_numpy_array(weight)
@@ -329,7 +332,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 512, 2048])
     parser.add_argument("--policies", nargs="+", default=list(BENCHES), choices=list(BENCHES))
     parser.add_argument("--reference-data", type=Path, default=DEFAULT_REFERENCE)
+    parser.add_argument("--networkx-max", type=int, default=NETWORKX_MAX[0])
     args = parser.parse_args()
+    NETWORKX_MAX[0] = args.networkx_max
     for name in args.policies:
         for size in args.sizes:
             BENCHES[name](size, args.reference_data)

@@ -15,6 +15,9 @@ pricing loop the last term is 0 and the bound is the LP value. An edge with
 rc_e < -(bound - incumbent) is in no matching better than the incumbent, which is why the MIP
 may leave such edges out.
 
+Bipartite graphs. The incumbent is scipy's assignment algorithm (exact there); the LP only
+has to prove it, and stops as soon as the bound meets it.
+
 Twins. Two vertices are twins when their rows agree outside their own two entries
 (interchangeable jobs: Muri's traces repeat a few models). Twins form classes with one
 weight c_a inside class a, and a matching is then a b-matching of the classes: x_ab pairs
@@ -57,7 +60,7 @@ MAX_VERTICES = 8192
 INITIAL_EDGES_PER_VERTEX = 6
 """Heaviest edges per vertex in the first LP; pricing adds the rest when they matter."""
 
-ALL_EDGES_UP_TO = 60_000
+ALL_EDGES_UP_TO = 20_000
 """Graphs with at most this many edges start with all of them (no pricing rounds)."""
 
 MAX_TWIN_CLASSES = 400
@@ -342,7 +345,8 @@ def max_weight_matching(
         cand = top.reshape(-1)
         initial = rows * n + cand
         initial = initial[w[rows, cand] > 0]
-    best = greedy_matching(w, initial)
+    sides = bipartition(w)  # bipartite: the assignment is exact, the LP only proves it
+    best = _assignment(w, sides) if sides is not None else greedy_matching(w, initial)
     best_value = matching_weight(w, best)
     lp = _DegreeLP(w, np.concatenate([initial, _mate_edges(best, n)]), threads)
     reduced = np.empty_like(w)
@@ -369,6 +373,9 @@ def max_weight_matching(
             row_best = reduced[np.arange(n), best_col]
             last_bound = lp.dual_bound(dual, row_best)
             bound = min(bound, last_bound)
+            if _closed(best_value, bound, relative_gap):
+                converged = True
+                break
             entering = row_best > _PRICING_TOL * scale
             lo = np.minimum(np.arange(n), best_col)[entering]
             hi = np.maximum(np.arange(n), best_col)[entering]
@@ -381,6 +388,8 @@ def max_weight_matching(
                 break
             lp.add_edges(np.unique(lo[fresh] * n + hi[fresh]))
         if not converged:
+            break
+        if _closed(best_value, bound, relative_gap):
             break
         rounded = _round(lp.u, lp.v, x, w, deadline, threads)
         value = matching_weight(w, rounded)
@@ -422,6 +431,43 @@ def max_weight_matching(
         solve_time_s=time.perf_counter() - started,
         method=method,
     )
+
+
+def bipartition(w: FloatArray) -> BoolArray | None:
+    """(n,) one side of a 2-colouring of the graph, None when it has an odd cycle."""
+    from scipy.sparse.csgraph import breadth_first_order
+
+    n = w.shape[0]
+    graph = sp.csr_matrix(w > 0)
+    color = np.full(n, -1, np.int64)
+    for root in range(n):
+        if color[root] >= 0:
+            continue
+        order, parent = breadth_first_order(graph, root, directed=False,
+                                            return_predecessors=True)
+        color[root] = 0
+        for node in order[1:].tolist():
+            color[node] = 1 - color[parent[node]]
+    u, v = graph.nonzero()
+    if (color[u] == color[v]).any():
+        return None
+    return np.asarray(color == 0)
+
+
+def _assignment(w: FloatArray, left: BoolArray) -> IntArray:
+    """A maximum-weight matching of a bipartite graph (scipy's assignment algorithm on the
+    left x right weights; zero-weight assignments are dropped)."""
+    from scipy.optimize import linear_sum_assignment
+
+    a_side, b_side = np.nonzero(left)[0], np.nonzero(~left)[0]
+    mate = np.full(w.shape[0], -1, np.int64)
+    if a_side.size == 0 or b_side.size == 0:
+        return mate
+    rows, cols = linear_sum_assignment(w[np.ix_(a_side, b_side)], maximize=True)
+    keep = w[a_side[rows], b_side[cols]] > 0
+    mate[a_side[rows[keep]]] = b_side[cols[keep]]
+    mate[b_side[cols[keep]]] = a_side[rows[keep]]
+    return mate
 
 
 def twin_classes(w: FloatArray) -> list[IntArray]:

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apportion.formulations.matching import (
+    bipartition,
     greedy_matching,
     is_matching,
     matching_weight,
@@ -154,4 +155,18 @@ def test_twin_classes_solve_exactly(seed: int, n: int, kinds: int) -> None:
                 outside = np.ones(n, bool)
                 outside[[u, v]] = False
                 assert (weight[u, outside] == weight[v, outside]).all()
+    check_proven(weight, reference(weight))
+
+
+@given(st.integers(0, 10_000), st.integers(1, 25), st.integers(1, 25))
+def test_bipartite_graphs_with_ties(seed: int, left: int, right: int) -> None:
+    """Two sides, three weight values (Lucid's score-based gains): the assignment incumbent
+    and the LP's proof, against networkx."""
+    rng = np.random.default_rng(seed)
+    n = left + right
+    weight = np.zeros((n, n))
+    block = rng.choice([0.0, 0.7, 0.8, 0.9], (left, right))
+    weight[:left, left:] = block
+    weight[left:, :left] = block.T
+    assert bipartition(weight) is not None or not block.any()
     check_proven(weight, reference(weight))
