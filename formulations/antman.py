@@ -46,6 +46,13 @@ from apportion.solver.sharing import SharingInputs
 
 _EPS = 1e-9
 
+MAX_ASSIGNMENT_PAIRS = 200_000
+"""Largest number of (opportunistic job, device) pairs given to the MIP whole. Beyond it each
+job keeps its DEVICES_PER_JOB roomiest devices: the answer is then a feasible plan whose bound
+is the capacity-free one (every job on its best device), reported as such."""
+
+DEVICES_PER_JOB = 48
+
 
 @dataclass(frozen=True)
 class AntmanInstance:
@@ -152,9 +159,19 @@ def solve_assignment(inst: AntmanInstance, deadline: Deadline, gap: float,
     """The generalized assignment MIP (module docstring)."""
     started = time.perf_counter()
     ok = fits(inst)
+    n_o, n_d = inst.value.size, inst.memory_room.size
+    restricted = int(ok.sum()) > MAX_ASSIGNMENT_PAIRS
+    if restricted:
+        room = np.minimum(inst.memory_room[None, :] / np.maximum(inst.memory[:, None], _EPS),
+                          inst.utilization_room[None, :]
+                          / np.maximum(inst.utilization[:, None], _EPS))
+        score = np.where(ok, room - 1e3 * inst.slowdown_weight * inst.delta, -np.inf)
+        keep = np.argpartition(-score, DEVICES_PER_JOB - 1, axis=1)[:, :DEVICES_PER_JOB]
+        mask = np.zeros_like(ok)
+        np.put_along_axis(mask, keep, True, axis=1)
+        ok &= mask
     o_idx, d_idx = np.nonzero(ok)
     k = o_idx.size
-    n_o, n_d = inst.value.size, inst.memory_room.size
     if k == 0:
         return Assignment(np.full(n_o, -1, np.int64), 0.0, 0.0, SolverStatus.OPTIMAL,
                           time.perf_counter() - started, ModelSize())
@@ -174,12 +191,22 @@ def solve_assignment(inst: AntmanInstance, deadline: Deadline, gap: float,
         integer=np.ones(k, bool),
         maximize=True,
     )
-    result = solve_highs(model, HighsSettings(mip_rel_gap=gap, threads=threads), deadline)
+    # HiGHS's presolve of a large assignment can outrun the deadline: off for restricted ones
+    options = (("presolve", "off"),) if restricted else ()
+    result = solve_highs(model, HighsSettings(mip_rel_gap=gap, threads=threads, options=options),
+                         deadline)
     device = np.full(n_o, -1, np.int64)
     if result.has_solution:
         chosen = np.nonzero(result.x > 0.5)[0]
         device[o_idx[chosen]] = d_idx[chosen]
-    return Assignment(device, assignment_value(inst, device), result.bound, result.status,
+    bound = result.bound
+    status = result.status
+    if restricted:
+        best = np.where(fits(inst), inst.value[:, None] - inst.slowdown_weight * inst.delta,
+                        -np.inf).max(axis=1)
+        bound = float(np.maximum(best, 0.0).sum())
+        status = SolverStatus.TIME_LIMIT if result.has_solution else result.status
+    return Assignment(device, assignment_value(inst, device), bound, status,
                       time.perf_counter() - started, model.size)
 
 
