@@ -41,6 +41,7 @@ from apportion.solver.sharing import (
     SharedDevices,
     SharingInputs,
 )
+from apportion.solver.topology import ServiceClass, topology_of
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import policy_pb2 as policy_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
@@ -141,6 +142,8 @@ def _antman(msg: Any, violations: list[Violation]) -> object:
                                    violations, upper=1.0),
         busy_memory_gib=_positive(msg, "busy_memory_gib", p, default.busy_memory_gib,
                                   violations),
+        device_memory_gib=_positive(msg, "device_memory_gib", p, default.device_memory_gib,
+                                    violations),
     )
 
 
@@ -312,73 +315,78 @@ def _stages(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> np.ndarra
     return out
 
 
-def _devices(msg: snapshot_pb.Snapshot, problem: Problem, required: bool,
-             violations: list[Violation]) -> SharedDevices | None:
-    entries = list(msg.shared_devices)
-    if not entries:
-        if required:
-            violations.append(Violation("snapshot.shared_devices",
-                                        "antman needs the devices with their measured state"))
-        return None
-    types = {name: j for j, name in enumerate(problem.cluster.type_names)}
-    nodes = set(problem.cluster.node_names)
-    jobs = {job_id: i for i, job_id in enumerate(problem.jobs.ids)}
-    first: dict[str, int] = {}
-    type_index, memory, used, util, guaranteed, budget = [], [], [], [], [], []
-    for k, dev in enumerate(entries):
-        p = f"snapshot.shared_devices[{k}]"
-        if not dev.id:
-            violations.append(Violation(f"{p}.id", "must be non-empty"))
-        elif dev.id in first:
-            violations.append(Violation(f"{p}.id", f"duplicate device {dev.id!r} (first at "
-                                                   f"[{first[dev.id]}])"))
+def _devices(msg: snapshot_pb.Snapshot, problem: Problem, opportunistic: np.ndarray,
+             default_memory: float, violations: list[Violation]) -> SharedDevices:
+    """The cluster's healthy devices (its topology) with their memory and measured use, the
+    guaranteed job holding each (`history.jobs[].devices`) and that job's slowdown budget."""
+    topology = topology_of(problem.cluster)
+    listed = {dev.id: k for k, dev in enumerate(msg.cluster.topology.devices)}
+    count = topology.num_devices
+    memory = np.full(count, default_memory)
+    if topology.device_memory_gib.size == count:
+        memory = np.where(topology.device_memory_gib > 0, topology.device_memory_gib, memory)
+    used = np.zeros(count)
+    util = np.zeros(count)
+    path = "snapshot.cluster.topology.devices"
+    for d, device_id in enumerate(topology.device_ids):
+        k = listed.get(device_id)
+        if not (memory[d] > 0):
+            where = f"{path}[{k}].memory_gib" if k is not None else path
+            violations.append(Violation(where, f"device {device_id!r} needs its memory "
+                                               "(memory_gib, or the policy's device_memory_gib)"))
+            continue
+        if k is None:
+            continue
+        dev = msg.cluster.topology.devices[k]
+        if not (_finite(dev.used_memory_gib) and 0 <= dev.used_memory_gib <= memory[d]):
+            violations.append(Violation(f"{path}[{k}].used_memory_gib",
+                                        f"must be in [0, {memory[d]:g}] (the device's memory), "
+                                        f"got {dev.used_memory_gib}"))
         else:
-            first[dev.id] = k
-        if dev.accelerator_type not in types:
-            violations.append(Violation(f"{p}.accelerator_type",
-                                        f"unknown accelerator type {dev.accelerator_type!r}"))
-        if dev.node and dev.node not in nodes:
-            violations.append(Violation(f"{p}.node", f"unknown node {dev.node!r}"))
-        if not (_finite(dev.memory_gib) and dev.memory_gib > 0):
-            violations.append(Violation(f"{p}.memory_gib", f"must be finite and > 0, got "
-                                                           f"{dev.memory_gib}"))
-        elif not (_finite(dev.used_memory_gib) and 0 <= dev.used_memory_gib <= dev.memory_gib):
-            violations.append(Violation(f"{p}.used_memory_gib",
-                                        f"must be in [0, memory_gib = {dev.memory_gib:g}], got "
-                                        f"{dev.used_memory_gib}"))
+            used[d] = dev.used_memory_gib
         if not (_finite(dev.utilization) and 0 <= dev.utilization <= 1):
-            violations.append(Violation(f"{p}.utilization", f"must be in [0, 1], got "
-                                                            f"{dev.utilization}"))
-        holder = -1
-        if dev.guaranteed_job:
-            if dev.guaranteed_job not in jobs:
-                violations.append(Violation(f"{p}.guaranteed_job",
-                                            f"unknown job {dev.guaranteed_job!r}"))
-            else:
-                holder = jobs[dev.guaranteed_job]
-        slack = math.inf
-        if dev.HasField("slowdown_budget"):
-            slack = dev.slowdown_budget
-            if not (_finite(slack) and slack >= 0):
-                violations.append(Violation(f"{p}.slowdown_budget", f"must be finite and >= 0, "
-                                                                    f"got {slack}"))
-                slack = 0.0
-        type_index.append(types.get(dev.accelerator_type, 0))
-        memory.append(dev.memory_gib)
-        used.append(dev.used_memory_gib)
-        util.append(dev.utilization)
-        guaranteed.append(holder)
-        budget.append(slack)
+            violations.append(Violation(f"{path}[{k}].utilization",
+                                        f"must be in [0, 1], got {dev.utilization}"))
+        else:
+            util[d] = dev.utilization
+    holder = np.full(count, -1, np.int64)
+    budget = np.full(count, np.inf)
+    held = problem.placement.jobs.current_devices if problem.placement is not None else ()
+    for i, devices in enumerate(held):
+        if not devices or opportunistic[i]:
+            continue
+        job = msg.jobs[i]
+        limit = math.inf
+        if job.sharing.HasField("slowdown_budget"):
+            limit = job.sharing.slowdown_budget
+            if not (_finite(limit) and limit >= 0):
+                violations.append(Violation(f"snapshot.jobs[{i}].sharing.slowdown_budget",
+                                            f"must be finite and >= 0, got {limit}"))
+                limit = 0.0
+        holder[list(devices)] = i
+        budget[list(devices)] = limit
+    healthy = topology.device_healthy
+    keep = np.nonzero(healthy)[0]
+    names = problem.cluster.node_names
     return SharedDevices(
-        ids=tuple(dev.id for dev in entries),
-        type_index=np.array(type_index, np.int64),
-        node=tuple(dev.node for dev in entries),
-        memory_gib=np.array(memory, np.float64),
-        used_memory_gib=np.array(used, np.float64),
-        utilization=np.array(util, np.float64),
-        guaranteed_job=np.array(guaranteed, np.int64),
-        slowdown_budget=np.array(budget, np.float64),
+        ids=tuple(topology.device_ids[d] for d in keep.tolist()),
+        type_index=topology.device_type[keep].astype(np.int64),
+        node=tuple(names[int(v)] if names else "" for v in topology.device_node[keep].tolist()),
+        memory_gib=memory[keep],
+        used_memory_gib=used[keep],
+        utilization=util[keep],
+        guaranteed_job=holder[keep],
+        slowdown_budget=budget[keep],
     )
+
+
+def _opportunistic(problem: Problem) -> np.ndarray:
+    """(m,) jobs of service class opportunistic or best effort (`Job.service_class`)."""
+    m = problem.jobs.num_jobs
+    if problem.placement is None:
+        return np.zeros(m, bool)
+    classes = problem.placement.jobs.service_class
+    return np.array([c is not ServiceClass.GUARANTEED for c in classes], bool)
 
 
 def _job_sharing(msg: snapshot_pb.Snapshot, device_memory: float,
@@ -386,7 +394,6 @@ def _job_sharing(msg: snapshot_pb.Snapshot, device_memory: float,
     m = len(msg.jobs)
     memory = np.zeros(m)
     util = np.zeros(m)
-    opportunistic = np.zeros(m, bool)
     score = np.full(m, -1, np.int64)
     configurations: list[tuple[JobConfiguration, ...]] = []
     for i, job in enumerate(msg.jobs):
@@ -407,7 +414,6 @@ def _job_sharing(msg: snapshot_pb.Snapshot, device_memory: float,
                                                                 f"{share.gpu_utilization}"))
         else:
             util[i] = share.gpu_utilization
-        opportunistic[i] = share.opportunistic
         if share.HasField("sharing_score"):
             if not 0 <= share.sharing_score <= 2:
                 violations.append(Violation(f"{p}.sharing_score", f"must be 0, 1 or 2, got "
@@ -440,7 +446,6 @@ def _job_sharing(msg: snapshot_pb.Snapshot, device_memory: float,
     return {
         "gpu_memory_gib": memory,
         "gpu_utilization": util,
-        "opportunistic": opportunistic,
         "sharing_score": score,
         "configurations": tuple(configurations),
     }
@@ -534,26 +539,22 @@ def sharing_problem(
         sharing = replace(sharing, stage_s=_stages(snap, violations))
     if caps.reads_device_sharing:
         params = policy.parameters
-        devices = _devices(snap, problem, isinstance(params, AntmanParameters), violations)
-        if devices is not None:
-            limit = float(devices.memory_gib.max(initial=0.0))
-        else:
-            limit = float(getattr(params, "device_memory_gib", math.inf))
+        opportunistic = _opportunistic(problem)
+        devices: SharedDevices | None = None
         if isinstance(params, LucidParameters):
             limit = params.device_memory_gib
+        else:
+            default = float(getattr(params, "device_memory_gib", 0.0))
+            devices = _devices(snap, problem, opportunistic, default, violations)
+            limit = float(devices.memory_gib.max(initial=0.0))
         fields = _job_sharing(snap, limit, violations)
-        opportunistic = fields["opportunistic"]
         for i in np.nonzero(opportunistic & (problem.jobs.scale_factor > 1))[0].tolist():
             violations.append(Violation(f"snapshot.jobs[{i}].scale_factor",
                                         "an opportunistic job runs on one device"))
-        if devices is not None:
-            for k, holder in enumerate(devices.guaranteed_job.tolist()):
-                if holder >= 0 and opportunistic[holder]:
-                    violations.append(Violation(f"snapshot.shared_devices[{k}].guaranteed_job",
-                                                "names an opportunistic job"))
         sharing = replace(
             sharing,
             devices=devices,
+            opportunistic=opportunistic,
             interference=_interference(snap, problem, fields["configurations"], violations),
             **fields,
         )

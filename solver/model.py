@@ -21,8 +21,8 @@ from apportion.solver.arrays import IntArray as IntArray
 if TYPE_CHECKING:
     from apportion.solver.elastic_model import ElasticInputs
     from apportion.solver.fairness_model import FairnessInputs
-    from apportion.solver.stages import AdmissionParameters, PlacementParameters
     from apportion.solver.sharing import SharingInputs
+    from apportion.solver.stages import AdmissionParameters, PlacementParameters
     from apportion.solver.topology import PlacementInputs, Topology
 
 

@@ -393,6 +393,8 @@ class AntmanParameters:
     """Compat antman: devices at or above this utilization take no opportunistic job."""
     busy_memory_gib: float = 16.0
     """Compat antman: devices with at least this much memory in use take none."""
+    device_memory_gib: float = 0.0
+    """Memory of a device whose topology entry gives none (GiB); 0 = required there."""
 
 
 @dataclass(frozen=True)
@@ -402,4 +404,4 @@ class IadeepParameters:
     max_slowdown: float = 0.0
     """Largest slowdown any member may suffer (> 1); 0 = no cap."""
     device_memory_gib: float = 24.0
-    """Memory of a device (GiB) when the snapshot lists no shared devices."""
+    """Memory of a device whose topology entry gives none (GiB)."""

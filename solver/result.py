@@ -16,8 +16,8 @@ from apportion.solver.outcome import Termination as Termination  # re-exported
 
 if TYPE_CHECKING:
     from apportion.solver.fairness_result import AuctionSection, StrideSection, UsageSection
-    from apportion.solver.placement_plan import AdmissionSection, PlacementSection
     from apportion.solver.groups import GroupSection
+    from apportion.solver.placement_plan import AdmissionSection, PlacementSection
 
 
 class JobStatus(StrEnum):

@@ -14,7 +14,8 @@ from apportion.solver.solve import solve
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import allocation_service_pb2_grpc as service_grpc
 from apportion.v1 import policy_pb2 as policy_pb
-from tests.server.test_service import CHANNEL_OPTIONS, Server, _start
+from apportion.v1 import snapshot_pb2 as snapshot_pb
+from tests.server.grpc_harness import CHANNEL_OPTIONS, Server, running_server
 
 CPUS = [1.0, 3.0, 6.0]
 MEMORY = [20.0, 62.5]
@@ -38,19 +39,25 @@ def base_request(policy: str, jobs: int = 4) -> service_pb.SolveRequest:
         job.sharing.gpu_memory_gib = 4.0 + i
         job.sharing.gpu_utilization = 0.2
         job.sharing.sharing_score = i % 3
-        job.sharing.opportunistic = i >= 2
+        if i >= 2:
+            job.service_class = snapshot_pb.SERVICE_CLASS_OPPORTUNISTIC
+        else:
+            job.sharing.slowdown_budget = 0.2
+            entry = snap.history.jobs.add(job_id=f"j{i}")
+            entry.current.accelerator_type = "gpu"
+            entry.current.devices = 1
+            entry.current.nodes.append("n0")
+            entry.devices.append(f"n0/{i}")
     for job_type in ("bert", "resnet"):
         profile = snap.resource_profiles.add(job_type=job_type)
         profile.cpus_per_gpu.extend(CPUS)
         profile.memory_gib_per_gpu.extend(MEMORY)
         profile.throughput.extend(GRID)
-    for k in range(8):
-        snap.shared_devices.add(id=f"d{k}", accelerator_type="gpu", node=f"n{k // 4}",
-                                memory_gib=24.0, guaranteed_job="j0" if k == 0 else
-                                ("j1" if k == 1 else ""))
     snap.interference.add(job_ids=["j0", "j2"], slowdown=[1.05, 1.2])
     snap.interference.add(job_ids=["j1", "j3"], slowdown=[1.1, 1.3])
     request.policy.name = policy
+    if policy == "antman":
+        request.policy.antman.device_memory_gib = 24.0
     return request
 
 
@@ -147,12 +154,12 @@ def test_bad_inputs_name_their_field(policy: str, mutate: Mutation, field: str,
     assert text in found[field]
 
 
-def test_antman_needs_devices_and_a_single_device_per_opportunistic_job() -> None:
+def test_antman_needs_device_memory_and_one_device_per_opportunistic_job() -> None:
     request = base_request("antman")
     request.snapshot.jobs[3].scale_factor = 2
-    del request.snapshot.shared_devices[:]
+    request.policy.antman.ClearField("device_memory_gib")
     found = violations(request)
-    assert "snapshot.shared_devices" in found
+    assert "snapshot.cluster.topology.devices" in found
     assert "snapshot.jobs[3].scale_factor" in found
 
 
@@ -189,7 +196,8 @@ def test_every_policy_answers_with_groups(policy: str) -> None:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    yield from _start("--workers", "1")
+    with running_server("--workers", "1") as started:
+        yield started
 
 
 def test_muri_through_a_real_server(server: Server) -> None:

@@ -817,7 +817,7 @@ class ColocationGroup(_message.Message):
     def node_devices(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
     @_builtins.property
     def device_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """The shared devices (SharedDevice.id) when the snapshot lists them."""
+        """The devices it runs on (topology device ids) for per-device policies (antman, iadeep)."""
 
     @_builtins.property
     def configurations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:

@@ -1948,10 +1948,14 @@ Global___MuriParameters: _TypeAlias = MuriParameters  # noqa: Y015
 
 @_typing.final
 class AntmanParameters(_message.Message):
-    """AntMan: opportunistic jobs packed onto devices held by resource-guaranteed jobs. Reads
-    shared_devices (required), jobs[].sharing (opportunistic, gpu_memory_gib, gpu_utilization),
-    priority_weight and interference (the guaranteed job's slowdown with each opportunistic job;
-    a pair not listed slows it by 0). Each opportunistic job gets at most one device such that
+    """AntMan: opportunistic jobs packed onto devices held by resource-guaranteed jobs. Reads the
+    cluster's devices (cluster.topology.devices with memory_gib, used_memory_gib and utilization;
+    without a device list, idle anonymous devices of device_memory_gib), jobs[].service_class
+    (OPPORTUNISTIC or BEST_EFFORT = opportunistic), the devices guaranteed jobs hold
+    (history.jobs[].devices; waiting guaranteed jobs take free devices in arrival order),
+    jobs[].sharing (gpu_memory_gib, gpu_utilization, slowdown_budget), priority_weight and
+    interference (the guaranteed job's slowdown with each opportunistic job; a pair not listed
+    slows it by 0). Each opportunistic job gets at most one device such that
     the device's memory and utilization (<= max_utilization) hold and the guaranteed job's added
     slowdown stays within its budget, maximizing the placed priority weight minus
     slowdown_weight x inflicted slowdown (a generalized assignment MIP, exact).
@@ -1965,6 +1969,7 @@ class AntmanParameters(_message.Message):
     SLOWDOWN_WEIGHT_FIELD_NUMBER: _builtins.int
     BUSY_UTILIZATION_FIELD_NUMBER: _builtins.int
     BUSY_MEMORY_GIB_FIELD_NUMBER: _builtins.int
+    DEVICE_MEMORY_GIB_FIELD_NUMBER: _builtins.int
     max_utilization: _builtins.float
     """U_max in (0, 1]. Unset = 1."""
     slowdown_weight: _builtins.float
@@ -1972,6 +1977,10 @@ class AntmanParameters(_message.Message):
     busy_utilization: _builtins.float
     """COMPAT_ANTMAN thresholds. Unset = 0.8 and 16 GiB."""
     busy_memory_gib: _builtins.float
+    device_memory_gib: _builtins.float
+    """Memory of a device whose topology entry gives none (GiB, > 0). Unset = every device needs
+    its memory_gib in cluster.topology.devices.
+    """
     def __init__(
         self,
         *,
@@ -1979,21 +1988,26 @@ class AntmanParameters(_message.Message):
         slowdown_weight: _builtins.float = ...,
         busy_utilization: _builtins.float | None = ...,
         busy_memory_gib: _builtins.float | None = ...,
+        device_memory_gib: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_busy_memory_gib", b"_busy_memory_gib", "_busy_utilization", b"_busy_utilization", "_max_utilization", b"_max_utilization", "busy_memory_gib", b"busy_memory_gib", "busy_utilization", b"busy_utilization", "max_utilization", b"max_utilization"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_busy_memory_gib", b"_busy_memory_gib", "_busy_utilization", b"_busy_utilization", "_device_memory_gib", b"_device_memory_gib", "_max_utilization", b"_max_utilization", "busy_memory_gib", b"busy_memory_gib", "busy_utilization", b"busy_utilization", "device_memory_gib", b"device_memory_gib", "max_utilization", b"max_utilization"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_busy_memory_gib", b"_busy_memory_gib", "_busy_utilization", b"_busy_utilization", "_max_utilization", b"_max_utilization", "busy_memory_gib", b"busy_memory_gib", "busy_utilization", b"busy_utilization", "max_utilization", b"max_utilization", "slowdown_weight", b"slowdown_weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_busy_memory_gib", b"_busy_memory_gib", "_busy_utilization", b"_busy_utilization", "_device_memory_gib", b"_device_memory_gib", "_max_utilization", b"_max_utilization", "busy_memory_gib", b"busy_memory_gib", "busy_utilization", b"busy_utilization", "device_memory_gib", b"device_memory_gib", "max_utilization", b"max_utilization", "slowdown_weight", b"slowdown_weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__busy_memory_gib: _TypeAlias = _typing.Literal["busy_memory_gib"]  # noqa: Y015
     _WhichOneofArgType__busy_memory_gib: _TypeAlias = _typing.Literal["_busy_memory_gib", b"_busy_memory_gib"]  # noqa: Y015
     _WhichOneofReturnType__busy_utilization: _TypeAlias = _typing.Literal["busy_utilization"]  # noqa: Y015
     _WhichOneofArgType__busy_utilization: _TypeAlias = _typing.Literal["_busy_utilization", b"_busy_utilization"]  # noqa: Y015
+    _WhichOneofReturnType__device_memory_gib: _TypeAlias = _typing.Literal["device_memory_gib"]  # noqa: Y015
+    _WhichOneofArgType__device_memory_gib: _TypeAlias = _typing.Literal["_device_memory_gib", b"_device_memory_gib"]  # noqa: Y015
     _WhichOneofReturnType__max_utilization: _TypeAlias = _typing.Literal["max_utilization"]  # noqa: Y015
     _WhichOneofArgType__max_utilization: _TypeAlias = _typing.Literal["_max_utilization", b"_max_utilization"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__busy_memory_gib) -> _WhichOneofReturnType__busy_memory_gib | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__busy_utilization) -> _WhichOneofReturnType__busy_utilization | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__device_memory_gib) -> _WhichOneofReturnType__device_memory_gib | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_utilization) -> _WhichOneofReturnType__max_utilization | None: ...
 
@@ -2055,7 +2069,8 @@ Global___LucidParameters: _TypeAlias = LucidParameters  # noqa: Y015
 
 @_typing.final
 class IadeepParameters(_message.Message):
-    """IADeep: groups of up to 4 jobs sharing one device, each member with a configuration, from
+    """IADeep: groups of up to 4 jobs sharing one device (the cluster's healthy devices, with the
+    free memory cluster.topology.devices gives), each member with a configuration, from
     interference entries; every job runs alone or in one listed group, at most one group or job
     per device, members' memory within the device, maximizing the total relative throughput
     (relative_throughput of the configuration / slowdown) of the jobs that run (set packing over
@@ -2070,7 +2085,7 @@ class IadeepParameters(_message.Message):
     max_slowdown: _builtins.float
     """Largest slowdown any member may suffer (> 1); 0 = no cap."""
     device_memory_gib: _builtins.float
-    """Device memory when shared_devices is empty (GiB, > 0). Unset = 24."""
+    """Memory of a device whose topology entry gives none (GiB, > 0). Unset = 24."""
     def __init__(
         self,
         *,

@@ -201,7 +201,6 @@ class Snapshot(_message.Message):
     INFERENCE_FIELD_NUMBER: _builtins.int
     RESOURCE_PROFILES_FIELD_NUMBER: _builtins.int
     INTERFERENCE_FIELD_NUMBER: _builtins.int
-    SHARED_DEVICES_FIELD_NUMBER: _builtins.int
     time_s: _builtins.float
     """Current time on the snapshot's clock (s). Default 0. Read by policies that use job age,
     deadlines or arrival order (finish-time fairness, allox, shockwave, sia).
@@ -284,13 +283,6 @@ class Snapshot(_message.Message):
         must be a job of the snapshot; a group is listed once (per configuration choice).
         """
 
-    @_builtins.property
-    def shared_devices(self) -> _containers.RepeatedCompositeFieldContainer[Global___SharedDevice]:
-        """Devices that jobs may share, with their measured state, read by antman (required) and
-        iadeep (optional; without it every device of the cluster is idle and has
-        IadeepParameters.device_memory_gib). Ids must be unique.
-        """
-
     def __init__(
         self,
         *,
@@ -307,11 +299,10 @@ class Snapshot(_message.Message):
         inference: Global___Inference | None = ...,
         resource_profiles: _abc.Iterable[Global___ResourceProfile] | None = ...,
         interference: _abc.Iterable[Global___GroupInterference] | None = ...,
-        shared_devices: _abc.Iterable[Global___SharedDevice] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "history", b"history", "inference", b"inference"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cell_quotas", b"cell_quotas", "cluster", b"cluster", "colocations", b"colocations", "history", b"history", "inference", b"inference", "interference", b"interference", "jobs", b"jobs", "resource_profiles", b"resource_profiles", "round_duration_s", b"round_duration_s", "shared_devices", b"shared_devices", "tenant_usage", b"tenant_usage", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cell_quotas", b"cell_quotas", "cluster", b"cluster", "colocations", b"colocations", "history", b"history", "inference", b"inference", "interference", b"interference", "jobs", b"jobs", "resource_profiles", b"resource_profiles", "round_duration_s", b"round_duration_s", "tenant_usage", b"tenant_usage", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -557,6 +548,8 @@ class Device(_message.Message):
     DOMAIN_FIELD_NUMBER: _builtins.int
     MEMORY_GIB_FIELD_NUMBER: _builtins.int
     UNHEALTHY_FIELD_NUMBER: _builtins.int
+    USED_MEMORY_GIB_FIELD_NUMBER: _builtins.int
+    UTILIZATION_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Unique device id."""
     node: _builtins.str
@@ -568,9 +561,13 @@ class Device(_message.Message):
     memory_gib: _builtins.float
     """Device memory (GiB, >= 0; 0 = unknown)."""
     unhealthy: _builtins.bool
-    """An unhealthy device is never placed on.
-    Numbers 7-9 are kept for measured usage (used memory, utilization) of device sharing.
+    """An unhealthy device is never placed on."""
+    used_memory_gib: _builtins.float
+    """Measured use by the jobs already on the device (device sharing: antman, iadeep): memory in
+    use (GiB, finite, in [0, memory_gib]) and compute utilization (in [0, 1]). 0 = idle.
     """
+    utilization: _builtins.float
+    """Number 9 is kept for device sharing."""
     def __init__(
         self,
         *,
@@ -580,10 +577,12 @@ class Device(_message.Message):
         domain: _builtins.str = ...,
         memory_gib: _builtins.float = ...,
         unhealthy: _builtins.bool = ...,
+        used_memory_gib: _builtins.float = ...,
+        utilization: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "id", b"id", "index", b"index", "memory_gib", b"memory_gib", "node", b"node", "unhealthy", b"unhealthy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "id", b"id", "index", b"index", "memory_gib", b"memory_gib", "node", b"node", "unhealthy", b"unhealthy", "used_memory_gib", b"used_memory_gib", "utilization", b"utilization"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1338,7 +1337,7 @@ class DeviceSharing(_message.Message):
 
     GPU_MEMORY_GIB_FIELD_NUMBER: _builtins.int
     GPU_UTILIZATION_FIELD_NUMBER: _builtins.int
-    OPPORTUNISTIC_FIELD_NUMBER: _builtins.int
+    SLOWDOWN_BUDGET_FIELD_NUMBER: _builtins.int
     SHARING_SCORE_FIELD_NUMBER: _builtins.int
     CONFIGURATIONS_FIELD_NUMBER: _builtins.int
     gpu_memory_gib: _builtins.float
@@ -1347,10 +1346,11 @@ class DeviceSharing(_message.Message):
     """
     gpu_utilization: _builtins.float
     """Compute utilization of a device running the job alone, in [0, 1] (antman)."""
-    opportunistic: _builtins.bool
-    """antman's service class: true = opportunistic (one device, runs in the spare memory and
-    compute of devices held by resource-guaranteed jobs, never slowing them beyond their
-    budget); false = resource-guaranteed (whole devices).
+    slowdown_budget: _builtins.float
+    """antman, for a resource-guaranteed job (Job.service_class unset or GUARANTEED): the extra
+    slowdown (time per step over alone, minus 1) it accepts from opportunistic jobs on each of
+    its devices (finite, >= 0; 0 = none). Unset = no limit. Opportunistic jobs are those of
+    service class OPPORTUNISTIC or BEST_EFFORT (one device each).
     """
     sharing_score: _builtins.int
     """lucid's packing label in {0, 1, 2}: 0 = shares well, 2 = slows its partner down most.
@@ -1367,17 +1367,22 @@ class DeviceSharing(_message.Message):
         *,
         gpu_memory_gib: _builtins.float = ...,
         gpu_utilization: _builtins.float = ...,
-        opportunistic: _builtins.bool = ...,
+        slowdown_budget: _builtins.float | None = ...,
         sharing_score: _builtins.int | None = ...,
         configurations: _abc.Iterable[Global___SharingConfiguration] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_sharing_score", b"_sharing_score", "sharing_score", b"sharing_score"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_sharing_score", b"_sharing_score", "_slowdown_budget", b"_slowdown_budget", "sharing_score", b"sharing_score", "slowdown_budget", b"slowdown_budget"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sharing_score", b"_sharing_score", "configurations", b"configurations", "gpu_memory_gib", b"gpu_memory_gib", "gpu_utilization", b"gpu_utilization", "opportunistic", b"opportunistic", "sharing_score", b"sharing_score"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sharing_score", b"_sharing_score", "_slowdown_budget", b"_slowdown_budget", "configurations", b"configurations", "gpu_memory_gib", b"gpu_memory_gib", "gpu_utilization", b"gpu_utilization", "sharing_score", b"sharing_score", "slowdown_budget", b"slowdown_budget"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__sharing_score: _TypeAlias = _typing.Literal["sharing_score"]  # noqa: Y015
     _WhichOneofArgType__sharing_score: _TypeAlias = _typing.Literal["_sharing_score", b"_sharing_score"]  # noqa: Y015
+    _WhichOneofReturnType__slowdown_budget: _TypeAlias = _typing.Literal["slowdown_budget"]  # noqa: Y015
+    _WhichOneofArgType__slowdown_budget: _TypeAlias = _typing.Literal["_slowdown_budget", b"_slowdown_budget"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__sharing_score) -> _WhichOneofReturnType__sharing_score | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__slowdown_budget) -> _WhichOneofReturnType__slowdown_budget | None: ...
 
 Global___DeviceSharing: _TypeAlias = DeviceSharing  # noqa: Y015
 
@@ -1409,61 +1414,6 @@ class SharingConfiguration(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SharingConfiguration: _TypeAlias = SharingConfiguration  # noqa: Y015
-
-@_typing.final
-class SharedDevice(_message.Message):
-    """A device jobs may share, with its measured state."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    ID_FIELD_NUMBER: _builtins.int
-    ACCELERATOR_TYPE_FIELD_NUMBER: _builtins.int
-    NODE_FIELD_NUMBER: _builtins.int
-    MEMORY_GIB_FIELD_NUMBER: _builtins.int
-    USED_MEMORY_GIB_FIELD_NUMBER: _builtins.int
-    UTILIZATION_FIELD_NUMBER: _builtins.int
-    GUARANTEED_JOB_FIELD_NUMBER: _builtins.int
-    SLOWDOWN_BUDGET_FIELD_NUMBER: _builtins.int
-    id: _builtins.str
-    """Unique device id (e.g. "node3/gpu1")."""
-    accelerator_type: _builtins.str
-    """Its accelerator type (a type of the cluster)."""
-    node: _builtins.str
-    """Its node (a node of the cluster, or empty)."""
-    memory_gib: _builtins.float
-    """Device memory (GiB, finite, > 0)."""
-    used_memory_gib: _builtins.float
-    """Memory and compute utilization in use by the jobs already on it (GiB in [0, memory_gib];
-    utilization in [0, 1]).
-    """
-    utilization: _builtins.float
-    guaranteed_job: _builtins.str
-    """The resource-guaranteed job holding the device (a job id), empty = none (antman)."""
-    slowdown_budget: _builtins.float
-    """Extra slowdown (time per step over alone, minus 1) the guaranteed job accepts from
-    opportunistic jobs on this device (finite, >= 0). Unset = no limit; 0 = none accepted.
-    """
-    def __init__(
-        self,
-        *,
-        id: _builtins.str = ...,
-        accelerator_type: _builtins.str = ...,
-        node: _builtins.str = ...,
-        memory_gib: _builtins.float = ...,
-        used_memory_gib: _builtins.float = ...,
-        utilization: _builtins.float = ...,
-        guaranteed_job: _builtins.str = ...,
-        slowdown_budget: _builtins.float | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_slowdown_budget", b"_slowdown_budget", "slowdown_budget", b"slowdown_budget"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slowdown_budget", b"_slowdown_budget", "accelerator_type", b"accelerator_type", "guaranteed_job", b"guaranteed_job", "id", b"id", "memory_gib", b"memory_gib", "node", b"node", "slowdown_budget", b"slowdown_budget", "used_memory_gib", b"used_memory_gib", "utilization", b"utilization"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__slowdown_budget: _TypeAlias = _typing.Literal["slowdown_budget"]  # noqa: Y015
-    _WhichOneofArgType__slowdown_budget: _TypeAlias = _typing.Literal["_slowdown_budget", b"_slowdown_budget"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__slowdown_budget) -> _WhichOneofReturnType__slowdown_budget | None: ...
-
-Global___SharedDevice: _TypeAlias = SharedDevice  # noqa: Y015
 
 @_typing.final
 class GroupInterference(_message.Message):
