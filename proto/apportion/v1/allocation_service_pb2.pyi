@@ -110,6 +110,8 @@ class _PlanKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PlanKind.Val
     """time shares at prices (Plan.accelerator_prices, spending)"""
     PLAN_KIND_WINDOW: _PlanKind.ValueType  # 5
     """a 0/1 schedule over a planning window (Plan.rounds)"""
+    PLAN_KIND_GROUPS: _PlanKind.ValueType  # 40
+    """groups of jobs sharing devices with slowdowns, CPUs and memory per job (Plan.groups)"""
 
 class PlanKind(_PlanKind, metaclass=_PlanKindEnumTypeWrapper):
     """The shape of a policy's plan."""
@@ -125,6 +127,8 @@ PLAN_KIND_MARKET: PlanKind.ValueType  # 4
 """time shares at prices (Plan.accelerator_prices, spending)"""
 PLAN_KIND_WINDOW: PlanKind.ValueType  # 5
 """a 0/1 schedule over a planning window (Plan.rounds)"""
+PLAN_KIND_GROUPS: PlanKind.ValueType  # 40
+"""groups of jobs sharing devices with slowdowns, CPUs and memory per job (Plan.groups)"""
 Global___PlanKind: _TypeAlias = PlanKind  # noqa: Y015
 
 class _ProblemClass:
