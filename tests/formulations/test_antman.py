@@ -134,3 +134,18 @@ def test_guaranteed_plan_is_the_same_with_or_without_opportunistic_jobs() -> Non
     assert heuristic.certificate.termination is Termination.HEURISTIC
     assert heuristic.certificate.objective is not None
     assert heuristic.certificate.objective <= mixed.certificate.objective + 1e-9
+
+
+def test_the_slowdown_budget_binds_on_a_shared_device() -> None:
+    """One device held by a guaranteed job with budget 0.1; each guest adds 0.08 and would fit
+    twice by memory and compute: the budget admits one."""
+    problem = antman_problem(3, guaranteed=1, devices=1)
+    sharing = problem.sharing
+    assert sharing is not None
+    sharing = replace(sharing, gpu_utilization=np.full(4, 0.1), gpu_memory_gib=np.full(4, 3.0))
+    plan = solve(replace(problem, sharing=sharing), PolicyRequest("antman", AntmanParameters()),
+                 SolveOptions())
+    assert plan.groups is not None
+    guests = next(g for g in plan.groups.groups if g.members[0] == 0).members[1:]
+    assert len(guests) == 1
+    assert plan.certificate.termination is Termination.OPTIMAL

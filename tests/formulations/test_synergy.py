@@ -187,3 +187,24 @@ def test_reference_profiles_lp1_against_brute_force_on_45_points() -> None:
     shapes = solve_shapes(inst, Deadline.never(), 1e-9)
     assert shapes.objective is not None
     assert abs(shapes.objective - brute_force(problem)) <= 1e-6
+
+
+def test_the_fair_share_floor_binds() -> None:
+    """Without the floor the modest job would give its cores to the hungry one (3.5 > 2): the
+    floor keeps it at its fair-share throughput."""
+    cpus = np.array([1.0, 3.0, 5.0])
+    memory = np.array([62.5])
+    hungry = ResourceGrid(cpus, memory, np.array([[0.3], [1.0], [3.0]]))
+    modest = ResourceGrid(cpus, memory, np.array([[0.5], [1.0], [1.0]]))
+    problem = synergy_problem([hungry, modest], [1, 1], nodes=1, devices_per_node=2,
+                              cpus_per_node=6.0, memory_per_node=125.0)
+    for compat in (Compat.NONE, Compat.SYNERGY):
+        plan = solve(problem, PolicyRequest("synergy", SynergyParameters(), compat),
+                     SolveOptions())
+        groups = plan.groups
+        assert groups is not None and groups.cpus is not None
+        assert groups.cpus[1] >= 3.0
+        assert plan.objective_value[1] >= 1.0
+    inst = synergy_instance(problem, SynergyParameters())
+    shapes = solve_shapes(inst, Deadline.never(), 1e-9)
+    assert shapes.objective == 2.0
