@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from apportion.solver.cluster_topology import topology_of
 from apportion.solver.errors import Violation
 from apportion.solver.model import Compat, PolicyRequest, Problem
 from apportion.solver.parameters import (
@@ -41,7 +42,7 @@ from apportion.solver.sharing import (
     SharedDevices,
     SharingInputs,
 )
-from apportion.solver.topology import ServiceClass, topology_of
+from apportion.solver.topology import ServiceClass
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import policy_pb2 as policy_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
