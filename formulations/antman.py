@@ -26,10 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from apportion.formulations.group_plans import groups_plan
+from apportion.formulations.group_plans import ExactRun, compared_plan, groups_plan
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
 from apportion.solver.backends.status import SolverStatus
-from apportion.solver.certificate import termination
 from apportion.solver.deadline import Deadline
 from apportion.solver.groups import ColocationGroup, GroupSection
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
@@ -40,7 +39,6 @@ from apportion.solver.result import (
     ModelSize,
     Plan,
     Termination,
-    relative_gap,
 )
 from apportion.solver.sharing import SharingInputs
 
@@ -302,40 +300,21 @@ def solve_policy(
     inst = antman_instance(problem, params, holder)
     heuristic = least_utilized(inst, params.busy_utilization, params.busy_memory_gib)
     heuristic_value = assignment_value(inst, heuristic)
-    if compat is Compat.ANTMAN:
-        device, objective, bound = heuristic, heuristic_value, None
-        term = Termination.HEURISTIC
-        formulation, solve_time, size = "antman least-utilized first fit (compat)", 0.0, ModelSize()
-    else:
+    exact: ExactRun | None = None
+    device = heuristic
+    if compat is not Compat.ANTMAN:
         found = solve_assignment(inst, deadline, options.relative_gap, options.threads)
         device, objective = found.device, found.objective
         if heuristic_value > objective and feasible(inst, heuristic):
             device, objective = heuristic, heuristic_value
-        bound = None if found.bound is None else max(found.bound, objective)
-        term = termination(found.status, True, relative_gap(objective, bound, 1.0),
-                           options.relative_gap)
-        formulation = "generalized assignment of opportunistic jobs (HiGHS MIP)"
-        solve_time, size = found.solve_time_s, found.size
+        exact = ExactRun(objective, found.bound, found.status,
+                         "generalized assignment of opportunistic jobs (HiGHS MIP)",
+                         found.solve_time_s, found.size)
     groups, status, reasons = _groups(problem, inst, holder, device)
     for i, reason in zip(waiting, why, strict=True):
         status[i], reasons[i] = JobStatus.DEFERRED, reason
-    section = GroupSection(
-        groups=tuple(groups),
-        heuristic="antman_least_utilized" if compat is not Compat.ANTMAN else "",
-        heuristic_objective=heuristic_value if compat is not Compat.ANTMAN else None,
-    )
-    cert = Certificate(
-        termination=term,
-        maximize=True,
-        objective=objective,
-        bound=bound,
-        solver="highs" if compat is not Compat.ANTMAN else "",
-        formulation=formulation,
-        solve_time_s=solve_time,
-        model_size=size,
-        gap_scale=1.0,
-    )
-    return groups_plan(problem, section, cert, status, reasons)
+    return compared_plan(problem, GroupSection(tuple(groups)), status, reasons,
+                         "antman_least_utilized", heuristic_value, exact, options.relative_gap)
 
 
 def _groups(problem: Problem, inst: AntmanInstance, holder: IntArray, device: IntArray

@@ -6,11 +6,22 @@ throughput alone divided by its slowdown; jobs in no group get nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+
 import numpy as np
 
+from apportion.solver.backends.status import SolverStatus
+from apportion.solver.certificate import termination
 from apportion.solver.groups import ColocationGroup, GroupSection
 from apportion.solver.model import FloatArray, Problem
-from apportion.solver.result import Certificate, JobStatus, Plan
+from apportion.solver.result import (
+    Certificate,
+    JobStatus,
+    ModelSize,
+    Plan,
+    Termination,
+    relative_gap,
+)
 
 
 def groups_plan(
@@ -58,3 +69,61 @@ def solo(job: int, type_index: int, devices: int,
          node_devices: tuple[tuple[str, int], ...] = ()) -> ColocationGroup:
     """A job running alone at its own speed."""
     return ColocationGroup((job,), (1.0,), type_index, devices, node_devices)
+
+
+@dataclass(frozen=True)
+class ExactRun:
+    """How the exact solve of a co-location policy ended (its plan's objective included)."""
+
+    objective: float
+    bound: float | None
+    """Proven bound on the optimum (the plan's objective is folded in: never below it)."""
+    status: SolverStatus
+    formulation: str
+    solve_time_s: float = 0.0
+    size: ModelSize = field(default_factory=ModelSize)
+    detail: str = ""
+    feasible_when_open: bool = False
+    """A solved relaxation whose bound the plan does not meet means a feasible plan (synergy:
+    placement lost part of the shape ILP's optimum), not an inaccurate optimum."""
+
+
+def compared_plan(
+    problem: Problem,
+    section: GroupSection,
+    job_status: list[JobStatus],
+    job_reason: list[str],
+    heuristic: str,
+    heuristic_value: float,
+    exact: ExactRun | None,
+    tolerance: float,
+    objective_value: FloatArray | None = None,
+    step_rate: FloatArray | None = None,
+) -> Plan:
+    """The plan of an exact solve (`exact`), reporting the published heuristic's objective on
+    the same instance beside it; `exact` None = the heuristic's own plan (compat), whose
+    termination is `heuristic` without a bound."""
+    if exact is None:
+        cert = Certificate(Termination.HEURISTIC, True, heuristic_value, None,
+                           formulation=f"{heuristic} (compat)", gap_scale=1.0)
+        return groups_plan(problem, section, cert, job_status, job_reason, objective_value,
+                           step_rate)
+    bound = None if exact.bound is None else max(exact.bound, exact.objective)
+    term = termination(exact.status, True, relative_gap(exact.objective, bound, 1.0), tolerance)
+    if exact.feasible_when_open and term is Termination.OPTIMAL_INACCURATE:
+        term = Termination.FEASIBLE
+    cert = Certificate(
+        termination=term,
+        maximize=True,
+        objective=exact.objective,
+        bound=bound,
+        solver="highs",
+        formulation=exact.formulation,
+        solve_time_s=exact.solve_time_s,
+        model_size=exact.size,
+        detail=exact.detail,
+        gap_scale=1.0,
+    )
+    section = replace(section, heuristic=heuristic, heuristic_objective=heuristic_value)
+    return groups_plan(problem, section, cert, job_status, job_reason, objective_value,
+                       step_rate)

@@ -22,21 +22,17 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from apportion.formulations.group_plans import groups_plan
+from apportion.formulations.group_plans import ExactRun, compared_plan
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
 from apportion.solver.backends.status import SolverStatus
-from apportion.solver.certificate import termination
 from apportion.solver.deadline import Deadline
 from apportion.solver.groups import ColocationGroup, GroupSection
 from apportion.solver.model import Compat, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import IadeepParameters
 from apportion.solver.result import (
-    Certificate,
     JobStatus,
     ModelSize,
     Plan,
-    Termination,
-    relative_gap,
 )
 from apportion.solver.sharing import JobConfiguration, SharingInputs
 
@@ -200,37 +196,18 @@ def solve_policy(
     inst = iadeep_instance(problem, params)
     heuristic = least_interference(inst)
     heuristic_value = packing_value(inst, heuristic)
-    if compat is Compat.IADEEP:
-        chosen, objective, bound = heuristic, heuristic_value, None
-        term = Termination.HEURISTIC
-        formulation, solve_time, size = "iadeep least-interference greedy (compat)", 0.0, \
-            ModelSize()
-    else:
+    exact: ExactRun | None = None
+    chosen = heuristic
+    if compat is not Compat.IADEEP:
         found = solve_packing(inst, deadline, options.relative_gap, options.threads)
-        chosen, objective = found.chosen, found.objective
-        bound = None if found.bound is None else max(found.bound, objective)
-        term = termination(found.status, True, relative_gap(objective, bound, 1.0),
-                           options.relative_gap)
-        formulation = f"set packing over {len(inst.columns)} (group, configuration) columns"
-        solve_time, size = found.solve_time_s, found.size
+        chosen = found.chosen
+        exact = ExactRun(found.objective, found.bound, found.status,
+                         f"set packing over {len(inst.columns)} (group, configuration) columns",
+                         found.solve_time_s, found.size)
     groups, status, reasons = _groups(problem, inst, chosen)
-    section = GroupSection(
-        groups=tuple(groups),
-        heuristic="iadeep_least_interference" if compat is not Compat.IADEEP else "",
-        heuristic_objective=heuristic_value if compat is not Compat.IADEEP else None,
-    )
-    cert = Certificate(
-        termination=term,
-        maximize=True,
-        objective=objective,
-        bound=bound,
-        solver="highs" if compat is not Compat.IADEEP else "",
-        formulation=formulation,
-        solve_time_s=solve_time,
-        model_size=size,
-        gap_scale=1.0,
-    )
-    return groups_plan(problem, section, cert, status, reasons)
+    return compared_plan(problem, GroupSection(tuple(groups)), status, reasons,
+                         "iadeep_least_interference", heuristic_value, exact,
+                         options.relative_gap)
 
 
 def _groups(problem: Problem, inst: IadeepInstance, chosen: list[int]

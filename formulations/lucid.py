@@ -27,16 +27,14 @@ from apportion.formulations.group_placement import (
     free_devices,
     place_group,
 )
-from apportion.formulations.group_plans import groups_plan, solo
-from apportion.formulations.matching import Matching, max_weight_matching
+from apportion.formulations.group_plans import ExactRun, compared_plan, solo
+from apportion.formulations.matching import max_weight_matching
 from apportion.formulations.pair_speeds import pair_speeds
-from apportion.solver.backends.status import SolverStatus
-from apportion.solver.certificate import termination
 from apportion.solver.deadline import Deadline
 from apportion.solver.groups import ColocationGroup, GroupSection
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import LucidParameters
-from apportion.solver.result import Certificate, JobStatus, Plan, Termination, relative_gap
+from apportion.solver.result import JobStatus, Plan
 from apportion.solver.sharing import SharingInputs
 
 BoolArray = NDArray[np.bool_]
@@ -178,43 +176,20 @@ def solve_policy(
     run_order = np.nonzero(inst.running)[0]
     heuristic = first_fit(inst, allowed, run_order)
     heuristic_value = benefit_of(inst, heuristic)
-    found: Matching | None = None
-    if compat is Compat.LUCID:
-        mate = heuristic
-        objective, bound = heuristic_value, None
-        status = SolverStatus.OPTIMAL
-    else:
+    exact: ExactRun | None = None
+    mate = heuristic
+    if compat is not Compat.LUCID:
         found = max_weight_matching(benefit, deadline, options.threads)
-        mate, objective, bound, status = found.mate, found.objective, found.bound, found.status
+        mate = found.mate
+        exact = ExactRun(
+            found.objective, found.bound, found.status,
+            "maximum-weight matching (degree LP + odd-set cuts, HiGHS)", found.solve_time_s,
+            detail=(f"matching: {found.lp_runs} LP runs, {found.cuts} odd-set cuts, "
+                    f"{found.columns} edges priced in, {found.method}"),
+        )
     groups, job_status, reasons = _groups(problem, inst, mate, pair_type, params, compat)
-    section = GroupSection(
-        groups=tuple(groups),
-        heuristic="lucid_first_fit" if compat is not Compat.LUCID else "",
-        heuristic_objective=heuristic_value if compat is not Compat.LUCID else None,
-    )
-    if compat is Compat.LUCID:
-        term = Termination.HEURISTIC
-        formulation = "lucid first-fit pairing (compat)"
-    else:
-        term = termination(status, True, relative_gap(objective, bound, 1.0),
-                           options.relative_gap)
-        formulation = "maximum-weight matching (degree LP + odd-set cuts, HiGHS)"
-    detail = ""
-    if found is not None:
-        detail = (f"matching: {found.lp_runs} LP runs, {found.cuts} odd-set cuts, "
-                  f"{found.columns} edges priced in, {found.method}")
-    cert = Certificate(
-        termination=term,
-        maximize=True,
-        objective=objective,
-        bound=bound,
-        solver="highs" if found is not None else "",
-        formulation=formulation,
-        solve_time_s=found.solve_time_s if found is not None else 0.0,
-        detail=detail,
-        gap_scale=1.0,
-    )
-    return groups_plan(problem, section, cert, job_status, reasons)
+    return compared_plan(problem, GroupSection(tuple(groups)), job_status, reasons,
+                         "lucid_first_fit", heuristic_value, exact, options.relative_gap)
 
 
 def benefit_of(inst: LucidInstance, mate: IntArray) -> float:

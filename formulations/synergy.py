@@ -27,21 +27,17 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from apportion.formulations.group_plans import groups_plan
+from apportion.formulations.group_plans import ExactRun, compared_plan
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
 from apportion.solver.backends.status import SolverStatus
-from apportion.solver.certificate import termination
 from apportion.solver.deadline import Deadline
 from apportion.solver.groups import ColocationGroup, GroupSection
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import BaseOrder, SynergyParameters
 from apportion.solver.result import (
-    Certificate,
     JobStatus,
     ModelSize,
     Plan,
-    Termination,
-    relative_gap,
 )
 from apportion.solver.sharing import ResourceGrid, SharingInputs
 
@@ -469,17 +465,11 @@ def solve_policy(
     heuristic = tune(inst)
     heuristic_value = placed_value(inst, heuristic)
     notes: list[str] = []
-    if compat is Compat.SYNERGY:
-        final = heuristic
-        objective, bound = heuristic_value, None
-        term = Termination.HEURISTIC
-        formulation = "synergy TUNE (greedy, compat)"
-        size = (0, 0)
-    else:
+    final = heuristic
+    exact: ExactRun | None = None
+    if compat is not Compat.SYNERGY:
         shapes = solve_shapes(inst, deadline, options.relative_gap, options.threads)
-        size = shapes.size
         if shapes.objective is None:
-            final = heuristic
             notes.append(f"LP1 ended {shapes.status.value} without a point; TUNE's plan kept")
         else:
             final, reshaped = reshape(inst, assign_servers(inst, shapes.point), deadline,
@@ -489,39 +479,18 @@ def solve_policy(
             moved = int((final.point != shapes.point).sum())
             if moved:
                 notes.append(f"{moved} job(s) reshaped from LP1's point to fit their nodes")
-        objective = placed_value(inst, final)
-        if heuristic_value > objective:
-            final, objective = heuristic, heuristic_value
+        if heuristic_value > placed_value(inst, final):
+            final = heuristic
             notes.append("TUNE's placement kept (better than the placed LP1 shapes)")
-        bound = shapes.bound
-        if bound is not None:
-            bound = max(bound, objective)
-        term = termination(shapes.status, True, relative_gap(objective, bound, 1.0),
-                           options.relative_gap)
-        if term is Termination.OPTIMAL_INACCURATE and shapes.status is SolverStatus.OPTIMAL:
-            term = Termination.FEASIBLE
-        formulation = "synergy OPT: LP1 shape ILP (HiGHS MIP), consolidated placement"
+        exact = ExactRun(
+            placed_value(inst, final), shapes.bound, shapes.status,
+            "synergy OPT: LP1 shape ILP (HiGHS MIP), consolidated placement",
+            time.perf_counter() - started, ModelSize(*shapes.size, 0, shapes.size[0]),
+            "; ".join(notes), feasible_when_open=True,
+        )
     section, status, reasons, values = _section(problem, inst, final)
-    section = GroupSection(
-        groups=section.groups,
-        cpus=section.cpus,
-        memory_gib=section.memory_gib,
-        heuristic="synergy_tune" if compat is not Compat.SYNERGY else "",
-        heuristic_objective=heuristic_value if compat is not Compat.SYNERGY else None,
-    )
-    cert = Certificate(
-        termination=term,
-        maximize=True,
-        objective=objective,
-        bound=bound,
-        solver="highs" if compat is not Compat.SYNERGY else "",
-        formulation=formulation,
-        solve_time_s=time.perf_counter() - started,
-        detail="; ".join(notes),
-        gap_scale=1.0,
-        model_size=ModelSize(size[0], size[1], 0, size[0]),
-    )
-    return groups_plan(problem, section, cert, status, reasons, objective_value=values)
+    return compared_plan(problem, section, status, reasons, "synergy_tune", heuristic_value,
+                         exact, options.relative_gap, objective_value=values)
 
 
 def _section(problem: Problem, inst: SynergyInstance, placement: Placement
