@@ -34,6 +34,12 @@ from apportion.server.market_inputs import (
     market_input_violations,
     market_parameters,
 )
+from apportion.server.sharing_inputs import (
+    SHARING_COMPAT,
+    fill_sharing_response,
+    sharing_parameters,
+    sharing_problem,
+)
 from apportion.server.sia_inputs import fill_sia_response, sia_parameters, sia_problem
 from apportion.server.topology_inputs import (
     fill_placement_response,
@@ -72,6 +78,7 @@ _COMPAT = {
     policy_pb.COMPAT_SHOCKWAVE: Compat.SHOCKWAVE,
     policy_pb.COMPAT_SIA: Compat.SIA,
     policy_pb.COMPAT_TIRESIAS: Compat.TIRESIAS,
+    **SHARING_COMPAT,
 }
 _SOLVER = {
     policy_pb.SOLVER_PREFERENCE_UNSPECIFIED: SolverPreference.AUTO,
@@ -614,6 +621,8 @@ def _policy(msg: policy_pb.Policy, violations: list[Violation]) -> PolicyRequest
         parameters = fairness_parameters[given](getattr(msg, given), violations)
     elif given is not None and given in tiresias_parameters:
         parameters = tiresias_parameters[given](getattr(msg, given), violations)
+    elif given is not None and given in sharing_parameters:
+        parameters = sharing_parameters[given](getattr(msg, given), violations)
     elif given is not None and given in gavel_parameters:
         parameters = gavel_parameters[given](getattr(msg, given), violations)
     elif given is not None and given in elastic_parameters:
@@ -699,6 +708,7 @@ def request_to_model(
         violations.extend(fairness_input_violations(problem, policy))
         problem = sia_problem(request, problem, policy, violations)
         problem = elastic_problem(request, problem, policy, violations)
+        problem = sharing_problem(request, problem, policy, violations)
     options = partition_options(request.options, problem, policy, options, violations)
     if violations or policy is None:
         raise ValidationError(violations)
@@ -816,4 +826,5 @@ def plan_to_response(
         dq.running_job_id = ids[device.running_job] if device.running_job >= 0 else ""
         dq.job_ids.extend(ids[i] for i in device.jobs)
         dq.position_duals.extend(device.position_duals)
+    fill_sharing_response(plan, problem, response)
     return response

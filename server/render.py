@@ -400,6 +400,7 @@ _PLAN_KINDS = {
     PlanKind.CONFIGURATION: "one configuration per job",
     PlanKind.MARKET: "time shares at market prices",
     PlanKind.WINDOW: "a 0/1 schedule over a window of rounds",
+    PlanKind.GROUPS: "groups of jobs sharing devices",
 }
 
 

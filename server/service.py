@@ -119,6 +119,9 @@ def list_policies_response() -> service_pb.ListPoliciesResponse:
                 partitionable=caps.partitionable,
                 placement_stage=caps.placement_stage,
                 admission_stage=caps.admission_stage,
+                reads_resource_profiles=caps.reads_resource_profiles,
+                reads_stage_times=caps.reads_stage_times,
+                reads_device_sharing=caps.reads_device_sharing,
             ),
             combines_with=list(spec.capabilities.combines_with),
             placers=[placer.value for placer in Placer] if spec.capabilities.placement_stage

@@ -23,6 +23,10 @@ class PlanKind(StrEnum):
     """Time shares at market-clearing prices with each job's spending."""
     WINDOW = "window"
     """A 0/1 schedule over a planning window of rounds."""
+    GROUPS = "groups"
+    """Groups of jobs sharing devices for the round, each member with a predicted slowdown
+    (a group of one runs alone), with CPU cores and memory per job where the policy
+    allocates them (`Plan.groups`)."""
 
 
 class ProblemClass(StrEnum):
@@ -79,6 +83,14 @@ class Capabilities:
     """`options.partitions = k` may split its jobs and capacity into k sub-problems solved in
     parallel (POP, `apportion.solver.partition`); its `score` entry point evaluates a time
     share on the whole problem."""
+    reads_resource_profiles: bool = False
+    """Reads CPU/memory throughput grids (`resource_profiles`, `jobs[].resource_profile`) and
+    the nodes' CPUs and memory."""
+    reads_stage_times: bool = False
+    """Reads per-iteration stage times (`jobs[].stage_times`)."""
+    reads_device_sharing: bool = False
+    """Reads `jobs[].sharing` (device memory, utilization, service class, sharing score,
+    configurations), `shared_devices` and `interference`."""
     relative_gap: float | None = None
     """The policy's own default gap tolerance; None = `DEFAULT_RELATIVE_GAP[problem_class]`."""
     placement_stage: bool = True

@@ -21,8 +21,10 @@ from apportion.solver.arrays import IntArray as IntArray
 if TYPE_CHECKING:
     from apportion.solver.elastic_model import ElasticInputs
     from apportion.solver.fairness_model import FairnessInputs
+    from apportion.solver.sharing import SharingInputs
     from apportion.solver.stages import AdmissionParameters, PlacementParameters
     from apportion.solver.topology import PlacementInputs, Topology
+
 
 class Compat(StrEnum):
     """Reproduce an upstream system's quirks (formulations.md C1); NONE = corrected behaviour."""
@@ -32,6 +34,16 @@ class Compat(StrEnum):
     SHOCKWAVE = "shockwave"
     SIA = "sia"
     TIRESIAS = "tiresias"
+    SYNERGY = "synergy"
+    """Synergy's TUNE heuristic instead of the exact OPT (B5)."""
+    MURI = "muri"
+    """Muri's measured interleaving overheads and merge order (B6)."""
+    ANTMAN = "antman"
+    """AntMan's least-utilized first fit for opportunistic jobs (D7)."""
+    LUCID = "lucid"
+    """Lucid's indolent first-fit pairing (D8)."""
+    IADEEP = "iadeep"
+    """IADeep's per-arrival least-interference greedy (D9)."""
 
 
 @dataclass(frozen=True)
@@ -295,6 +307,9 @@ class Problem:
     elastic: ElasticInputs | None = None
     """Loss histories, speed models, per-node holdings and loaned servers of the elastic
     policies (optimus, slaq, lyra); None = none given."""
+    sharing: SharingInputs | None = None
+    """Inputs of the co-location and resource-shape policies (`apportion.solver.sharing`);
+    None = none given."""
 
     @property
     def usable(self) -> NDArray[np.bool_]:

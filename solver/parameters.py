@@ -326,3 +326,82 @@ class LyraParameters:
     loaned nodes) to report its gap."""
     max_devices: int = 64
     """Most devices per job when its elasticity sets no maximum (>= 1)."""
+
+
+
+
+class BaseOrder(StrEnum):
+    """Order in which a policy serves jobs (its base scheduling policy)."""
+
+    ARRIVAL = "arrival"
+    """Earliest arrival first (FIFO)."""
+    REMAINING_SERVICE = "remaining_service"
+    """Least remaining GPU-time first (remaining steps x time per step x GPUs; SRSF)."""
+    ATTAINED_SERVICE = "attained_service"
+    """Least attained GPU-time first (time run since the reset x GPUs; LAS)."""
+
+
+@dataclass(frozen=True)
+class SynergyParameters:
+    """Synergy's CPU- and memory-aware allocation (B5): OPT exactly, TUNE with compat."""
+
+    order: BaseOrder = BaseOrder.ARRIVAL
+    """Which jobs get GPUs this round: in this order, every job that still fits."""
+
+
+@dataclass(frozen=True)
+class MuriParameters:
+    """Muri's multi-resource interleaving (B6). Muri-S: remaining service; Muri-L: attained."""
+
+    order: BaseOrder = BaseOrder.REMAINING_SERVICE
+    max_group_size: int = 4
+    """Largest group (1..4)."""
+    weight_threshold: float = 0.0
+    """lambda >= 0: two groups may merge only when their used ratio exceeds lambda * size / 4."""
+    exact_groups: bool = False
+    """Choose the groups by the exact set packing instead of Muri's matching rounds."""
+    interleave_overhead: tuple[float, ...] = ()
+    """Period factors for groups of 1, 2, 3, 4 jobs (>= 1); empty = none (Muri's measured
+    factors with compat muri)."""
+    autopack: bool = True
+    """Split a group whose period exceeds its members' iteration times run in turn."""
+
+
+@dataclass(frozen=True)
+class LucidParameters:
+    """Lucid's pairing of waiting jobs with running ones (D8)."""
+
+    sharing: bool = True
+    """False: no pairs, waiting jobs start alone in priority order."""
+    device_memory_gib: float = 24.0
+    """Memory of one device (GiB): a pair must need strictly less (Lucid: RTX 3090)."""
+    max_score_sum: int = 2
+    """Largest sum of the two sharing scores."""
+    pair_pending: bool = False
+    """Two waiting jobs may also start together (general matching instead of bipartite)."""
+
+
+@dataclass(frozen=True)
+class AntmanParameters:
+    """AntMan's opportunistic jobs on guaranteed jobs' devices (D7)."""
+
+    max_utilization: float = 1.0
+    """U_max in (0, 1]: a device's utilization with its opportunistic jobs stays below it."""
+    slowdown_weight: float = 0.0
+    """lambda >= 0: objective cost per unit of slowdown inflicted on a guaranteed job."""
+    busy_utilization: float = 0.8
+    """Compat antman: devices at or above this utilization take no opportunistic job."""
+    busy_memory_gib: float = 16.0
+    """Compat antman: devices with at least this much memory in use take none."""
+    device_memory_gib: float = 0.0
+    """Memory of a device whose topology entry gives none (GiB); 0 = required there."""
+
+
+@dataclass(frozen=True)
+class IadeepParameters:
+    """IADeep's co-location groups with a configuration per member (D9)."""
+
+    max_slowdown: float = 0.0
+    """Largest slowdown any member may suffer (> 1); 0 = no cap."""
+    device_memory_gib: float = 24.0
+    """Memory of a device whose topology entry gives none (GiB)."""

@@ -902,6 +902,178 @@ _POLICIES: tuple[PolicySpec, ...] = (
     ),
 )
 
+_SHARING_POLICIES: tuple[PolicySpec, ...] = (
+    PolicySpec(
+        name="synergy",
+        description=(
+            "Synergy OPT (B5): jobs get GPUs in base order, then one point of their CPU/memory "
+            "throughput grid each, at or above their fair-share point, maximizing total "
+            "normalized throughput within the cluster's CPUs and memory (ILP, HiGHS), placed "
+            "on nodes (consolidated, reshaped exactly per node); bound = the ILP optimum. "
+            "compat synergy: TUNE (best point, fair share, peer adjustment)."
+        ),
+        reporting=Reporting(
+            Quantity("total normalized throughput"), Quantity("normalized throughput")
+        ),
+        parameters_type=_params.SynergyParameters,
+        parameters_message="apportion.v1.SynergyParameters",
+        parameters_field="synergy",
+        required_inputs=(
+            "jobs[].throughput",
+            "cluster.nodes (devices, cpus, memory_gib)",
+            "jobs[].scale_factor",
+            "jobs[].resource_profile | resource_profiles[] with jobs[].job_type",
+            "jobs[].arrival_time_s",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.synergy:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.GROUPS,
+            ProblemClass.MILP,
+            reads_resource_profiles=True,
+            placement_stage=False,
+            admission_stage=False,
+        ),
+        aliases={"synergy_opt": {}},
+    ),
+    PolicySpec(
+        name="muri",
+        description=(
+            "Muri (B6): jobs admitted in base order (Muri-S: remaining service, Muri-L: "
+            "attained service) are grouped by up to 4 of one GPU count to interleave their "
+            "storage, CPU, GPU and network stages: rounds of maximum-weight matching (exact, "
+            "certified) on the used ratio until they fit, as Muri does; or, with exact_groups, "
+            "the set packing maximizing the running jobs' relative throughput (HiGHS MIP) "
+            "with the matching's objective beside it."
+        ),
+        reporting=Reporting(Quantity("total relative throughput"), Quantity("relative throughput")),
+        parameters_type=_params.MuriParameters,
+        parameters_message="apportion.v1.MuriParameters",
+        parameters_field="muri",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].stage_times",
+            "jobs[].scale_factor",
+            "jobs[].progress (remaining service)",
+            "history.jobs[].received_time_s (attained service)",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.muri:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.GROUPS,
+            ProblemClass.MILP,
+            needs_history=True,
+            reads_stage_times=True,
+            placement_stage=False,
+            admission_stage=False,
+        ),
+        aliases={
+            "muri_s": {"order": _params.BaseOrder.REMAINING_SERVICE},
+            "muri_l": {"order": _params.BaseOrder.ATTAINED_SERVICE},
+        },
+    ),
+    PolicySpec(
+        name="lucid",
+        description=(
+            "Lucid's pairing (D8): waiting jobs share the devices of running jobs that run "
+            "alone under Lucid's four rules (GPU count, memory, sharing scores, priority), "
+            "chosen as a maximum-weight matching on the predicted gain (exact, certified); "
+            "compat lucid: Lucid's indolent first fit. Unpaired waiting jobs start alone in "
+            "estimated GPU-time order."
+        ),
+        reporting=Reporting(Quantity("total pairing benefit"), Quantity("relative throughput")),
+        parameters_type=_params.LucidParameters,
+        parameters_message="apportion.v1.LucidParameters",
+        parameters_field="lucid",
+        required_inputs=(
+            "cluster.accelerator_types[].count",
+            "jobs[].scale_factor",
+            "jobs[].sharing (gpu_memory_gib, sharing_score)",
+            "colocations[] or type_colocations[] (pair speeds; optional)",
+            "jobs[].throughput and progress (estimated duration)",
+            "history.jobs[].current and colocated_with",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.lucid:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.GROUPS,
+            ProblemClass.LP,
+            needs_history=True,
+            uses_colocations=True,
+            reads_device_sharing=True,
+            relative_gap=1e-6,
+            placement_stage=False,
+            admission_stage=False,
+        ),
+        aliases={"affine_pair": {}},
+    ),
+    PolicySpec(
+        name="antman",
+        description=(
+            "AntMan (D7): resource-guaranteed jobs keep whole devices (waiting ones take free "
+            "devices in arrival order); opportunistic one-device jobs fill the spare memory "
+            "and compute of devices without slowing their guaranteed job beyond its budget, "
+            "as a generalized assignment MIP (exact, HiGHS); compat antman: AntMan's "
+            "least-utilized first fit."
+        ),
+        reporting=Reporting(Quantity("opportunistic value"), Quantity("relative throughput")),
+        parameters_type=_params.AntmanParameters,
+        parameters_message="apportion.v1.AntmanParameters",
+        parameters_field="antman",
+        required_inputs=(
+            "shared_devices[]",
+            "jobs[].sharing (opportunistic, gpu_memory_gib, gpu_utilization)",
+            "jobs[].scale_factor",
+            "jobs[].priority_weight",
+            "jobs[].arrival_time_s",
+            "interference[] (guaranteed job's slowdown; optional)",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.antman:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.GROUPS,
+            ProblemClass.MILP,
+            reads_device_sharing=True,
+            placement_stage=False,
+            admission_stage=False,
+        ),
+        aliases={"opportunistic_pack": {}},
+    ),
+    PolicySpec(
+        name="iadeep",
+        description=(
+            "IADeep (D9): jobs share devices in groups listed in interference, each member "
+            "with a configuration; set packing over (group, configuration) columns maximizing "
+            "the jobs' relative throughput within the devices and their memory (exact, HiGHS "
+            "MIP); compat iadeep: IADeep's per-arrival least-interference greedy."
+        ),
+        reporting=Reporting(Quantity("total relative throughput"), Quantity("relative throughput")),
+        parameters_type=_params.IadeepParameters,
+        parameters_message="apportion.v1.IadeepParameters",
+        parameters_field="iadeep",
+        required_inputs=(
+            "interference[] (groups, configurations, slowdowns)",
+            "jobs[].sharing (gpu_memory_gib, configurations)",
+            "jobs[].priority_weight",
+            "jobs[].arrival_time_s",
+            "shared_devices[] (optional)",
+        ),
+        maximize=True,
+        entry_point="apportion.formulations.iadeep:solve_policy",
+        capabilities=Capabilities(
+            PlanKind.GROUPS,
+            ProblemClass.MILP,
+            reads_device_sharing=True,
+            placement_stage=False,
+            admission_stage=False,
+        ),
+        aliases={"colocate_groups": {}},
+    ),
+)
+
+
+_POLICIES = _POLICIES + _SHARING_POLICIES
+
 _BY_NAME: dict[str, PolicySpec] = {}
 for _spec in _POLICIES:
     _BY_NAME[_spec.name] = _spec

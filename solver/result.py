@@ -16,6 +16,7 @@ from apportion.solver.outcome import Termination as Termination  # re-exported
 
 if TYPE_CHECKING:
     from apportion.solver.fairness_result import AuctionSection, StrideSection, UsageSection
+    from apportion.solver.groups import GroupSection
     from apportion.solver.placement_plan import AdmissionSection, PlacementSection
 
 
@@ -361,6 +362,9 @@ class Plan:
     """The placement stage's devices and certificate (`policy.placement`); None = no stage."""
     admission: AdmissionSection | None = None
     """Admission-ordering plans (tiresias): each job's queue, rank and state; None = n/a."""
+    groups: GroupSection | None = None
+    """Co-location and resource-shape plans: groups sharing devices, slowdowns, CPU and
+    memory per job (`apportion.solver.groups`); None = n/a."""
 
     @staticmethod
     def empty(m: int, n: int, certificate: Certificate) -> Plan:

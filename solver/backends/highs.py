@@ -348,6 +348,27 @@ class HighsSession:
         self.num_rows += matrix.shape[0]
         self.nonzeros += int(matrix.nnz)
 
+    def add_cols(
+        self, cost: FloatArray, lower: FloatArray, upper: FloatArray, cols: sp.csc_matrix
+    ) -> None:
+        """Append columns with objective `cost` and bounds `lower <= x <= upper`; `cols` is
+        (num_rows, k), their entries in the existing rows (column generation)."""
+        matrix = sp.csc_matrix(cols)
+        if matrix.shape[1] == 0:
+            return
+        self._highs.addCols(
+            matrix.shape[1],
+            np.asarray(cost, dtype=np.float64),
+            np.asarray(lower, dtype=np.float64),
+            np.asarray(upper, dtype=np.float64),
+            int(matrix.nnz),
+            matrix.indptr[:-1].astype(np.int32),
+            matrix.indices.astype(np.int32),
+            matrix.data.astype(np.float64),
+        )
+        self.num_cols += matrix.shape[1]
+        self.nonzeros += int(matrix.nnz)
+
     def change_coefficient(self, row: int, col: int, value: float) -> None:
         self._highs.changeCoeff(int(row), int(col), float(value))
 

@@ -17,6 +17,7 @@ from apportion.solver.model import PolicyRequest, Problem, SolveOptions, make_pr
 from apportion.solver.registry import PolicySpec, policies
 from apportion.solver.result import Termination
 from apportion.solver.solve import solve
+from tests.formulations.colocation_cases import with_sharing_inputs
 
 POLICIES = policies()
 HAS_PLAN = (Termination.OPTIMAL, Termination.OPTIMAL_INACCURATE, Termination.FEASIBLE,
@@ -43,7 +44,11 @@ def small_problems(draw: st.DrawFn, min_jobs: int = 0) -> Problem:
 
 
 def problem_for(spec: PolicySpec, problem: Problem) -> Problem:
-    """Planning-window policies read epoch profiles on one type: give them the same jobs."""
+    """Planning-window policies read epoch profiles on one type: give them the same jobs.
+    Co-location policies get their profiles, stage times and devices."""
+    caps = spec.capabilities
+    if caps.reads_resource_profiles or caps.reads_stage_times or caps.reads_device_sharing:
+        return with_sharing_inputs(problem)
     if not spec.capabilities.reads_epoch_profiles:
         return problem
     m = problem.jobs.num_jobs

@@ -110,6 +110,8 @@ class _PlanKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PlanKind.Val
     """time shares at prices (Plan.accelerator_prices, spending)"""
     PLAN_KIND_WINDOW: _PlanKind.ValueType  # 5
     """a 0/1 schedule over a planning window (Plan.rounds)"""
+    PLAN_KIND_GROUPS: _PlanKind.ValueType  # 40
+    """groups of jobs sharing devices with slowdowns, CPUs and memory per job (Plan.groups)"""
 
 class PlanKind(_PlanKind, metaclass=_PlanKindEnumTypeWrapper):
     """The shape of a policy's plan."""
@@ -125,6 +127,8 @@ PLAN_KIND_MARKET: PlanKind.ValueType  # 4
 """time shares at prices (Plan.accelerator_prices, spending)"""
 PLAN_KIND_WINDOW: PlanKind.ValueType  # 5
 """a 0/1 schedule over a planning window (Plan.rounds)"""
+PLAN_KIND_GROUPS: PlanKind.ValueType  # 40
+"""groups of jobs sharing devices with slowdowns, CPUs and memory per job (Plan.groups)"""
 Global___PlanKind: _TypeAlias = PlanKind  # noqa: Y015
 
 class _ProblemClass:
@@ -245,6 +249,7 @@ class Plan(_message.Message):
     TRADES_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
     RECLAIM_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobAllocation]:
         """One entry per job of the snapshot, in the snapshot's order."""
@@ -295,6 +300,13 @@ class Plan(_message.Message):
     def reclaim(self) -> Global___Reclaim:
         """lyra: the loaned nodes given back to the inference cluster and what it cost."""
 
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___ColocationGroup]:
+        """Co-location and resource-shape policies (synergy, muri, antman, lucid, iadeep): the groups
+        of jobs that share devices this round, a job running alone being a group of one. Members
+        have time_share 1 on the group's type.
+        """
+
     def __init__(
         self,
         *,
@@ -308,10 +320,11 @@ class Plan(_message.Message):
         trades: _abc.Iterable[Global___Trade] | None = ...,
         placement: Global___PlacementSummary | None = ...,
         reclaim: Global___Reclaim | None = ...,
+        groups: _abc.Iterable[Global___ColocationGroup] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["placement", b"placement", "reclaim", b"reclaim"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "colocated", b"colocated", "device_queues", b"device_queues", "jobs", b"jobs", "placement", b"placement", "reclaim", b"reclaim", "rounds", b"rounds", "tenant_usage", b"tenant_usage", "trades", b"trades", "user_shares", b"user_shares"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "colocated", b"colocated", "device_queues", b"device_queues", "groups", b"groups", "jobs", b"jobs", "placement", b"placement", "reclaim", b"reclaim", "rounds", b"rounds", "tenant_usage", b"tenant_usage", "trades", b"trades", "user_shares", b"user_shares"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -755,6 +768,86 @@ class QuotaSlack(_message.Message):
 Global___QuotaSlack: _TypeAlias = QuotaSlack  # noqa: Y015
 
 @_typing.final
+class ColocationGroup(_message.Message):
+    """Jobs sharing the same devices for the round."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class NodeDevicesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    SLOWDOWN_FIELD_NUMBER: _builtins.int
+    ACCELERATOR_TYPE_FIELD_NUMBER: _builtins.int
+    DEVICES_FIELD_NUMBER: _builtins.int
+    NODE_DEVICES_FIELD_NUMBER: _builtins.int
+    DEVICE_IDS_FIELD_NUMBER: _builtins.int
+    PERIOD_S_FIELD_NUMBER: _builtins.int
+    CONFIGURATIONS_FIELD_NUMBER: _builtins.int
+    accelerator_type: _builtins.str
+    """Devices the group runs on: their type and count, and per node when nodes are known."""
+    devices: _builtins.int
+    period_s: _builtins.float
+    """muri: the group's iteration period (s)."""
+    @_builtins.property
+    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Members (muri: in pipeline order)."""
+
+    @_builtins.property
+    def slowdown(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Per member: predicted time per step in the group over its time per step alone on the
+        same devices (> 1 = slower). synergy: over its time per step at its fair-share CPUs and
+        memory (< 1 = faster).
+        """
+
+    @_builtins.property
+    def node_devices(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    @_builtins.property
+    def device_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The devices it runs on (topology device ids) for per-device policies (antman, iadeep)."""
+
+    @_builtins.property
+    def configurations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """iadeep: per member, the configuration chosen."""
+
+    def __init__(
+        self,
+        *,
+        job_ids: _abc.Iterable[_builtins.str] | None = ...,
+        slowdown: _abc.Iterable[_builtins.float] | None = ...,
+        accelerator_type: _builtins.str = ...,
+        devices: _builtins.int = ...,
+        node_devices: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        device_ids: _abc.Iterable[_builtins.str] | None = ...,
+        period_s: _builtins.float = ...,
+        configurations: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_type", b"accelerator_type", "configurations", b"configurations", "device_ids", b"device_ids", "devices", b"devices", "job_ids", b"job_ids", "node_devices", b"node_devices", "period_s", b"period_s", "slowdown", b"slowdown"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ColocationGroup: _TypeAlias = ColocationGroup  # noqa: Y015
+
+@_typing.final
 class Reclaim(_message.Message):
     """Lyra's reclaiming: which loaned nodes go back, the jobs preempted, and the certificate of
     the preemption count (its proven lower bound from the MILP, when it ran).
@@ -1025,6 +1118,10 @@ class JobAllocation(_message.Message):
     PLACEMENT_FIELD_NUMBER: _builtins.int
     ADMISSION_FIELD_NUMBER: _builtins.int
     ELASTIC_FIELD_NUMBER: _builtins.int
+    CPUS_FIELD_NUMBER: _builtins.int
+    MEMORY_GIB_FIELD_NUMBER: _builtins.int
+    SLOWDOWN_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     status: Global___JobStatus.ValueType
     reason: _builtins.str
@@ -1083,6 +1180,14 @@ class JobAllocation(_message.Message):
     """astraea: the job's consumed device-time at the end of the lease (device-s); send it back in
     history.jobs[].gpu_time_s.
     """
+    cpus: _builtins.float
+    """Co-location and resource-shape policies: CPU cores and host memory (GiB) allocated to the
+    job (synergy), its predicted slowdown in its group (see ColocationGroup.slowdown) and the
+    index of its group in Plan.groups. Unset = n/a or the job is in no group.
+    """
+    memory_gib: _builtins.float
+    slowdown: _builtins.float
+    group: _builtins.int
     @_builtins.property
     def time_share(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Fraction of wall-clock time the job should run on each type (X[i,j] in [0,1], summing to
@@ -1156,17 +1261,27 @@ class JobAllocation(_message.Message):
         placement: Global___JobPlacement | None = ...,
         admission: Global___AdmissionResult | None = ...,
         elastic: Global___ElasticAllocation | None = ...,
+        cpus: _builtins.float | None = ...,
+        memory_gib: _builtins.float | None = ...,
+        slowdown: _builtins.float | None = ...,
+        group: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "admission", b"admission", "auction", b"auction", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "elastic", b"elastic", "gpu_time_s", b"gpu_time_s", "isolated_throughput", b"isolated_throughput", "lease", b"lease", "placement", b"placement", "queue", b"queue", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "stride_pass", b"stride_pass"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cpus", b"_cpus", "_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_group", b"_group", "_isolated_throughput", b"_isolated_throughput", "_memory_gib", b"_memory_gib", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_slowdown", b"_slowdown", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "admission", b"admission", "auction", b"auction", "configuration", b"configuration", "cpus", b"cpus", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "elastic", b"elastic", "gpu_time_s", b"gpu_time_s", "group", b"group", "isolated_throughput", b"isolated_throughput", "lease", b"lease", "memory_gib", b"memory_gib", "placement", b"placement", "queue", b"queue", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "slowdown", b"slowdown", "spending", b"spending", "stride_pass", b"stride_pass"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_isolated_throughput", b"_isolated_throughput", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "admission", b"admission", "auction", b"auction", "configuration", b"configuration", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "dual", b"dual", "effective_throughput", b"effective_throughput", "elastic", b"elastic", "gpu_time_s", b"gpu_time_s", "isolated_throughput", b"isolated_throughput", "job_id", b"job_id", "lease", b"lease", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "placement", b"placement", "queue", b"queue", "reason", b"reason", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "spending", b"spending", "status", b"status", "stride_pass", b"stride_pass", "time_share", b"time_share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cpus", b"_cpus", "_cumulative_isolated_time_s", b"_cumulative_isolated_time_s", "_gpu_time_s", b"_gpu_time_s", "_group", b"_group", "_isolated_throughput", b"_isolated_throughput", "_memory_gib", b"_memory_gib", "_reference_earlier_average_s", b"_reference_earlier_average_s", "_reference_earlier_weight_s", b"_reference_earlier_weight_s", "_reference_estimate_s", b"_reference_estimate_s", "_reference_estimate_time_s", b"_reference_estimate_time_s", "_reference_finish_time_s", b"_reference_finish_time_s", "_reference_job_count", b"_reference_job_count", "_remaining_steps", b"_remaining_steps", "_slo_shortfall", b"_slo_shortfall", "_slowdown", b"_slowdown", "_spending", b"_spending", "_stride_pass", b"_stride_pass", "admission", b"admission", "auction", b"auction", "configuration", b"configuration", "cpus", b"cpus", "cumulative_isolated_time_s", b"cumulative_isolated_time_s", "dual", b"dual", "effective_throughput", b"effective_throughput", "elastic", b"elastic", "gpu_time_s", b"gpu_time_s", "group", b"group", "isolated_throughput", b"isolated_throughput", "job_id", b"job_id", "lease", b"lease", "memory_gib", b"memory_gib", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "placement", b"placement", "queue", b"queue", "reason", b"reason", "reference_earlier_average_s", b"reference_earlier_average_s", "reference_earlier_weight_s", b"reference_earlier_weight_s", "reference_estimate_s", b"reference_estimate_s", "reference_estimate_time_s", b"reference_estimate_time_s", "reference_finish_time_s", b"reference_finish_time_s", "reference_job_count", b"reference_job_count", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "slowdown", b"slowdown", "spending", b"spending", "status", b"status", "stride_pass", b"stride_pass", "time_share", b"time_share"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__cpus: _TypeAlias = _typing.Literal["cpus"]  # noqa: Y015
+    _WhichOneofArgType__cpus: _TypeAlias = _typing.Literal["_cpus", b"_cpus"]  # noqa: Y015
     _WhichOneofReturnType__cumulative_isolated_time_s: _TypeAlias = _typing.Literal["cumulative_isolated_time_s"]  # noqa: Y015
     _WhichOneofArgType__cumulative_isolated_time_s: _TypeAlias = _typing.Literal["_cumulative_isolated_time_s", b"_cumulative_isolated_time_s"]  # noqa: Y015
     _WhichOneofReturnType__gpu_time_s: _TypeAlias = _typing.Literal["gpu_time_s"]  # noqa: Y015
     _WhichOneofArgType__gpu_time_s: _TypeAlias = _typing.Literal["_gpu_time_s", b"_gpu_time_s"]  # noqa: Y015
+    _WhichOneofReturnType__group: _TypeAlias = _typing.Literal["group"]  # noqa: Y015
+    _WhichOneofArgType__group: _TypeAlias = _typing.Literal["_group", b"_group"]  # noqa: Y015
     _WhichOneofReturnType__isolated_throughput: _TypeAlias = _typing.Literal["isolated_throughput"]  # noqa: Y015
     _WhichOneofArgType__isolated_throughput: _TypeAlias = _typing.Literal["_isolated_throughput", b"_isolated_throughput"]  # noqa: Y015
+    _WhichOneofReturnType__memory_gib: _TypeAlias = _typing.Literal["memory_gib"]  # noqa: Y015
+    _WhichOneofArgType__memory_gib: _TypeAlias = _typing.Literal["_memory_gib", b"_memory_gib"]  # noqa: Y015
     _WhichOneofReturnType__reference_earlier_average_s: _TypeAlias = _typing.Literal["reference_earlier_average_s"]  # noqa: Y015
     _WhichOneofArgType__reference_earlier_average_s: _TypeAlias = _typing.Literal["_reference_earlier_average_s", b"_reference_earlier_average_s"]  # noqa: Y015
     _WhichOneofReturnType__reference_earlier_weight_s: _TypeAlias = _typing.Literal["reference_earlier_weight_s"]  # noqa: Y015
@@ -1183,16 +1298,24 @@ class JobAllocation(_message.Message):
     _WhichOneofArgType__remaining_steps: _TypeAlias = _typing.Literal["_remaining_steps", b"_remaining_steps"]  # noqa: Y015
     _WhichOneofReturnType__slo_shortfall: _TypeAlias = _typing.Literal["slo_shortfall"]  # noqa: Y015
     _WhichOneofArgType__slo_shortfall: _TypeAlias = _typing.Literal["_slo_shortfall", b"_slo_shortfall"]  # noqa: Y015
+    _WhichOneofReturnType__slowdown: _TypeAlias = _typing.Literal["slowdown"]  # noqa: Y015
+    _WhichOneofArgType__slowdown: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown"]  # noqa: Y015
     _WhichOneofReturnType__spending: _TypeAlias = _typing.Literal["spending"]  # noqa: Y015
     _WhichOneofArgType__spending: _TypeAlias = _typing.Literal["_spending", b"_spending"]  # noqa: Y015
     _WhichOneofReturnType__stride_pass: _TypeAlias = _typing.Literal["stride_pass"]  # noqa: Y015
     _WhichOneofArgType__stride_pass: _TypeAlias = _typing.Literal["_stride_pass", b"_stride_pass"]  # noqa: Y015
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cpus) -> _WhichOneofReturnType__cpus | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__cumulative_isolated_time_s) -> _WhichOneofReturnType__cumulative_isolated_time_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gpu_time_s) -> _WhichOneofReturnType__gpu_time_s | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__group) -> _WhichOneofReturnType__group | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__isolated_throughput) -> _WhichOneofReturnType__isolated_throughput | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__memory_gib) -> _WhichOneofReturnType__memory_gib | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__reference_earlier_average_s) -> _WhichOneofReturnType__reference_earlier_average_s | None: ...
     @_typing.overload
@@ -1209,6 +1332,8 @@ class JobAllocation(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__remaining_steps) -> _WhichOneofReturnType__remaining_steps | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__slo_shortfall) -> _WhichOneofReturnType__slo_shortfall | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__slowdown) -> _WhichOneofReturnType__slowdown | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__spending) -> _WhichOneofReturnType__spending | None: ...
     @_typing.overload
@@ -1621,6 +1746,9 @@ class SolveStats(_message.Message):
     PARTITION_WORKERS_FIELD_NUMBER: _builtins.int
     PARTITION_TIME_S_FIELD_NUMBER: _builtins.int
     EXACT_OBJECTIVE_FIELD_NUMBER: _builtins.int
+    HEURISTIC_FIELD_NUMBER: _builtins.int
+    HEURISTIC_OBJECTIVE_FIELD_NUMBER: _builtins.int
+    HEURISTIC_GAP_FIELD_NUMBER: _builtins.int
     termination: Global___TerminationReason.ValueType
     detail: _builtins.str
     """Free-text detail (solver message, which limit was hit)."""
@@ -1657,6 +1785,13 @@ class SolveStats(_message.Message):
     """The objective of the exact solve of the same problem when one ran beside the plan (POP with
     partition_exact_gap; the elastic policies' greedy with its exact allocation).
     """
+    heuristic: _builtins.str
+    """Co-location and resource-shape policies: the published heuristic solved on the same
+    instance, its objective and its relative gap to this plan's objective
+    (|objective - heuristic_objective| / max(|objective|, |heuristic_objective|, 1)).
+    """
+    heuristic_objective: _builtins.float
+    heuristic_gap: _builtins.float
     @_builtins.property
     def model_size(self) -> Global___ModelSize: ...
     def __init__(
@@ -1682,15 +1817,22 @@ class SolveStats(_message.Message):
         partition_workers: _builtins.int = ...,
         partition_time_s: _builtins.float = ...,
         exact_objective: _builtins.float | None = ...,
+        heuristic: _builtins.str = ...,
+        heuristic_objective: _builtins.float | None = ...,
+        heuristic_gap: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_exact_objective", b"_exact_objective", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "best_bound", b"best_bound", "exact_objective", b"exact_objective", "model_size", b"model_size", "objective", b"objective", "relative_gap", b"relative_gap"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_exact_objective", b"_exact_objective", "_heuristic_gap", b"_heuristic_gap", "_heuristic_objective", b"_heuristic_objective", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "best_bound", b"best_bound", "exact_objective", b"exact_objective", "heuristic_gap", b"heuristic_gap", "heuristic_objective", b"heuristic_objective", "model_size", b"model_size", "objective", b"objective", "relative_gap", b"relative_gap"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_exact_objective", b"_exact_objective", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "best_bound", b"best_bound", "build_time_s", b"build_time_s", "detail", b"detail", "exact_objective", b"exact_objective", "formulation", b"formulation", "max_constraint_violation", b"max_constraint_violation", "maximize", b"maximize", "model_size", b"model_size", "objective", b"objective", "partition_time_s", b"partition_time_s", "partition_workers", b"partition_workers", "partitions", b"partitions", "policy", b"policy", "relative_gap", b"relative_gap", "solve_time_s", b"solve_time_s", "solver", b"solver", "solver_version", b"solver_version", "termination", b"termination", "time_limit_s", b"time_limit_s", "wall_time_s", b"wall_time_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_exact_objective", b"_exact_objective", "_heuristic_gap", b"_heuristic_gap", "_heuristic_objective", b"_heuristic_objective", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "best_bound", b"best_bound", "build_time_s", b"build_time_s", "detail", b"detail", "exact_objective", b"exact_objective", "formulation", b"formulation", "heuristic", b"heuristic", "heuristic_gap", b"heuristic_gap", "heuristic_objective", b"heuristic_objective", "max_constraint_violation", b"max_constraint_violation", "maximize", b"maximize", "model_size", b"model_size", "objective", b"objective", "partition_time_s", b"partition_time_s", "partition_workers", b"partition_workers", "partitions", b"partitions", "policy", b"policy", "relative_gap", b"relative_gap", "solve_time_s", b"solve_time_s", "solver", b"solver", "solver_version", b"solver_version", "termination", b"termination", "time_limit_s", b"time_limit_s", "wall_time_s", b"wall_time_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__best_bound: _TypeAlias = _typing.Literal["best_bound"]  # noqa: Y015
     _WhichOneofArgType__best_bound: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound"]  # noqa: Y015
     _WhichOneofReturnType__exact_objective: _TypeAlias = _typing.Literal["exact_objective"]  # noqa: Y015
     _WhichOneofArgType__exact_objective: _TypeAlias = _typing.Literal["_exact_objective", b"_exact_objective"]  # noqa: Y015
+    _WhichOneofReturnType__heuristic_gap: _TypeAlias = _typing.Literal["heuristic_gap"]  # noqa: Y015
+    _WhichOneofArgType__heuristic_gap: _TypeAlias = _typing.Literal["_heuristic_gap", b"_heuristic_gap"]  # noqa: Y015
+    _WhichOneofReturnType__heuristic_objective: _TypeAlias = _typing.Literal["heuristic_objective"]  # noqa: Y015
+    _WhichOneofArgType__heuristic_objective: _TypeAlias = _typing.Literal["_heuristic_objective", b"_heuristic_objective"]  # noqa: Y015
     _WhichOneofReturnType__objective: _TypeAlias = _typing.Literal["objective"]  # noqa: Y015
     _WhichOneofArgType__objective: _TypeAlias = _typing.Literal["_objective", b"_objective"]  # noqa: Y015
     _WhichOneofReturnType__relative_gap: _TypeAlias = _typing.Literal["relative_gap"]  # noqa: Y015
@@ -1699,6 +1841,10 @@ class SolveStats(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__best_bound) -> _WhichOneofReturnType__best_bound | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__exact_objective) -> _WhichOneofReturnType__exact_objective | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__heuristic_gap) -> _WhichOneofReturnType__heuristic_gap | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__heuristic_objective) -> _WhichOneofReturnType__heuristic_objective | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__objective) -> _WhichOneofReturnType__objective | None: ...
     @_typing.overload
@@ -1851,6 +1997,9 @@ class PolicyCapabilities(_message.Message):
     PARTITIONABLE_FIELD_NUMBER: _builtins.int
     PLACEMENT_STAGE_FIELD_NUMBER: _builtins.int
     ADMISSION_STAGE_FIELD_NUMBER: _builtins.int
+    READS_RESOURCE_PROFILES_FIELD_NUMBER: _builtins.int
+    READS_STAGE_TIMES_FIELD_NUMBER: _builtins.int
+    READS_DEVICE_SHARING_FIELD_NUMBER: _builtins.int
     plan_kind: Global___PlanKind.ValueType
     problem_class: Global___ProblemClass.ValueType
     reads_tenants: _builtins.bool
@@ -1881,6 +2030,12 @@ class PolicyCapabilities(_message.Message):
     """Its plan can be followed by the placement stage (policy.placement)."""
     admission_stage: _builtins.bool
     """It can be preceded by the admission stage (policy.admission)."""
+    reads_resource_profiles: _builtins.bool
+    """Reads CPU and memory throughput grids (jobs[].resource_profile, resource_profiles)."""
+    reads_stage_times: _builtins.bool
+    """Reads per-job stage times (jobs[].stage_times)."""
+    reads_device_sharing: _builtins.bool
+    """Reads device sharing data (device memory and utilization, interference)."""
     def __init__(
         self,
         *,
@@ -1900,10 +2055,13 @@ class PolicyCapabilities(_message.Message):
         partitionable: _builtins.bool = ...,
         placement_stage: _builtins.bool = ...,
         admission_stage: _builtins.bool = ...,
+        reads_resource_profiles: _builtins.bool = ...,
+        reads_stage_times: _builtins.bool = ...,
+        reads_device_sharing: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_stage", b"admission_stage", "default_relative_gap", b"default_relative_gap", "needs_history", b"needs_history", "needs_remaining_work", b"needs_remaining_work", "partitionable", b"partitionable", "placement_stage", b"placement_stage", "plan_kind", b"plan_kind", "problem_class", b"problem_class", "reads_configurations", b"reads_configurations", "reads_epoch_profiles", b"reads_epoch_profiles", "reads_inference", b"reads_inference", "reads_loss_history", b"reads_loss_history", "reads_tenants", b"reads_tenants", "round_schedule", b"round_schedule", "space_sharing", b"space_sharing", "uses_colocations", b"uses_colocations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_stage", b"admission_stage", "default_relative_gap", b"default_relative_gap", "needs_history", b"needs_history", "needs_remaining_work", b"needs_remaining_work", "partitionable", b"partitionable", "placement_stage", b"placement_stage", "plan_kind", b"plan_kind", "problem_class", b"problem_class", "reads_configurations", b"reads_configurations", "reads_device_sharing", b"reads_device_sharing", "reads_epoch_profiles", b"reads_epoch_profiles", "reads_inference", b"reads_inference", "reads_loss_history", b"reads_loss_history", "reads_resource_profiles", b"reads_resource_profiles", "reads_stage_times", b"reads_stage_times", "reads_tenants", b"reads_tenants", "round_schedule", b"round_schedule", "space_sharing", b"space_sharing", "uses_colocations", b"uses_colocations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -203,6 +203,19 @@ class _CompatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Compat.ValueTy
     COMPAT_SIA: _Compat.ValueType  # 3
     COMPAT_TIRESIAS: _Compat.ValueType  # 30
     """Tiresias's simulator: Gittins index at its fixed quantum with its denominator quirk."""
+    COMPAT_SYNERGY: _Compat.ValueType  # 40
+    """The published heuristic of a co-location or resource-shape policy instead of its exact
+    solve (the exact solve reports the heuristic's objective in SolveStats for comparison).
+    Synergy's TUNE
+    """
+    COMPAT_MURI: _Compat.ValueType  # 41
+    """Muri's measured overheads and merge order"""
+    COMPAT_ANTMAN: _Compat.ValueType  # 42
+    """AntMan's least-utilized first fit"""
+    COMPAT_LUCID: _Compat.ValueType  # 43
+    """Lucid's indolent first-fit pairing"""
+    COMPAT_IADEEP: _Compat.ValueType  # 44
+    """IADeep's least-interference greedy"""
 
 class Compat(_Compat, metaclass=_CompatEnumTypeWrapper): ...
 
@@ -213,6 +226,19 @@ COMPAT_SHOCKWAVE: Compat.ValueType  # 2
 COMPAT_SIA: Compat.ValueType  # 3
 COMPAT_TIRESIAS: Compat.ValueType  # 30
 """Tiresias's simulator: Gittins index at its fixed quantum with its denominator quirk."""
+COMPAT_SYNERGY: Compat.ValueType  # 40
+"""The published heuristic of a co-location or resource-shape policy instead of its exact
+solve (the exact solve reports the heuristic's objective in SolveStats for comparison).
+Synergy's TUNE
+"""
+COMPAT_MURI: Compat.ValueType  # 41
+"""Muri's measured overheads and merge order"""
+COMPAT_ANTMAN: Compat.ValueType  # 42
+"""AntMan's least-utilized first fit"""
+COMPAT_LUCID: Compat.ValueType  # 43
+"""Lucid's indolent first-fit pairing"""
+COMPAT_IADEEP: Compat.ValueType  # 44
+"""IADeep's least-interference greedy"""
 Global___Compat: _TypeAlias = Compat  # noqa: Y015
 
 class _ThroughputNormalization:
@@ -450,6 +476,38 @@ TRADING_MODE_NONE: TradingMode.ValueType  # 3
 """No trading: every user keeps its ticket share of every type."""
 Global___TradingMode: _TypeAlias = TradingMode  # noqa: Y015
 
+class _BaseOrder:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _BaseOrderEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BaseOrder.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    BASE_ORDER_UNSPECIFIED: _BaseOrder.ValueType  # 0
+    """the policy's default"""
+    BASE_ORDER_ARRIVAL: _BaseOrder.ValueType  # 1
+    """earliest arrival_time_s first (FIFO)"""
+    BASE_ORDER_REMAINING_SERVICE: _BaseOrder.ValueType  # 2
+    """Least remaining GPU-time first (remaining steps x time per step x scale_factor; SRSF).
+    Jobs without progress.total_steps go last.
+    """
+    BASE_ORDER_ATTAINED_SERVICE: _BaseOrder.ValueType  # 3
+    """Least attained GPU-time first (history received_time_s x scale_factor; LAS)."""
+
+class BaseOrder(_BaseOrder, metaclass=_BaseOrderEnumTypeWrapper):
+    """Order in which a policy serves jobs (its base scheduling policy)."""
+
+BASE_ORDER_UNSPECIFIED: BaseOrder.ValueType  # 0
+"""the policy's default"""
+BASE_ORDER_ARRIVAL: BaseOrder.ValueType  # 1
+"""earliest arrival_time_s first (FIFO)"""
+BASE_ORDER_REMAINING_SERVICE: BaseOrder.ValueType  # 2
+"""Least remaining GPU-time first (remaining steps x time per step x scale_factor; SRSF).
+Jobs without progress.total_steps go last.
+"""
+BASE_ORDER_ATTAINED_SERVICE: BaseOrder.ValueType  # 3
+"""Least attained GPU-time first (history received_time_s x scale_factor; LAS)."""
+Global___BaseOrder: _TypeAlias = BaseOrder  # noqa: Y015
+
 @_typing.final
 class Policy(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -474,6 +532,11 @@ class Policy(_message.Message):
     SLAQ_FIELD_NUMBER: _builtins.int
     LYRA_FIELD_NUMBER: _builtins.int
     TIRESIAS_FIELD_NUMBER: _builtins.int
+    SYNERGY_FIELD_NUMBER: _builtins.int
+    MURI_FIELD_NUMBER: _builtins.int
+    ANTMAN_FIELD_NUMBER: _builtins.int
+    LUCID_FIELD_NUMBER: _builtins.int
+    IADEEP_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
     ADMISSION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
@@ -533,6 +596,18 @@ class Policy(_message.Message):
         """Tiresias (placement and topology work), numbers 60-69."""
 
     @_builtins.property
+    def synergy(self) -> Global___SynergyParameters:
+        """Co-location and resource-shape policies, numbers 70-79."""
+
+    @_builtins.property
+    def muri(self) -> Global___MuriParameters: ...
+    @_builtins.property
+    def antman(self) -> Global___AntmanParameters: ...
+    @_builtins.property
+    def lucid(self) -> Global___LucidParameters: ...
+    @_builtins.property
+    def iadeep(self) -> Global___IadeepParameters: ...
+    @_builtins.property
     def placement(self) -> Global___PlacementStage:
         """The placement stage: which devices the plan's grants land on. Unset = no device
         placement (time shares and node counts only, as each policy gives them). Combines with
@@ -568,14 +643,19 @@ class Policy(_message.Message):
         slaq: Global___SlaqParameters | None = ...,
         lyra: Global___LyraParameters | None = ...,
         tiresias: Global___TiresiasParameters | None = ...,
+        synergy: Global___SynergyParameters | None = ...,
+        muri: Global___MuriParameters | None = ...,
+        antman: Global___AntmanParameters | None = ...,
+        lucid: Global___LucidParameters | None = ...,
+        iadeep: Global___IadeepParameters | None = ...,
         placement: Global___PlacementStage | None = ...,
         admission: Global___AdmissionStage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "allox", b"allox", "astraea", b"astraea", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "lyra", b"lyra", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "optimus", b"optimus", "parameters", b"parameters", "placement", b"placement", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "slaq", b"slaq", "themis_auction", b"themis_auction", "tiresias", b"tiresias", "water_filling", b"water_filling"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "allox", b"allox", "antman", b"antman", "astraea", b"astraea", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "iadeep", b"iadeep", "lucid", b"lucid", "lyra", b"lyra", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "muri", b"muri", "optimus", b"optimus", "parameters", b"parameters", "placement", b"placement", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "slaq", b"slaq", "synergy", b"synergy", "themis_auction", b"themis_auction", "tiresias", b"tiresias", "water_filling", b"water_filling"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "allox", b"allox", "astraea", b"astraea", "compat", b"compat", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "lyra", b"lyra", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "name", b"name", "optimus", b"optimus", "parameters", b"parameters", "placement", b"placement", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "slaq", b"slaq", "themis_auction", b"themis_auction", "tiresias", b"tiresias", "water_filling", b"water_filling"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "allox", b"allox", "antman", b"antman", "astraea", b"astraea", "compat", b"compat", "cost_throughput", b"cost_throughput", "finish_time_fairness", b"finish_time_fairness", "fisher_market", b"fisher_market", "gandiva_fair", b"gandiva_fair", "iadeep", b"iadeep", "lucid", b"lucid", "lyra", b"lyra", "max_min_fairness", b"max_min_fairness", "max_sum_throughput", b"max_sum_throughput", "min_makespan", b"min_makespan", "muri", b"muri", "name", b"name", "optimus", b"optimus", "parameters", b"parameters", "placement", b"placement", "pollux", b"pollux", "shockwave", b"shockwave", "sia", b"sia", "slaq", b"slaq", "synergy", b"synergy", "themis_auction", b"themis_auction", "tiresias", b"tiresias", "water_filling", b"water_filling"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["max_min_fairness", "allox", "water_filling", "max_sum_throughput", "cost_throughput", "min_makespan", "finish_time_fairness", "fisher_market", "shockwave", "sia", "pollux", "themis_auction", "gandiva_fair", "astraea", "optimus", "slaq", "lyra", "tiresias"]  # noqa: Y015
+    _WhichOneofReturnType_parameters: _TypeAlias = _typing.Literal["max_min_fairness", "allox", "water_filling", "max_sum_throughput", "cost_throughput", "min_makespan", "finish_time_fairness", "fisher_market", "shockwave", "sia", "pollux", "themis_auction", "gandiva_fair", "astraea", "optimus", "slaq", "lyra", "tiresias", "synergy", "muri", "antman", "lucid", "iadeep"]  # noqa: Y015
     _WhichOneofArgType_parameters: _TypeAlias = _typing.Literal["parameters", b"parameters"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_parameters) -> _WhichOneofReturnType_parameters | None: ...
 
@@ -1775,3 +1855,252 @@ class AstraeaParameters(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__lease_s) -> _WhichOneofReturnType__lease_s | None: ...
 
 Global___AstraeaParameters: _TypeAlias = AstraeaParameters  # noqa: Y015
+
+@_typing.final
+class SynergyParameters(_message.Message):
+    """Synergy's CPU- and memory-aware allocation (Synergy OPT). Reads cluster.nodes (devices,
+    cpus > 0, memory_gib > 0), jobs[].scale_factor and each job's ResourceProfile (its own or
+    its job_type's). Jobs get GPUs in `order`; each gets one grid point (CPU cores and memory per
+    GPU) at or above its fair-share point, maximizing the total normalized throughput (weighted
+    by priority_weight) within the cluster's CPUs and memory (an ILP, solved exactly), then is
+    placed on one node (jobs larger than a node on several). The bound is the ILP's optimum,
+    which ignores node boundaries, so the gap says what placement cost. COMPAT_SYNERGY: TUNE.
+    The plan reports each job's cores and memory (JobAllocation.cpus, memory_gib) and its
+    slowdown relative to its fair share (< 1 = faster).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORDER_FIELD_NUMBER: _builtins.int
+    order: Global___BaseOrder.ValueType
+    """Unset = BASE_ORDER_ARRIVAL."""
+    def __init__(
+        self,
+        *,
+        order: Global___BaseOrder.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["order", b"order"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SynergyParameters: _TypeAlias = SynergyParameters  # noqa: Y015
+
+@_typing.final
+class MuriParameters(_message.Message):
+    """Muri's multi-resource interleaving. Reads jobs[].stage_times (required), scale_factor,
+    priority_weight, progress (remaining service), history received time (attained service) and
+    the cluster's devices (pooled over types). Jobs are admitted in `order` (Muri-S: remaining
+    service; Muri-L: attained service, aliases muri_s and muri_l), then grouped by up to 4 with
+    the same scale_factor so that the admitted jobs fit the cluster: rounds of maximum-weight
+    matching (exact per round) on the groups' used ratio, as Muri does, or with exact_groups the
+    set packing that maximizes the total relative throughput of the running jobs (sum of
+    priority_weight x time per step alone / group period), with the matching's objective
+    reported beside it. The plan lists the groups (pipeline order, period) and slowdowns.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORDER_FIELD_NUMBER: _builtins.int
+    MAX_GROUP_SIZE_FIELD_NUMBER: _builtins.int
+    WEIGHT_THRESHOLD_FIELD_NUMBER: _builtins.int
+    EXACT_GROUPS_FIELD_NUMBER: _builtins.int
+    INTERLEAVE_OVERHEAD_FIELD_NUMBER: _builtins.int
+    AUTOPACK_FIELD_NUMBER: _builtins.int
+    order: Global___BaseOrder.ValueType
+    """Unset = BASE_ORDER_REMAINING_SERVICE (Muri-S)."""
+    max_group_size: _builtins.int
+    """Largest group, 1 to 4. Unset = 4."""
+    weight_threshold: _builtins.float
+    """lambda >= 0: two groups merge only if their used ratio exceeds lambda x size / 4."""
+    exact_groups: _builtins.bool
+    """Choose groups by the exact set packing (candidate groups: at most 250,000)."""
+    autopack: _builtins.bool
+    """Split a group whose period exceeds its members' iteration times run in turn. Unset = true."""
+    @_builtins.property
+    def interleave_overhead(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Period factors for groups of 1, 2, 3 and 4 jobs (4 values, each finite and >= 1).
+        Empty = none, or Muri's measured 1.015, 1.33, 1.5, 1.37 with COMPAT_MURI.
+        """
+
+    def __init__(
+        self,
+        *,
+        order: Global___BaseOrder.ValueType = ...,
+        max_group_size: _builtins.int | None = ...,
+        weight_threshold: _builtins.float = ...,
+        exact_groups: _builtins.bool = ...,
+        interleave_overhead: _abc.Iterable[_builtins.float] | None = ...,
+        autopack: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_autopack", b"_autopack", "_max_group_size", b"_max_group_size", "autopack", b"autopack", "max_group_size", b"max_group_size"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_autopack", b"_autopack", "_max_group_size", b"_max_group_size", "autopack", b"autopack", "exact_groups", b"exact_groups", "interleave_overhead", b"interleave_overhead", "max_group_size", b"max_group_size", "order", b"order", "weight_threshold", b"weight_threshold"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__autopack: _TypeAlias = _typing.Literal["autopack"]  # noqa: Y015
+    _WhichOneofArgType__autopack: _TypeAlias = _typing.Literal["_autopack", b"_autopack"]  # noqa: Y015
+    _WhichOneofReturnType__max_group_size: _TypeAlias = _typing.Literal["max_group_size"]  # noqa: Y015
+    _WhichOneofArgType__max_group_size: _TypeAlias = _typing.Literal["_max_group_size", b"_max_group_size"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__autopack) -> _WhichOneofReturnType__autopack | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_group_size) -> _WhichOneofReturnType__max_group_size | None: ...
+
+Global___MuriParameters: _TypeAlias = MuriParameters  # noqa: Y015
+
+@_typing.final
+class AntmanParameters(_message.Message):
+    """AntMan: opportunistic jobs packed onto devices held by resource-guaranteed jobs. Reads the
+    cluster's devices (cluster.topology.devices with memory_gib, used_memory_gib and utilization;
+    without a device list, idle anonymous devices of device_memory_gib), jobs[].service_class
+    (OPPORTUNISTIC or BEST_EFFORT = opportunistic), the devices guaranteed jobs hold
+    (history.jobs[].devices; waiting guaranteed jobs take free devices in arrival order),
+    jobs[].sharing (gpu_memory_gib, gpu_utilization, slowdown_budget), priority_weight and
+    interference (the guaranteed job's slowdown with each opportunistic job; a pair not listed
+    slows it by 0). Each opportunistic job gets at most one device such that
+    the device's memory and utilization (<= max_utilization) hold and the guaranteed job's added
+    slowdown stays within its budget, maximizing the placed priority weight minus
+    slowdown_weight x inflicted slowdown (a generalized assignment MIP, exact).
+    COMPAT_ANTMAN: AntMan's first fit on the least-utilized device below busy_utilization and
+    busy_memory_gib.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_UTILIZATION_FIELD_NUMBER: _builtins.int
+    SLOWDOWN_WEIGHT_FIELD_NUMBER: _builtins.int
+    BUSY_UTILIZATION_FIELD_NUMBER: _builtins.int
+    BUSY_MEMORY_GIB_FIELD_NUMBER: _builtins.int
+    DEVICE_MEMORY_GIB_FIELD_NUMBER: _builtins.int
+    max_utilization: _builtins.float
+    """U_max in (0, 1]. Unset = 1."""
+    slowdown_weight: _builtins.float
+    """lambda >= 0 (objective units per unit of slowdown). Default 0."""
+    busy_utilization: _builtins.float
+    """COMPAT_ANTMAN thresholds. Unset = 0.8 and 16 GiB."""
+    busy_memory_gib: _builtins.float
+    device_memory_gib: _builtins.float
+    """Memory of a device whose topology entry gives none (GiB, > 0). Unset = every device needs
+    its memory_gib in cluster.topology.devices.
+    """
+    def __init__(
+        self,
+        *,
+        max_utilization: _builtins.float | None = ...,
+        slowdown_weight: _builtins.float = ...,
+        busy_utilization: _builtins.float | None = ...,
+        busy_memory_gib: _builtins.float | None = ...,
+        device_memory_gib: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_busy_memory_gib", b"_busy_memory_gib", "_busy_utilization", b"_busy_utilization", "_device_memory_gib", b"_device_memory_gib", "_max_utilization", b"_max_utilization", "busy_memory_gib", b"busy_memory_gib", "busy_utilization", b"busy_utilization", "device_memory_gib", b"device_memory_gib", "max_utilization", b"max_utilization"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_busy_memory_gib", b"_busy_memory_gib", "_busy_utilization", b"_busy_utilization", "_device_memory_gib", b"_device_memory_gib", "_max_utilization", b"_max_utilization", "busy_memory_gib", b"busy_memory_gib", "busy_utilization", b"busy_utilization", "device_memory_gib", b"device_memory_gib", "max_utilization", b"max_utilization", "slowdown_weight", b"slowdown_weight"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__busy_memory_gib: _TypeAlias = _typing.Literal["busy_memory_gib"]  # noqa: Y015
+    _WhichOneofArgType__busy_memory_gib: _TypeAlias = _typing.Literal["_busy_memory_gib", b"_busy_memory_gib"]  # noqa: Y015
+    _WhichOneofReturnType__busy_utilization: _TypeAlias = _typing.Literal["busy_utilization"]  # noqa: Y015
+    _WhichOneofArgType__busy_utilization: _TypeAlias = _typing.Literal["_busy_utilization", b"_busy_utilization"]  # noqa: Y015
+    _WhichOneofReturnType__device_memory_gib: _TypeAlias = _typing.Literal["device_memory_gib"]  # noqa: Y015
+    _WhichOneofArgType__device_memory_gib: _TypeAlias = _typing.Literal["_device_memory_gib", b"_device_memory_gib"]  # noqa: Y015
+    _WhichOneofReturnType__max_utilization: _TypeAlias = _typing.Literal["max_utilization"]  # noqa: Y015
+    _WhichOneofArgType__max_utilization: _TypeAlias = _typing.Literal["_max_utilization", b"_max_utilization"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__busy_memory_gib) -> _WhichOneofReturnType__busy_memory_gib | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__busy_utilization) -> _WhichOneofReturnType__busy_utilization | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__device_memory_gib) -> _WhichOneofReturnType__device_memory_gib | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_utilization) -> _WhichOneofReturnType__max_utilization | None: ...
+
+Global___AntmanParameters: _TypeAlias = AntmanParameters  # noqa: Y015
+
+@_typing.final
+class LucidParameters(_message.Message):
+    """Lucid's pairing: a waiting job shares the devices of a running job that runs alone
+    (history.jobs[].current; pairs already named by colocated_with are kept) when the same
+    scale_factor, their jobs[].sharing.gpu_memory_gib below device_memory_gib together, their
+    sharing scores summing to at most max_score_sum and the waiting job's estimated GPU-time
+    (remaining steps / throughput x scale_factor) at most twice the running job's. Pair speeds
+    come from colocations / type_colocations, else from the scores (sums 0, 1, 2: 0.95, 0.9,
+    0.85 each). The pairing maximizes the total gain (the pair's speeds minus 1) exactly
+    (maximum-weight matching); COMPAT_LUCID: Lucid's first fit. Unpaired waiting jobs then start
+    alone in estimated-GPU-time order while devices are free.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHARING_FIELD_NUMBER: _builtins.int
+    DEVICE_MEMORY_GIB_FIELD_NUMBER: _builtins.int
+    MAX_SCORE_SUM_FIELD_NUMBER: _builtins.int
+    PAIR_PENDING_FIELD_NUMBER: _builtins.int
+    sharing: _builtins.bool
+    """Unset = true. False: no pairs."""
+    device_memory_gib: _builtins.float
+    """Device memory (GiB, > 0). Unset = 24 (RTX 3090)."""
+    max_score_sum: _builtins.int
+    """Unset = 2."""
+    pair_pending: _builtins.bool
+    """Two waiting jobs may also start together."""
+    def __init__(
+        self,
+        *,
+        sharing: _builtins.bool | None = ...,
+        device_memory_gib: _builtins.float | None = ...,
+        max_score_sum: _builtins.int | None = ...,
+        pair_pending: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_device_memory_gib", b"_device_memory_gib", "_max_score_sum", b"_max_score_sum", "_sharing", b"_sharing", "device_memory_gib", b"device_memory_gib", "max_score_sum", b"max_score_sum", "sharing", b"sharing"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_device_memory_gib", b"_device_memory_gib", "_max_score_sum", b"_max_score_sum", "_sharing", b"_sharing", "device_memory_gib", b"device_memory_gib", "max_score_sum", b"max_score_sum", "pair_pending", b"pair_pending", "sharing", b"sharing"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__device_memory_gib: _TypeAlias = _typing.Literal["device_memory_gib"]  # noqa: Y015
+    _WhichOneofArgType__device_memory_gib: _TypeAlias = _typing.Literal["_device_memory_gib", b"_device_memory_gib"]  # noqa: Y015
+    _WhichOneofReturnType__max_score_sum: _TypeAlias = _typing.Literal["max_score_sum"]  # noqa: Y015
+    _WhichOneofArgType__max_score_sum: _TypeAlias = _typing.Literal["_max_score_sum", b"_max_score_sum"]  # noqa: Y015
+    _WhichOneofReturnType__sharing: _TypeAlias = _typing.Literal["sharing"]  # noqa: Y015
+    _WhichOneofArgType__sharing: _TypeAlias = _typing.Literal["_sharing", b"_sharing"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__device_memory_gib) -> _WhichOneofReturnType__device_memory_gib | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_score_sum) -> _WhichOneofReturnType__max_score_sum | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sharing) -> _WhichOneofReturnType__sharing | None: ...
+
+Global___LucidParameters: _TypeAlias = LucidParameters  # noqa: Y015
+
+@_typing.final
+class IadeepParameters(_message.Message):
+    """IADeep: groups of up to 4 jobs sharing one device (the cluster's healthy devices, with the
+    free memory cluster.topology.devices gives), each member with a configuration, from
+    interference entries; every job runs alone or in one listed group, at most one group or job
+    per device, members' memory within the device, maximizing the total relative throughput
+    (relative_throughput of the configuration / slowdown) of the jobs that run (set packing over
+    (group, configuration) columns, exact). COMPAT_IADEEP: IADeep's per-arrival greedy (an idle
+    device, else the device whose group slows down least).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_SLOWDOWN_FIELD_NUMBER: _builtins.int
+    DEVICE_MEMORY_GIB_FIELD_NUMBER: _builtins.int
+    max_slowdown: _builtins.float
+    """Largest slowdown any member may suffer (> 1); 0 = no cap."""
+    device_memory_gib: _builtins.float
+    """Memory of a device whose topology entry gives none (GiB, > 0). Unset = 24."""
+    def __init__(
+        self,
+        *,
+        max_slowdown: _builtins.float = ...,
+        device_memory_gib: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_device_memory_gib", b"_device_memory_gib", "device_memory_gib", b"device_memory_gib"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_device_memory_gib", b"_device_memory_gib", "device_memory_gib", b"device_memory_gib", "max_slowdown", b"max_slowdown"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__device_memory_gib: _TypeAlias = _typing.Literal["device_memory_gib"]  # noqa: Y015
+    _WhichOneofArgType__device_memory_gib: _TypeAlias = _typing.Literal["_device_memory_gib", b"_device_memory_gib"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__device_memory_gib) -> _WhichOneofReturnType__device_memory_gib | None: ...
+
+Global___IadeepParameters: _TypeAlias = IadeepParameters  # noqa: Y015

@@ -199,6 +199,8 @@ class Snapshot(_message.Message):
     TENANT_USAGE_FIELD_NUMBER: _builtins.int
     CELL_QUOTAS_FIELD_NUMBER: _builtins.int
     INFERENCE_FIELD_NUMBER: _builtins.int
+    RESOURCE_PROFILES_FIELD_NUMBER: _builtins.int
+    INTERFERENCE_FIELD_NUMBER: _builtins.int
     time_s: _builtins.float
     """Current time on the snapshot's clock (s). Default 0. Read by policies that use job age,
     deadlines or arrival order (finish-time fairness, allox, shockwave, sia).
@@ -267,6 +269,20 @@ class Snapshot(_message.Message):
         (lyra, B7).
         """
 
+    @_builtins.property
+    def resource_profiles(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResourceProfile]:
+        """Co-location and resource-shape policies (synergy, muri, antman, lucid, iadeep), 70-79.
+        CPU/memory throughput profiles per job type (Job.job_type), read by synergy; a job's own
+        Job.resource_profile takes precedence. Job types must be unique and non-empty.
+        """
+
+    @_builtins.property
+    def interference(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupInterference]:
+        """Measured or predicted slowdowns of groups of 2 to 4 jobs sharing the same devices, read by
+        antman (slowdown of the guaranteed job) and iadeep (the groups it may form). Every job id
+        must be a job of the snapshot; a group is listed once (per configuration choice).
+        """
+
     def __init__(
         self,
         *,
@@ -281,10 +297,12 @@ class Snapshot(_message.Message):
         tenant_usage: _abc.Iterable[Global___TenantUsage] | None = ...,
         cell_quotas: _abc.Iterable[Global___CellQuota] | None = ...,
         inference: Global___Inference | None = ...,
+        resource_profiles: _abc.Iterable[Global___ResourceProfile] | None = ...,
+        interference: _abc.Iterable[Global___GroupInterference] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "history", b"history", "inference", b"inference"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cell_quotas", b"cell_quotas", "cluster", b"cluster", "colocations", b"colocations", "history", b"history", "inference", b"inference", "jobs", b"jobs", "round_duration_s", b"round_duration_s", "tenant_usage", b"tenant_usage", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cell_quotas", b"cell_quotas", "cluster", b"cluster", "colocations", b"colocations", "history", b"history", "inference", b"inference", "interference", b"interference", "jobs", b"jobs", "resource_profiles", b"resource_profiles", "round_duration_s", b"round_duration_s", "tenant_usage", b"tenant_usage", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -530,6 +548,8 @@ class Device(_message.Message):
     DOMAIN_FIELD_NUMBER: _builtins.int
     MEMORY_GIB_FIELD_NUMBER: _builtins.int
     UNHEALTHY_FIELD_NUMBER: _builtins.int
+    USED_MEMORY_GIB_FIELD_NUMBER: _builtins.int
+    UTILIZATION_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Unique device id."""
     node: _builtins.str
@@ -541,9 +561,13 @@ class Device(_message.Message):
     memory_gib: _builtins.float
     """Device memory (GiB, >= 0; 0 = unknown)."""
     unhealthy: _builtins.bool
-    """An unhealthy device is never placed on.
-    Numbers 7-9 are kept for measured usage (used memory, utilization) of device sharing.
+    """An unhealthy device is never placed on."""
+    used_memory_gib: _builtins.float
+    """Measured use by the jobs already on the device (device sharing: antman, iadeep): memory in
+    use (GiB, finite, in [0, memory_gib]) and compute utilization (in [0, 1]). 0 = idle.
     """
+    utilization: _builtins.float
+    """Number 9 is kept for device sharing."""
     def __init__(
         self,
         *,
@@ -553,10 +577,12 @@ class Device(_message.Message):
         domain: _builtins.str = ...,
         memory_gib: _builtins.float = ...,
         unhealthy: _builtins.bool = ...,
+        used_memory_gib: _builtins.float = ...,
+        utilization: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "id", b"id", "index", b"index", "memory_gib", b"memory_gib", "node", b"node", "unhealthy", b"unhealthy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domain", b"domain", "id", b"id", "index", b"index", "memory_gib", b"memory_gib", "node", b"node", "unhealthy", b"unhealthy", "used_memory_gib", b"used_memory_gib", "utilization", b"utilization"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -792,6 +818,9 @@ class Job(_message.Message):
     MIGRATION_FIELD_NUMBER: _builtins.int
     LOSS_HISTORY_FIELD_NUMBER: _builtins.int
     SPEED_MODEL_FIELD_NUMBER: _builtins.int
+    STAGE_TIMES_FIELD_NUMBER: _builtins.int
+    RESOURCE_PROFILE_FIELD_NUMBER: _builtins.int
+    SHARING_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Unique, non-empty job id."""
     scale_factor: _builtins.int
@@ -878,6 +907,22 @@ class Job(_message.Message):
         falls back to the job's configurations, then its throughput.
         """
 
+    @_builtins.property
+    def stage_times(self) -> Global___StageTimes:
+        """Time per training iteration in each of four stages (muri). Required by muri for every
+        job.
+        """
+
+    @_builtins.property
+    def resource_profile(self) -> Global___ResourceProfile:
+        """CPU/memory throughput profile of this job (synergy); unset = the entry of
+        Snapshot.resource_profiles for its job_type.
+        """
+
+    @_builtins.property
+    def sharing(self) -> Global___DeviceSharing:
+        """How the job uses a device it may share (antman, lucid, iadeep)."""
+
     def __init__(
         self,
         *,
@@ -902,10 +947,13 @@ class Job(_message.Message):
         migration: Global___Migration | None = ...,
         loss_history: Global___LossHistory | None = ...,
         speed_model: _abc.Mapping[_builtins.str, Global___SpeedModel] | None = ...,
+        stage_times: Global___StageTimes | None = ...,
+        resource_profile: Global___ResourceProfile | None = ...,
+        sharing: Global___DeviceSharing | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "communication", b"communication", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "loss_history", b"loss_history", "migration", b"migration", "placement", b"placement", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "themis_bids", b"themis_bids"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "communication", b"communication", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "loss_history", b"loss_history", "migration", b"migration", "placement", b"placement", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "resource_profile", b"resource_profile", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "sharing", b"sharing", "stage_times", b"stage_times", "themis_bids", b"themis_bids"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "arrival_time_s", b"arrival_time_s", "communication", b"communication", "configurations", b"configurations", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "id", b"id", "job_type", b"job_type", "loss_history", b"loss_history", "migration", b"migration", "placement", b"placement", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "service_class", b"service_class", "speed_model", b"speed_model", "tenant", b"tenant", "themis_bids", b"themis_bids", "throughput", b"throughput"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s", "_priority_weight", b"_priority_weight", "_restart_penalty_s", b"_restart_penalty_s", "_scale_factor", b"_scale_factor", "arrival_time_s", b"arrival_time_s", "communication", b"communication", "configurations", b"configurations", "deadline_s", b"deadline_s", "elasticity", b"elasticity", "epoch_profile", b"epoch_profile", "id", b"id", "job_type", b"job_type", "loss_history", b"loss_history", "migration", b"migration", "placement", b"placement", "pollux", b"pollux", "priority_weight", b"priority_weight", "progress", b"progress", "resource_profile", b"resource_profile", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "service_class", b"service_class", "sharing", b"sharing", "speed_model", b"speed_model", "stage_times", b"stage_times", "tenant", b"tenant", "themis_bids", b"themis_bids", "throughput", b"throughput"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__deadline_s: _TypeAlias = _typing.Literal["deadline_s"]  # noqa: Y015
     _WhichOneofArgType__deadline_s: _TypeAlias = _typing.Literal["_deadline_s", b"_deadline_s"]  # noqa: Y015
@@ -1201,6 +1249,211 @@ class Migration(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__preemptible) -> _WhichOneofReturnType__preemptible | None: ...
 
 Global___Migration: _TypeAlias = Migration  # noqa: Y015
+
+@_typing.final
+class StageTimes(_message.Message):
+    """Per-iteration time of a job in each stage of its training loop (s, each >= 0 and finite,
+    with a positive sum). Muri interleaves jobs whose stages use different resources: a group of
+    up to 4 jobs rotates through the stages so that, in every slot, each job uses a different
+    resource; its period is the sum over slots of the longest stage in the slot.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STORAGE_S_FIELD_NUMBER: _builtins.int
+    CPU_S_FIELD_NUMBER: _builtins.int
+    GPU_S_FIELD_NUMBER: _builtins.int
+    NETWORK_S_FIELD_NUMBER: _builtins.int
+    storage_s: _builtins.float
+    """reading the input from storage"""
+    cpu_s: _builtins.float
+    """pre-processing on the host CPUs"""
+    gpu_s: _builtins.float
+    """forward and backward passes on the GPUs"""
+    network_s: _builtins.float
+    """gradient synchronization"""
+    def __init__(
+        self,
+        *,
+        storage_s: _builtins.float = ...,
+        cpu_s: _builtins.float = ...,
+        gpu_s: _builtins.float = ...,
+        network_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_s", b"cpu_s", "gpu_s", b"gpu_s", "network_s", b"network_s", "storage_s", b"storage_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StageTimes: _TypeAlias = StageTimes  # noqa: Y015
+
+@_typing.final
+class ResourceProfile(_message.Message):
+    """A job's throughput as a function of the CPU cores and host memory it gets per GPU (synergy).
+    The grid is cpus_per_gpu x memory_gib_per_gpu; both axes strictly increasing, finite and
+    > 0, at most 64 values each; throughput is row-major (throughput[a * len(memory) + b] at
+    cpus_per_gpu[a] and memory_gib_per_gpu[b]), every value finite and >= 0, normalized so that
+    1 = the job's throughput at the cluster's GPU-proportional share (node CPUs / GPUs and node
+    memory / GPUs). The grid must contain a point within that share in both axes (the job's
+    fair-share point: the largest such point).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_TYPE_FIELD_NUMBER: _builtins.int
+    CPUS_PER_GPU_FIELD_NUMBER: _builtins.int
+    MEMORY_GIB_PER_GPU_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_FIELD_NUMBER: _builtins.int
+    job_type: _builtins.str
+    """Snapshot.resource_profiles: the job type it describes. Ignored in Job.resource_profile."""
+    @_builtins.property
+    def cpus_per_gpu(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def memory_gib_per_gpu(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def throughput(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        job_type: _builtins.str = ...,
+        cpus_per_gpu: _abc.Iterable[_builtins.float] | None = ...,
+        memory_gib_per_gpu: _abc.Iterable[_builtins.float] | None = ...,
+        throughput: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpus_per_gpu", b"cpus_per_gpu", "job_type", b"job_type", "memory_gib_per_gpu", b"memory_gib_per_gpu", "throughput", b"throughput"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResourceProfile: _TypeAlias = ResourceProfile  # noqa: Y015
+
+@_typing.final
+class DeviceSharing(_message.Message):
+    """How a job uses a device it may share with other jobs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_MEMORY_GIB_FIELD_NUMBER: _builtins.int
+    GPU_UTILIZATION_FIELD_NUMBER: _builtins.int
+    SLOWDOWN_BUDGET_FIELD_NUMBER: _builtins.int
+    SHARING_SCORE_FIELD_NUMBER: _builtins.int
+    CONFIGURATIONS_FIELD_NUMBER: _builtins.int
+    gpu_memory_gib: _builtins.float
+    """Device memory the job needs on each of its devices (GiB, finite, >= 0; 0 = unknown). Must
+    fit one device.
+    """
+    gpu_utilization: _builtins.float
+    """Compute utilization of a device running the job alone, in [0, 1] (antman)."""
+    slowdown_budget: _builtins.float
+    """antman, for a resource-guaranteed job (Job.service_class unset or GUARANTEED): the extra
+    slowdown (time per step over alone, minus 1) it accepts from opportunistic jobs on each of
+    its devices (finite, >= 0; 0 = none). Unset = no limit. Opportunistic jobs are those of
+    service class OPPORTUNISTIC or BEST_EFFORT (one device each).
+    """
+    sharing_score: _builtins.int
+    """lucid's packing label in {0, 1, 2}: 0 = shares well, 2 = slows its partner down most.
+    Unset = none (lucid's score rule does not apply to the job).
+    """
+    @_builtins.property
+    def configurations(self) -> _containers.RepeatedCompositeFieldContainer[Global___SharingConfiguration]:
+        """iadeep: the job's training configurations (e.g. batch sizes); empty = one default
+        configuration. Names must be unique within the job.
+        """
+
+    def __init__(
+        self,
+        *,
+        gpu_memory_gib: _builtins.float = ...,
+        gpu_utilization: _builtins.float = ...,
+        slowdown_budget: _builtins.float | None = ...,
+        sharing_score: _builtins.int | None = ...,
+        configurations: _abc.Iterable[Global___SharingConfiguration] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_sharing_score", b"_sharing_score", "_slowdown_budget", b"_slowdown_budget", "sharing_score", b"sharing_score", "slowdown_budget", b"slowdown_budget"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_sharing_score", b"_sharing_score", "_slowdown_budget", b"_slowdown_budget", "configurations", b"configurations", "gpu_memory_gib", b"gpu_memory_gib", "gpu_utilization", b"gpu_utilization", "sharing_score", b"sharing_score", "slowdown_budget", b"slowdown_budget"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__sharing_score: _TypeAlias = _typing.Literal["sharing_score"]  # noqa: Y015
+    _WhichOneofArgType__sharing_score: _TypeAlias = _typing.Literal["_sharing_score", b"_sharing_score"]  # noqa: Y015
+    _WhichOneofReturnType__slowdown_budget: _TypeAlias = _typing.Literal["slowdown_budget"]  # noqa: Y015
+    _WhichOneofArgType__slowdown_budget: _TypeAlias = _typing.Literal["_slowdown_budget", b"_slowdown_budget"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sharing_score) -> _WhichOneofReturnType__sharing_score | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__slowdown_budget) -> _WhichOneofReturnType__slowdown_budget | None: ...
+
+Global___DeviceSharing: _TypeAlias = DeviceSharing  # noqa: Y015
+
+@_typing.final
+class SharingConfiguration(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    RELATIVE_THROUGHPUT_FIELD_NUMBER: _builtins.int
+    GPU_MEMORY_GIB_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    relative_throughput: _builtins.float
+    """Throughput running alone with this configuration relative to the job's first
+    configuration (finite, > 0; the first one's is 1).
+    """
+    gpu_memory_gib: _builtins.float
+    """Device memory it needs (GiB, finite, >= 0); 0 = DeviceSharing.gpu_memory_gib."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        relative_throughput: _builtins.float = ...,
+        gpu_memory_gib: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_memory_gib", b"gpu_memory_gib", "name", b"name", "relative_throughput", b"relative_throughput"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SharingConfiguration: _TypeAlias = SharingConfiguration  # noqa: Y015
+
+@_typing.final
+class GroupInterference(_message.Message):
+    """Slowdowns of the members of a group of jobs sharing the same devices."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_IDS_FIELD_NUMBER: _builtins.int
+    SLOWDOWN_FIELD_NUMBER: _builtins.int
+    CONFIGURATIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def job_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The members (2 to 4 distinct job ids of the snapshot)."""
+
+    @_builtins.property
+    def slowdown(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Per member, its time per step in the group over its time per step alone (finite, > 0;
+        > 1 = slower). Same length as job_ids.
+        """
+
+    @_builtins.property
+    def configurations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Per member, the configuration it runs with (a name from its DeviceSharing.configurations);
+        empty = every member's first configuration.
+        """
+
+    def __init__(
+        self,
+        *,
+        job_ids: _abc.Iterable[_builtins.str] | None = ...,
+        slowdown: _abc.Iterable[_builtins.float] | None = ...,
+        configurations: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configurations", b"configurations", "job_ids", b"job_ids", "slowdown", b"slowdown"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupInterference: _TypeAlias = GroupInterference  # noqa: Y015
 
 @_typing.final
 class Progress(_message.Message):

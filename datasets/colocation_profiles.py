@@ -1,0 +1,112 @@
+"""Profiles of the co-location and resource-shape policies.
+
+* Synergy's throughput matrices (CSV `model_gpus, num_gpus, cpus_per_gpu, mem_gb_per_gpu,
+  norm_tput, ...`, one row per grid point) -> a `ResourceGrid` per `model_gpus` key (e.g.
+  "res18_1": the res18 model on 1 GPU).
+* Muri's traces (CSV `job_id, num_gpu, submit_time, iterations, model_name, ...,
+  resource_time_0..2`; times in ms) -> `MuriJobs` with four stage times per job in s: the
+  traces' three resource times are CPU pre-processing, GPU compute and network
+  synchronization (storage I/O is 0).
+
+Malformed rows raise `TraceFormatError` naming file, line and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from apportion.datasets.errors import TraceFormatError
+from apportion.solver.model import FloatArray, IntArray
+from apportion.solver.sharing import ResourceGrid
+
+
+def _number(path: str, line: int, column: str, text: str | None) -> float:
+    try:
+        value = float(text if text is not None else "")
+    except ValueError:
+        raise TraceFormatError(path, line, column, f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise TraceFormatError(path, line, column, f"not finite: {text!r}")
+    return value
+
+
+def read_synergy_profiles(path: str | Path) -> dict[str, ResourceGrid]:
+    """The grid of every `model_gpus` key of a Synergy throughput-matrix CSV."""
+    name = str(path)
+    points: dict[str, dict[tuple[float, float], float]] = {}
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        for line, row in enumerate(reader, start=2):
+            key = row.get("model_gpus") or ""
+            if not key:
+                raise TraceFormatError(name, line, "model_gpus", "missing")
+            cpu = _number(name, line, "cpus_per_gpu", row.get("cpus_per_gpu"))
+            mem = _number(name, line, "mem_gb_per_gpu", row.get("mem_gb_per_gpu"))
+            tput = _number(name, line, "norm_tput", row.get("norm_tput"))
+            points.setdefault(key, {})[(cpu, mem)] = tput
+    grids: dict[str, ResourceGrid] = {}
+    for key, table in points.items():
+        cpus = np.array(sorted({c for c, _ in table}))
+        mems = np.array(sorted({m for _, m in table}))
+        grid = np.full((cpus.size, mems.size), np.nan)
+        for (c, m), value in table.items():
+            grid[np.searchsorted(cpus, c), np.searchsorted(mems, m)] = value
+        if np.isnan(grid).any():
+            raise TraceFormatError(name, 0, "norm_tput", f"{key}: the grid has holes")
+        grids[key] = ResourceGrid(cpus, mems, grid)
+    return grids
+
+
+@dataclass(frozen=True)
+class MuriJobs:
+    """Jobs of a Muri trace."""
+
+    ids: tuple[str, ...]
+    gpus: IntArray
+    submit_s: FloatArray
+    iterations: FloatArray
+    model: tuple[str, ...]
+    stage_s: FloatArray
+    """(m, 4) storage, CPU, GPU, network time per iteration (s)."""
+
+
+def read_muri_trace(path: str | Path) -> MuriJobs:
+    name = str(path)
+    ids: list[str] = []
+    gpus: list[int] = []
+    submit: list[float] = []
+    iterations: list[float] = []
+    model: list[str] = []
+    stages: list[list[float]] = []
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        for line, row in enumerate(reader, start=2):
+            ids.append(row.get("job_id") or f"job{line - 2}")
+            g = _number(name, line, "num_gpu", row.get("num_gpu"))
+            if g < 1 or g != int(g):
+                raise TraceFormatError(name, line, "num_gpu", f"must be an integer >= 1: {g}")
+            gpus.append(int(g))
+            submit.append(_number(name, line, "submit_time", row.get("submit_time")) / 1000)
+            iterations.append(_number(name, line, "iterations", row.get("iterations")))
+            model.append(row.get("model_name") or "")
+            times = [
+                _number(name, line, f"resource_time_{r}", row.get(f"resource_time_{r}")) / 1000
+                for r in range(3)
+            ]
+            if min(times) < 0 or sum(times) <= 0:
+                raise TraceFormatError(name, line, "resource_time_0",
+                                       "stage times must be >= 0 with a positive sum")
+            stages.append([0.0, *times])
+    return MuriJobs(
+        ids=tuple(ids),
+        gpus=np.array(gpus, np.int64),
+        submit_s=np.array(submit),
+        iterations=np.array(iterations),
+        model=tuple(model),
+        stage_s=np.array(stages, np.float64).reshape(-1, 4),
+    )

@@ -1,0 +1,244 @@
+"""IADeep (D9): groups sharing a device, with a configuration per member, as set packing.
+
+Columns are (group, configuration) pairs: every job alone in each of its configurations, and
+every group of `interference` with the configurations its entry names. A column's value is
+the sum over members of w_i x relative throughput of its configuration / its slowdown in the
+group; its memory is the members' memory in those configurations, which must fit a device;
+with `max_slowdown`, columns where a member is slower than that are left out. Choose columns
+with every job at most once and at most one column per device (D9):
+
+    maximize sum_c v_c x_c  s.t.  sum_{c contains i} x_c <= 1,  sum_c devices_c x_c <= D.
+
+Exact as a HiGHS MIP. IADeep's own scheduler (compat iadeep) takes jobs in arrival order: an
+idle device if any, otherwise the device whose group with the job has the smallest largest
+slowdown (over the configurations listed for that group), else the job waits.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from apportion.formulations.group_plans import ExactRun, compared_plan
+from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
+from apportion.solver.backends.status import SolverStatus
+from apportion.solver.deadline import Deadline
+from apportion.solver.groups import ColocationGroup, GroupSection
+from apportion.solver.model import Compat, IntArray, Problem, SolveOptions
+from apportion.solver.parameters import IadeepParameters
+from apportion.solver.result import (
+    JobStatus,
+    ModelSize,
+    Plan,
+)
+from apportion.solver.sharing import JobConfiguration, SharingInputs
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Column:
+    """A group with a configuration per member, its value and memory."""
+
+    members: tuple[int, ...]
+    configurations: tuple[int, ...]
+    slowdown: tuple[float, ...]
+    value: float
+    memory_gib: float
+    devices: int
+
+
+@dataclass(frozen=True)
+class IadeepInstance:
+    columns: tuple[Column, ...]
+    devices: int
+    num_jobs: int
+    arrival_order: IntArray
+
+
+def _configs(sharing: SharingInputs, i: int, memory: float) -> tuple[JobConfiguration, ...]:
+    own = sharing.configurations[i] if i < len(sharing.configurations) else ()
+    return own or (JobConfiguration("", 1.0, memory),)
+
+
+def iadeep_instance(problem: Problem, params: IadeepParameters) -> IadeepInstance:
+    jobs = problem.jobs
+    m = jobs.num_jobs
+    sharing = problem.sharing or SharingInputs()
+    memory = sharing.gpu_memory(m)
+    if sharing.devices is not None:
+        device_memory = float((sharing.devices.memory_gib - sharing.devices.used_memory_gib)
+                              .min(initial=np.inf))
+        devices = sharing.devices.count
+    else:
+        device_memory = params.device_memory_gib
+        devices = int(problem.cluster.count.sum())
+    cap = params.max_slowdown if params.max_slowdown > 0 else np.inf
+    columns: list[Column] = []
+    weight = jobs.priority_weight
+    for i in range(m):
+        for k, conf in enumerate(_configs(sharing, i, float(memory[i]))):
+            if conf.gpu_memory_gib <= device_memory + _EPS:
+                columns.append(Column((i,), (k,), (1.0,), float(weight[i] * conf.throughput),
+                                      conf.gpu_memory_gib, int(jobs.scale_factor[i])))
+    for entry in sharing.interference:
+        chosen = entry.configurations or (0,) * len(entry.jobs)
+        confs = [_configs(sharing, i, float(memory[i]))[c]
+                 for i, c in zip(entry.jobs, chosen, strict=True)]
+        need = sum(conf.gpu_memory_gib for conf in confs)
+        if need > device_memory + _EPS or max(entry.slowdown) > cap:
+            continue
+        value = sum(weight[i] * conf.throughput / s
+                    for i, conf, s in zip(entry.jobs, confs, entry.slowdown, strict=True))
+        columns.append(Column(entry.jobs, tuple(chosen), entry.slowdown, float(value), need,
+                              int(jobs.scale_factor[entry.jobs[0]])))
+    order = np.lexsort((np.arange(m), jobs.arrival_time_s))
+    return IadeepInstance(tuple(columns), devices, m, order.astype(np.int64))
+
+
+def packing_value(inst: IadeepInstance, chosen: list[int]) -> float:
+    return float(sum(inst.columns[c].value for c in chosen))
+
+
+def is_packing(inst: IadeepInstance, chosen: list[int]) -> bool:
+    members = [i for c in chosen for i in inst.columns[c].members]
+    used = sum(inst.columns[c].devices for c in chosen)
+    return len(members) == len(set(members)) and used <= inst.devices
+
+
+@dataclass(frozen=True)
+class Packing:
+    chosen: list[int]
+    objective: float
+    bound: float | None
+    status: SolverStatus
+    solve_time_s: float
+    size: ModelSize
+
+
+def solve_packing(inst: IadeepInstance, deadline: Deadline, gap: float,
+                  threads: int = 0) -> Packing:
+    """The set packing MIP of the module docstring."""
+    started = time.perf_counter()
+    k = len(inst.columns)
+    if k == 0:
+        return Packing([], 0.0, 0.0, SolverStatus.OPTIMAL, 0.0, ModelSize())
+    rows: list[int] = []
+    cols: list[int] = []
+    for c, column in enumerate(inst.columns):
+        rows.extend(column.members)
+        cols.extend([c] * len(column.members))
+    m = inst.num_jobs
+    ones = np.ones(len(rows))
+    devices = np.array([column.devices for column in inst.columns], np.float64)
+    matrix = sp.vstack([
+        sp.csc_matrix((ones, (np.array(rows), np.array(cols))), shape=(m, k)),
+        sp.csc_matrix(devices[None, :]),
+    ]).tocsc()
+    model = LinearModel(
+        cost=np.array([column.value for column in inst.columns]),
+        matrix=matrix,
+        row_lower=np.full(m + 1, -INFINITY),
+        row_upper=np.concatenate([np.ones(m), [float(inst.devices)]]),
+        col_lower=np.zeros(k),
+        col_upper=np.ones(k),
+        integer=np.ones(k, bool),
+        maximize=True,
+    )
+    result = solve_highs(model, HighsSettings(mip_rel_gap=gap, threads=threads), deadline)
+    chosen = np.nonzero(result.x > 0.5)[0].tolist() if result.has_solution else []
+    return Packing(chosen, packing_value(inst, chosen), result.bound, result.status,
+                   time.perf_counter() - started, model.size)
+
+
+def least_interference(inst: IadeepInstance) -> list[int]:
+    """IADeep's per-arrival greedy (compat): the chosen columns."""
+    by_members: dict[frozenset[int], list[int]] = {}
+    for c, column in enumerate(inst.columns):
+        by_members.setdefault(frozenset(column.members), []).append(c)
+    alone: dict[int, int] = {}  # each job's first configuration that fits a device
+    for c, column in enumerate(inst.columns):
+        if len(column.members) == 1:
+            alone.setdefault(column.members[0], c)
+    devices: list[int] = []  # the column on each busy device
+    free = inst.devices
+    for i in inst.arrival_order.tolist():
+        if i in alone and free >= inst.columns[alone[i]].devices:
+            devices.append(alone[i])
+            free -= inst.columns[alone[i]].devices
+            continue
+        best: tuple[float, int, int] | None = None
+        for slot, c in enumerate(devices):
+            current = inst.columns[c]
+            options = by_members.get(frozenset(current.members) | {i}, [])
+            for option in options:
+                if inst.columns[option].devices != current.devices:
+                    continue
+                worst = max(inst.columns[option].slowdown)
+                if best is None or worst < best[0]:
+                    best = (worst, slot, option)
+        if best is not None:
+            devices[best[1]] = best[2]
+    return devices
+
+
+def solve_policy(
+    problem: Problem,
+    params: IadeepParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
+) -> Plan:
+    """IADeep's groups: exact set packing, or its greedy with compat iadeep."""
+    inst = iadeep_instance(problem, params)
+    heuristic = least_interference(inst)
+    heuristic_value = packing_value(inst, heuristic)
+    exact: ExactRun | None = None
+    chosen = heuristic
+    if compat is not Compat.IADEEP:
+        found = solve_packing(inst, deadline, options.relative_gap, options.threads)
+        chosen = found.chosen
+        exact = ExactRun(found.objective, found.bound, found.status,
+                         f"set packing over {len(inst.columns)} (group, configuration) columns",
+                         found.solve_time_s, found.size)
+    groups, status, reasons = _groups(problem, inst, chosen)
+    return compared_plan(problem, GroupSection(tuple(groups)), status, reasons,
+                         "iadeep_least_interference", heuristic_value, exact,
+                         options.relative_gap)
+
+
+def _groups(problem: Problem, inst: IadeepInstance, chosen: list[int]
+            ) -> tuple[list[ColocationGroup], list[JobStatus], list[str]]:
+    sharing = problem.sharing or SharingInputs()
+    m = problem.jobs.num_jobs
+    status = [JobStatus.DEFERRED] * m
+    reasons = ["no device left for it alone or in a listed group"] * m
+    ids = sharing.devices.ids if sharing.devices is not None else ()
+    types = (sharing.devices.type_index if sharing.devices is not None
+             else np.repeat(np.arange(problem.cluster.num_types), problem.cluster.count))
+    memory = sharing.gpu_memory(m)
+    next_device = 0
+    groups: list[ColocationGroup] = []
+    for c in sorted(chosen, key=lambda c: min(inst.columns[c].members)):
+        column = inst.columns[c]
+        span = list(range(next_device, next_device + column.devices))
+        next_device += column.devices
+        names = tuple(
+            _configs(sharing, i, float(memory[i]))[k].name
+            for i, k in zip(column.members, column.configurations, strict=True)
+        )
+        groups.append(ColocationGroup(
+            members=column.members,
+            slowdown=column.slowdown,
+            type_index=int(types[span[0]]) if span and span[0] < len(types) else -1,
+            devices=column.devices,
+            device_ids=tuple(ids[d] for d in span if d < len(ids)),
+            configurations=names if any(names) else (),
+        ))
+        for i in column.members:
+            status[i], reasons[i] = JobStatus.ALLOCATED, ""
+    return groups, status, reasons
+

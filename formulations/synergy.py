@@ -1,0 +1,527 @@
+"""Synergy (B5): CPU cores and host memory per job, beyond its GPUs.
+
+Each job has a throughput grid over (CPU cores per GPU, GiB per GPU), normalized so that 1 is
+its throughput at the GPU-proportional share (cluster CPUs / GPUs, memory / GPUs). Jobs get
+GPUs in the base order (every job that still fits); then:
+
+* OPT (exact): one grid point per job maximizing sum_i w_i tput_i, with total CPUs and memory
+  within the cluster's and no job below its fair-share point (the largest grid point within
+  the GPU-proportional share in both axes) (B5, LP1, an ILP solved by HiGHS). Points dominated
+  by a cheaper point with at least the same throughput are dropped first (never needed).
+  Then the shapes are placed on the nodes (LP2): consolidated, larger jobs first; a job that
+  does not fit is retried at its fair-share shape, then by shrinking placed jobs back to
+  theirs. LP1 ignores where resources sit, so its optimum bounds every placement from above:
+  the plan's objective is that of the placed shapes and its bound LP1's, hence its gap.
+* TUNE (compat synergy): each job in base order asks for its best point (the cheapest
+  reaching its peak throughput), placed consolidated on the nodes with the fewest free GPUs;
+  failing that at its fair share; failing that after shrinking placed jobs that hold more
+  than their fair share on the emptiest nodes; otherwise it waits. Invariant: every placed
+  job has at least its fair-share CPUs and memory, so at least its fair-share throughput.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from apportion.formulations.group_plans import ExactRun, compared_plan
+from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
+from apportion.solver.backends.status import SolverStatus
+from apportion.solver.deadline import Deadline
+from apportion.solver.groups import ColocationGroup, GroupSection
+from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
+from apportion.solver.parameters import BaseOrder, SynergyParameters
+from apportion.solver.result import (
+    JobStatus,
+    ModelSize,
+    Plan,
+)
+from apportion.solver.sharing import ResourceGrid, SharingInputs
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Candidate points of the chosen jobs, flattened: point k belongs to job `job[k]`."""
+
+    job: IntArray
+    cpus: FloatArray
+    """(K,) cores per GPU."""
+    memory: FloatArray
+    """(K,) GiB per GPU."""
+    tput: FloatArray
+    """(K,) normalized throughput."""
+    fair: IntArray
+    """(m_chosen,) index into the points of each job's fair-share point."""
+    best: IntArray
+    """(m_chosen,) each job's best point (the cheapest reaching its peak)."""
+
+
+@dataclass(frozen=True)
+class SynergyInstance:
+    """Chosen jobs and servers on arrays."""
+
+    jobs: IntArray
+    """(c,) snapshot indices of the jobs that got GPUs."""
+    gpus: IntArray
+    """(c,) their GPU counts."""
+    weight: FloatArray
+    """(c,) objective weights."""
+    shapes: Shapes
+    server_gpus: IntArray
+    server_cpus: FloatArray
+    server_memory: FloatArray
+    fair_cpus: float
+    """Cores per GPU of the GPU-proportional share."""
+    fair_memory: float
+    """GiB per GPU of the GPU-proportional share."""
+
+
+def fair_share(gpus: IntArray, cpus: FloatArray, memory: FloatArray) -> tuple[float, float]:
+    """Cores and GiB per GPU of the GPU-proportional share over servers with GPUs."""
+    total = float(gpus.sum())
+    if total <= 0:
+        return 0.0, 0.0
+    return float(cpus[gpus > 0].sum()) / total, float(memory[gpus > 0].sum()) / total
+
+
+def fair_point(grid: ResourceGrid, fair_cpus: float, fair_memory: float) -> tuple[int, int]:
+    """(a, b): the largest grid point within the fair share in both axes (-1 = none)."""
+    a = int(np.searchsorted(grid.cpus_per_gpu, fair_cpus * (1 + _EPS), side="right")) - 1
+    b = int(np.searchsorted(grid.memory_gib_per_gpu, fair_memory * (1 + _EPS), side="right")) - 1
+    return a, b
+
+
+def _points(grid: ResourceGrid, fair: tuple[int, int]) -> tuple[FloatArray, FloatArray,
+                                                                  FloatArray, int, int]:
+    """The undominated points at or above the fair-share throughput (cpus, memory, tput), the
+    index of the fair point and of the best point among them."""
+    cpu_grid, mem_grid = np.meshgrid(grid.cpus_per_gpu, grid.memory_gib_per_gpu, indexing="ij")
+    cpu, mem = cpu_grid.reshape(-1), mem_grid.reshape(-1)
+    tput = grid.throughput.reshape(-1)
+    fair_flat = fair[0] * grid.memory_gib_per_gpu.size + fair[1]
+    floor = tput[fair_flat]
+    keep = tput >= floor - _EPS
+    # q dominates p: no more of either resource, at least the throughput, better somewhere
+    le = (cpu[:, None] <= cpu[None, :]) & (mem[:, None] <= mem[None, :])
+    ge = tput[:, None] >= tput[None, :]
+    strict = (cpu[:, None] < cpu[None, :]) | (mem[:, None] < mem[None, :]) | (
+        tput[:, None] > tput[None, :]
+    )
+    dominated = (le & ge & strict & keep[:, None]).any(axis=0)
+    keep &= ~dominated | (np.arange(tput.size) == fair_flat)
+    index = np.nonzero(keep)[0]
+    peak = tput[index].max()
+    at_peak = index[tput[index] >= peak - _EPS]
+    best = at_peak[np.lexsort((mem[at_peak], cpu[at_peak]))[0]]
+    return (cpu[index], mem[index], tput[index], int(np.nonzero(index == fair_flat)[0][0]),
+            int(np.nonzero(index == best)[0][0]))
+
+
+def choose_jobs(problem: Problem, order: BaseOrder, server_gpus: IntArray) -> IntArray:
+    """Jobs with a grid that get GPUs in the base order: every job that still fits."""
+    jobs = problem.jobs
+    grids = (problem.sharing or SharingInputs()).resource_grid
+    if order is BaseOrder.REMAINING_SERVICE:
+        best = jobs.throughput.max(axis=1) if jobs.throughput.size else np.zeros(jobs.num_jobs)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            key = np.where((jobs.total_steps > 0) & (best > 0),
+                           jobs.remaining_steps / best * jobs.scale_factor, np.inf)
+    elif order is BaseOrder.ATTAINED_SERVICE:
+        key = problem.history.received_time_s.sum(axis=1) * jobs.scale_factor
+    else:
+        key = jobs.arrival_time_s
+    free = int(server_gpus.sum())
+    chosen: list[int] = []
+    for i in np.argsort(key, kind="stable").tolist():
+        if not grids or grids[i] is None:
+            continue
+        g = int(jobs.scale_factor[i])
+        if g <= free:
+            chosen.append(i)
+            free -= g
+    return np.array(chosen, np.int64)
+
+
+def synergy_instance(problem: Problem, params: SynergyParameters) -> SynergyInstance:
+    sharing = problem.sharing or SharingInputs()
+    server_gpus = problem.cluster.node_devices.astype(np.int64)
+    cpus, memory = sharing.node_cpus, sharing.node_memory_gib
+    fair_cpus, fair_memory = fair_share(server_gpus, cpus, memory)
+    chosen = choose_jobs(problem, params.order, server_gpus)
+    job: list[IntArray] = []
+    cpu_l: list[FloatArray] = []
+    mem_l: list[FloatArray] = []
+    tput_l: list[FloatArray] = []
+    fair_l: list[int] = []
+    best_l: list[int] = []
+    cache: dict[int, tuple[FloatArray, FloatArray, FloatArray, int, int]] = {}
+    offset = 0
+    for c, i in enumerate(chosen.tolist()):
+        grid = sharing.resource_grid[i]
+        assert grid is not None
+        key = id(grid)
+        if key not in cache:
+            cache[key] = _points(grid, fair_point(grid, fair_cpus, fair_memory))
+        cpu, mem, tput, fair, best = cache[key]
+        job.append(np.full(cpu.size, c))
+        cpu_l.append(cpu)
+        mem_l.append(mem)
+        tput_l.append(tput)
+        fair_l.append(offset + fair)
+        best_l.append(offset + best)
+        offset += cpu.size
+    return SynergyInstance(
+        jobs=chosen,
+        gpus=problem.jobs.scale_factor[chosen],
+        weight=problem.jobs.priority_weight[chosen],
+        shapes=Shapes(
+            np.concatenate([np.zeros(0, np.int64), *job]).astype(np.int64),
+            np.concatenate([np.zeros(0), *cpu_l]),
+            np.concatenate([np.zeros(0), *mem_l]),
+            np.concatenate([np.zeros(0), *tput_l]),
+            np.array(fair_l, np.int64),
+            np.array(best_l, np.int64),
+        ),
+        server_gpus=server_gpus,
+        server_cpus=np.asarray(cpus, np.float64),
+        server_memory=np.asarray(memory, np.float64),
+        fair_cpus=fair_cpus,
+        fair_memory=fair_memory,
+    )
+
+
+@dataclass(frozen=True)
+class ShapeChoice:
+    """LP1's answer: one point per chosen job."""
+
+    point: IntArray
+    """(c,) index into the instance's points, -1 = none."""
+    objective: float | None
+    bound: float | None
+    status: SolverStatus
+    solve_time_s: float
+    size: tuple[int, int]
+
+
+def solve_shapes(inst: SynergyInstance, deadline: Deadline, gap: float, threads: int = 0,
+                 relax: bool = False) -> ShapeChoice:
+    """LP1 (B5): max sum w tput y, one point per job, total CPUs and memory within the
+    cluster's (the floor is in the points). `relax`: the LP relaxation."""
+    s = inst.shapes
+    c, k = inst.jobs.size, s.job.size
+    if c == 0:
+        return ShapeChoice(np.zeros(0, np.int64), 0.0, 0.0, SolverStatus.OPTIMAL, 0.0, (0, 0))
+    g = inst.gpus[s.job].astype(np.float64)
+    rows = np.concatenate([s.job, np.full(k, c), np.full(k, c + 1)])
+    cols = np.concatenate([np.arange(k)] * 3)
+    vals = np.concatenate([np.ones(k), g * s.cpus, g * s.memory])
+    model = LinearModel(
+        cost=inst.weight[s.job] * s.tput,
+        matrix=sp.csc_matrix((vals, (rows, cols)), shape=(c + 2, k)),
+        row_lower=np.concatenate([np.ones(c), [-INFINITY, -INFINITY]]),
+        row_upper=np.concatenate([np.ones(c), [inst.server_cpus.sum(), inst.server_memory.sum()]]),
+        col_lower=np.zeros(k),
+        col_upper=np.ones(k),
+        integer=None if relax else np.ones(k, bool),
+        maximize=True,
+    )
+    started = time.perf_counter()
+    result = solve_highs(model, HighsSettings(mip_rel_gap=gap, threads=threads), deadline)
+    point = np.full(c, -1, np.int64)
+    objective = None
+    if result.has_solution and not relax:
+        chosen = np.nonzero(result.x > 0.5)[0]
+        point[s.job[chosen]] = chosen
+        if (point >= 0).all():
+            objective = float((inst.weight * s.tput[point]).sum())
+    elif result.has_solution:
+        objective = result.objective
+    bound = result.bound if not relax else result.objective
+    return ShapeChoice(point, objective, bound, result.status, time.perf_counter() - started,
+                       (k, c + 2))
+
+
+class Servers:
+    """Free GPUs, cores and memory per server while jobs are placed."""
+
+    def __init__(self, inst: SynergyInstance) -> None:
+        self.gpus = inst.server_gpus.astype(np.int64).copy()
+        self.cpus = inst.server_cpus.astype(np.float64).copy()
+        self.memory = inst.server_memory.astype(np.float64).copy()
+        self.largest = int(inst.server_gpus.max(initial=0))
+
+    def fit(self, g: int, cpu: float, mem: float, split: bool) -> list[tuple[int, int]] | None:
+        """(server, GPUs) pieces for g GPUs with cpu cores and mem GiB per GPU: the server
+        with the fewest free GPUs that fits them all when g fits a server, else (or with
+        `split`) the servers with the most room first; None = no room."""
+        room = np.minimum(
+            self.gpus,
+            np.minimum(np.floor(self.cpus / cpu + _EPS) if cpu > 0 else self.gpus,
+                       np.floor(self.memory / mem + _EPS) if mem > 0 else self.gpus),
+        ).astype(np.int64)
+        if g <= self.largest:
+            ok = np.nonzero(room >= g)[0]
+            if ok.size:
+                return [(int(ok[np.argmin(self.gpus[ok])]), g)]
+            if not split:
+                return None
+        if room.sum() < g:
+            return None
+        pieces: list[tuple[int, int]] = []
+        left = g
+        for s in np.argsort(-room, kind="stable").tolist():
+            take = int(min(room[s], left))
+            if take <= 0:
+                break
+            pieces.append((s, take))
+            left -= take
+            if left == 0:
+                return pieces
+        return None
+
+    def take(self, pieces: list[tuple[int, int]], cpu: float, mem: float, sign: int = 1) -> None:
+        for s, k in pieces:
+            self.gpus[s] -= sign * k
+            self.cpus[s] -= sign * k * cpu
+            self.memory[s] -= sign * k * mem
+
+
+@dataclass
+class Placement:
+    """Where each chosen job runs and at which point (-1 = waits)."""
+
+    point: IntArray
+    pieces: list[list[tuple[int, int]]]
+
+
+def _shrink_for(inst: SynergyInstance, servers: Servers, place: Placement, job: int,
+                split: bool) -> list[tuple[int, int]] | None:
+    """Peer adjustment: shrink placed jobs that hold more than their fair share on the servers
+    with the most free GPUs back to it, until `job` fits at its fair share."""
+    s = inst.shapes
+    fair = int(s.fair[job])
+    g = int(inst.gpus[job])
+    for server in np.argsort(-servers.gpus, kind="stable").tolist():
+        if servers.gpus[server] < min(g, servers.largest) and not split:
+            continue
+        for other in range(inst.jobs.size):
+            p = int(place.point[other])
+            if p < 0 or p == int(s.fair[other]):
+                continue
+            if not any(srv == server for srv, _ in place.pieces[other]):
+                continue
+            if s.cpus[p] <= s.cpus[s.fair[other]] and s.memory[p] <= s.memory[s.fair[other]]:
+                continue
+            servers.take(place.pieces[other], s.cpus[p], s.memory[p], sign=-1)
+            q = int(s.fair[other])
+            servers.take(place.pieces[other], s.cpus[q], s.memory[q])
+            place.point[other] = q
+            pieces = servers.fit(g, s.cpus[fair], s.memory[fair], split)
+            if pieces is not None:
+                return pieces
+    return None
+
+
+def place(inst: SynergyInstance, wanted: IntArray, order: IntArray, split: bool) -> Placement:
+    """Place each job of `order` at its `wanted` point, else at its fair point, else after
+    shrinking others (module docstring); `split` as in `Servers.fit`."""
+    s = inst.shapes
+    servers = Servers(inst)
+    placement = Placement(np.full(inst.jobs.size, -1, np.int64), [[] for _ in inst.jobs])
+    for job in order.tolist():
+        g = int(inst.gpus[job])
+        for p in dict.fromkeys([int(wanted[job]), int(s.fair[job])]):
+            pieces = servers.fit(g, s.cpus[p], s.memory[p], split)
+            if pieces is not None:
+                break
+        else:
+            p = int(s.fair[job])
+            pieces = _shrink_for(inst, servers, placement, job, split)
+        if pieces is None:
+            continue
+        servers.take(pieces, s.cpus[p], s.memory[p])
+        placement.point[job] = p
+        placement.pieces[job] = pieces
+    return placement
+
+
+def assign_servers(inst: SynergyInstance, point: IntArray) -> list[list[tuple[int, int]]]:
+    """GPUs for every chosen job, consolidated, balancing the cores and memory the points ask
+    for: jobs by decreasing demand, each on the server with enough free GPUs whose load (the
+    larger of its core and memory shares already asked for) is lowest; jobs larger than every
+    server take the emptiest servers. Empty list = no server has its GPUs free."""
+    s = inst.shapes
+    free = inst.server_gpus.astype(np.int64).copy()
+    cap_cpu = np.maximum(inst.server_cpus, _EPS)
+    cap_mem = np.maximum(inst.server_memory, _EPS)
+    asked_cpu = np.zeros(free.size)
+    asked_mem = np.zeros(free.size)
+    largest = int(inst.server_gpus.max(initial=0))
+    g = inst.gpus.astype(np.float64)
+    demand = np.maximum(g * s.cpus[point] / cap_cpu.mean(), g * s.memory[point] / cap_mem.mean())
+    pieces: list[list[tuple[int, int]]] = [[] for _ in range(inst.jobs.size)]
+    for job in np.lexsort((-inst.gpus, -demand)).tolist():
+        need = int(inst.gpus[job])
+        cpu, mem = float(s.cpus[point[job]]), float(s.memory[point[job]])
+        if need <= largest:
+            ok = np.nonzero(free >= need)[0]
+            if ok.size == 0:
+                continue
+            load = np.maximum((asked_cpu[ok] + need * cpu) / cap_cpu[ok],
+                              (asked_mem[ok] + need * mem) / cap_mem[ok])
+            chosen = [(int(ok[np.lexsort((free[ok], load))[0]]), need)]
+        else:
+            if free.sum() < need:
+                continue
+            chosen, left = [], need
+            for server in np.argsort(-free, kind="stable").tolist():
+                take = int(min(free[server], left))
+                if take <= 0:
+                    break
+                chosen.append((server, take))
+                left -= take
+                if left == 0:
+                    break
+        for server, k in chosen:
+            free[server] -= k
+            asked_cpu[server] += k * cpu
+            asked_mem[server] += k * mem
+        pieces[job] = chosen
+    return pieces
+
+
+def reshape(inst: SynergyInstance, pieces: list[list[tuple[int, int]]], deadline: Deadline,
+            gap: float, threads: int = 0) -> tuple[Placement, SolverStatus]:
+    """The best points for jobs whose servers are fixed: max sum w tput over one point per
+    placed job with every server's cores and memory respected (a small multiple-choice
+    knapsack MIP). A job that cannot keep even its fair point waits (placing jobs comes
+    first: each placed job is worth more than every throughput together)."""
+    s = inst.shapes
+    servers = inst.server_gpus.size
+    placed = np.array([bool(p) for p in pieces])
+    cols = np.nonzero(placed[s.job])[0]
+    k = cols.size
+    job = s.job[cols]
+    big = 1.0 + float((inst.weight * s.tput[s.best]).sum()) if inst.jobs.size else 1.0
+    rows = [job]
+    entries = [np.arange(k)]
+    vals = [np.ones(k)]
+    c = inst.jobs.size
+    for j in np.nonzero(placed)[0].tolist():
+        mine = np.nonzero(job == j)[0]
+        for server, gpus in pieces[j]:
+            rows += [np.full(mine.size, c + server), np.full(mine.size, c + servers + server)]
+            entries += [mine, mine]
+            vals += [gpus * s.cpus[cols[mine]], gpus * s.memory[cols[mine]]]
+    model = LinearModel(
+        cost=inst.weight[job] * s.tput[cols] + big,
+        matrix=sp.csc_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(entries))),
+            shape=(c + 2 * servers, k),
+        ),
+        row_lower=np.full(c + 2 * servers, -INFINITY),
+        row_upper=np.concatenate([np.ones(c), inst.server_cpus, inst.server_memory]),
+        col_lower=np.zeros(k),
+        col_upper=np.ones(k),
+        integer=np.ones(k, bool),
+        maximize=True,
+    )
+    result = solve_highs(model, HighsSettings(mip_rel_gap=gap * 1e-3, threads=threads),
+                         deadline)
+    placement = Placement(np.full(c, -1, np.int64), [[] for _ in range(c)])
+    if result.has_solution:
+        for col in np.nonzero(result.x > 0.5)[0].tolist():
+            j = int(job[col])
+            placement.point[j] = int(cols[col])
+            placement.pieces[j] = pieces[j]
+    return placement, result.status
+
+
+def placed_value(inst: SynergyInstance, placement: Placement) -> float:
+    ok = placement.point >= 0
+    return float((inst.weight[ok] * inst.shapes.tput[placement.point[ok]]).sum())
+
+
+def tune(inst: SynergyInstance) -> Placement:
+    """TUNE (compat synergy): best points in base order (module docstring)."""
+    return place(inst, inst.shapes.best, np.arange(inst.jobs.size), split=False)
+
+
+def solve_policy(
+    problem: Problem,
+    params: SynergyParameters,
+    compat: Compat,
+    options: SolveOptions,
+    deadline: Deadline,
+) -> Plan:
+    """Synergy OPT (exact shapes, bound by LP1) or TUNE (compat synergy)."""
+    inst = synergy_instance(problem, params)
+    started = time.perf_counter()
+    heuristic = tune(inst)
+    heuristic_value = placed_value(inst, heuristic)
+    notes: list[str] = []
+    final = heuristic
+    exact: ExactRun | None = None
+    if compat is not Compat.SYNERGY:
+        shapes = solve_shapes(inst, deadline, options.relative_gap, options.threads)
+        if shapes.objective is None:
+            notes.append(f"LP1 ended {shapes.status.value} without a point; TUNE's plan kept")
+        else:
+            final, reshaped = reshape(inst, assign_servers(inst, shapes.point), deadline,
+                                      options.relative_gap, options.threads)
+            if reshaped is not SolverStatus.OPTIMAL:
+                notes.append(f"placement reshaping ended {reshaped.value}")
+            moved = int((final.point != shapes.point).sum())
+            if moved:
+                notes.append(f"{moved} job(s) reshaped from LP1's point to fit their nodes")
+        if heuristic_value > placed_value(inst, final):
+            final = heuristic
+            notes.append("TUNE's placement kept (better than the placed LP1 shapes)")
+        exact = ExactRun(
+            placed_value(inst, final), shapes.bound, shapes.status,
+            "synergy OPT: LP1 shape ILP (HiGHS MIP), consolidated placement",
+            time.perf_counter() - started, ModelSize(*shapes.size, 0, shapes.size[0]),
+            "; ".join(notes), feasible_when_open=True,
+        )
+    section, status, reasons, values = _section(problem, inst, final)
+    return compared_plan(problem, section, status, reasons, "synergy_tune", heuristic_value,
+                         exact, options.relative_gap, objective_value=values)
+
+
+def _section(problem: Problem, inst: SynergyInstance, placement: Placement
+             ) -> tuple[GroupSection, list[JobStatus], list[str], FloatArray]:
+    m = problem.jobs.num_jobs
+    s = inst.shapes
+    status = [JobStatus.DEFERRED] * m
+    reasons = ["no GPUs left this round (base order)"] * m
+    grids = (problem.sharing or SharingInputs()).resource_grid
+    for i in range(m):
+        if not grids or grids[i] is None:
+            status[i] = JobStatus.UNSERVABLE
+            reasons[i] = "no resource profile (jobs[].resource_profile or resource_profiles)"
+    cpus = np.full(m, np.nan)
+    memory = np.full(m, np.nan)
+    values = np.zeros(m)
+    names = problem.cluster.node_names
+    node_type = problem.cluster.node_type
+    groups: list[ColocationGroup] = []
+    for c, i in enumerate(inst.jobs.tolist()):
+        p = int(placement.point[c])
+        if p < 0:
+            reasons[i] = "no node has room for its fair share after shrinking others"
+            continue
+        g = int(inst.gpus[c])
+        cpus[i], memory[i] = g * s.cpus[p], g * s.memory[p]
+        values[i] = s.tput[p]
+        floor = s.tput[s.fair[c]]
+        slowdown = floor / s.tput[p] if s.tput[p] > 0 else 1.0
+        nodes = tuple((names[srv], k) for srv, k in placement.pieces[c])
+        first = placement.pieces[c][0][0]
+        groups.append(ColocationGroup((i,), (float(slowdown),), int(node_type[first]), g, nodes))
+        status[i], reasons[i] = JobStatus.ALLOCATED, ""
+    return GroupSection(tuple(groups), cpus, memory), status, reasons, values

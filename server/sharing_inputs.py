@@ -1,0 +1,606 @@
+"""Wire conversion for the co-location and resource-shape policies (synergy, muri, antman,
+lucid, iadeep).
+
+* `sharing_parameters` maps a `Policy.parameters` oneof field to a converter of its message;
+  `SHARING_COMPAT` the compat values of these policies.
+* `sharing_problem` reads and validates what the resolved policy reads (by its capability
+  flags): CPU/memory grids and node CPUs and memory, stage times, device sharing profiles,
+  shared devices and group interference; other policies ignore these fields.
+* `fill_sharing_response` writes the groups, the per-job CPUs, memory, slowdown and group, and
+  the heuristic's objective in the stats.
+
+Every problem is appended as `Violation(field_path, description)`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from apportion.solver.cluster_topology import topology_of
+from apportion.solver.errors import Violation
+from apportion.solver.model import Compat, PolicyRequest, Problem
+from apportion.solver.parameters import (
+    AntmanParameters,
+    BaseOrder,
+    IadeepParameters,
+    LucidParameters,
+    MuriParameters,
+    SynergyParameters,
+)
+from apportion.solver.registry import lookup
+from apportion.solver.result import Plan, relative_gap
+from apportion.solver.sharing import (
+    MAX_GROUP_SIZE,
+    GroupInterference,
+    JobConfiguration,
+    ResourceGrid,
+    SharedDevices,
+    SharingInputs,
+)
+from apportion.solver.topology import ServiceClass
+from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1 import policy_pb2 as policy_pb
+from apportion.v1 import snapshot_pb2 as snapshot_pb
+
+MAX_GRID_AXIS = 64
+"""Largest number of values on either axis of a CPU/memory grid."""
+
+SHARING_COMPAT = {
+    policy_pb.COMPAT_SYNERGY: Compat.SYNERGY,
+    policy_pb.COMPAT_MURI: Compat.MURI,
+    policy_pb.COMPAT_ANTMAN: Compat.ANTMAN,
+    policy_pb.COMPAT_LUCID: Compat.LUCID,
+    policy_pb.COMPAT_IADEEP: Compat.IADEEP,
+}
+
+_ORDER = {
+    policy_pb.BASE_ORDER_ARRIVAL: BaseOrder.ARRIVAL,
+    policy_pb.BASE_ORDER_REMAINING_SERVICE: BaseOrder.REMAINING_SERVICE,
+    policy_pb.BASE_ORDER_ATTAINED_SERVICE: BaseOrder.ATTAINED_SERVICE,
+}
+
+
+def _finite(x: float) -> bool:
+    return math.isfinite(x)
+
+
+def _order(msg: Any, path: str, default: BaseOrder, violations: list[Violation]) -> BaseOrder:
+    if msg.order == policy_pb.BASE_ORDER_UNSPECIFIED:
+        return default
+    if msg.order not in _ORDER:
+        violations.append(Violation(f"{path}.order", f"unknown value {msg.order}"))
+        return default
+    return _ORDER[msg.order]
+
+
+def _positive(msg: Any, name: str, path: str, default: float, violations: list[Violation],
+              upper: float = math.inf) -> float:
+    if not msg.HasField(name):
+        return default
+    value = getattr(msg, name)
+    if not (_finite(value) and 0 < value <= upper):
+        bound = f"in (0, {upper:g}]" if math.isfinite(upper) else "finite and > 0"
+        violations.append(Violation(f"{path}.{name}", f"must be {bound}, got {value}"))
+        return default
+    return float(value)
+
+
+def _synergy(msg: Any, violations: list[Violation]) -> object:
+    return SynergyParameters(order=_order(msg, "policy.synergy", BaseOrder.ARRIVAL, violations))
+
+
+def _muri(msg: Any, violations: list[Violation]) -> object:
+    p = "policy.muri"
+    size = msg.max_group_size if msg.HasField("max_group_size") else MAX_GROUP_SIZE
+    if not 1 <= size <= MAX_GROUP_SIZE:
+        violations.append(Violation(f"{p}.max_group_size",
+                                    f"must be in [1, {MAX_GROUP_SIZE}], got {size}"))
+        size = MAX_GROUP_SIZE
+    lam = msg.weight_threshold
+    if not (_finite(lam) and lam >= 0):
+        violations.append(Violation(f"{p}.weight_threshold", f"must be finite and >= 0, got {lam}"))
+        lam = 0.0
+    overhead = tuple(float(v) for v in msg.interleave_overhead)
+    if overhead and len(overhead) != MAX_GROUP_SIZE:
+        violations.append(Violation(f"{p}.interleave_overhead",
+                                    f"needs {MAX_GROUP_SIZE} values (groups of 1 to 4), got "
+                                    f"{len(overhead)}"))
+        overhead = ()
+    for k, value in enumerate(overhead):
+        if not (_finite(value) and value >= 1):
+            violations.append(Violation(f"{p}.interleave_overhead[{k}]",
+                                        f"must be finite and >= 1, got {value}"))
+            overhead = ()
+            break
+    return MuriParameters(
+        order=_order(msg, p, BaseOrder.REMAINING_SERVICE, violations),
+        max_group_size=size,
+        weight_threshold=float(lam),
+        exact_groups=msg.exact_groups,
+        interleave_overhead=overhead,
+        autopack=msg.autopack if msg.HasField("autopack") else True,
+    )
+
+
+def _antman(msg: Any, violations: list[Violation]) -> object:
+    p = "policy.antman"
+    default = AntmanParameters()
+    weight = msg.slowdown_weight
+    if not (_finite(weight) and weight >= 0):
+        violations.append(Violation(f"{p}.slowdown_weight", f"must be finite and >= 0, got "
+                                                            f"{weight}"))
+        weight = 0.0
+    return AntmanParameters(
+        max_utilization=_positive(msg, "max_utilization", p, default.max_utilization,
+                                  violations, upper=1.0),
+        slowdown_weight=float(weight),
+        busy_utilization=_positive(msg, "busy_utilization", p, default.busy_utilization,
+                                   violations, upper=1.0),
+        busy_memory_gib=_positive(msg, "busy_memory_gib", p, default.busy_memory_gib,
+                                  violations),
+        device_memory_gib=_positive(msg, "device_memory_gib", p, default.device_memory_gib,
+                                    violations),
+    )
+
+
+def _lucid(msg: Any, violations: list[Violation]) -> object:
+    p = "policy.lucid"
+    default = LucidParameters()
+    score_sum = msg.max_score_sum if msg.HasField("max_score_sum") else default.max_score_sum
+    if score_sum < 0:
+        violations.append(Violation(f"{p}.max_score_sum", f"must be >= 0, got {score_sum}"))
+        score_sum = default.max_score_sum
+    return LucidParameters(
+        sharing=msg.sharing if msg.HasField("sharing") else True,
+        device_memory_gib=_positive(msg, "device_memory_gib", p, default.device_memory_gib,
+                                    violations),
+        max_score_sum=int(score_sum),
+        pair_pending=msg.pair_pending,
+    )
+
+
+def _iadeep(msg: Any, violations: list[Violation]) -> object:
+    p = "policy.iadeep"
+    cap = msg.max_slowdown
+    if not (_finite(cap) and (cap == 0 or cap > 1)):
+        violations.append(Violation(f"{p}.max_slowdown", f"must be 0 or finite and > 1, got "
+                                                         f"{cap}"))
+        cap = 0.0
+    return IadeepParameters(
+        max_slowdown=float(cap),
+        device_memory_gib=_positive(msg, "device_memory_gib", p,
+                                    IadeepParameters().device_memory_gib, violations),
+    )
+
+
+sharing_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {
+    "synergy": _synergy,
+    "muri": _muri,
+    "antman": _antman,
+    "lucid": _lucid,
+    "iadeep": _iadeep,
+}
+
+
+def _grid(msg: snapshot_pb.ResourceProfile, path: str,
+          violations: list[Violation]) -> ResourceGrid | None:
+    """A validated grid: monotone axes, no holes, finite throughput >= 0."""
+    ok = True
+    axes: list[np.ndarray] = []
+    for name in ("cpus_per_gpu", "memory_gib_per_gpu"):
+        values = np.asarray(getattr(msg, name), np.float64)
+        if values.size == 0:
+            violations.append(Violation(f"{path}.{name}", "must list at least one value"))
+            ok = False
+        elif values.size > MAX_GRID_AXIS:
+            violations.append(Violation(f"{path}.{name}",
+                                        f"at most {MAX_GRID_AXIS} values, got {values.size}"))
+            ok = False
+        for k, value in enumerate(values.tolist()):
+            if not (_finite(value) and value > 0):
+                violations.append(Violation(f"{path}.{name}[{k}]",
+                                            f"must be finite and > 0, got {value}"))
+                ok = False
+            elif k and not value > values[k - 1]:
+                violations.append(Violation(
+                    f"{path}.{name}[{k}]",
+                    f"axis not strictly increasing: {value} after {values[k - 1]}"))
+                ok = False
+        axes.append(values)
+    tput = np.asarray(msg.throughput, np.float64)
+    need = axes[0].size * axes[1].size
+    if ok and tput.size != need:
+        violations.append(Violation(
+            f"{path}.throughput",
+            f"the grid has holes: {axes[0].size} x {axes[1].size} points need {need} values "
+            f"(row-major by cpus_per_gpu), got {tput.size}"))
+        ok = False
+    for k, value in enumerate(tput.tolist()):
+        if not (_finite(value) and value >= 0):
+            violations.append(Violation(f"{path}.throughput[{k}]",
+                                        f"must be finite and >= 0 (no holes), got {value}"))
+            ok = False
+    if not ok:
+        return None
+    return ResourceGrid(axes[0], axes[1], tput.reshape(axes[0].size, axes[1].size))
+
+
+def _grids(msg: snapshot_pb.Snapshot, problem: Problem, violations: list[Violation]
+           ) -> tuple[tuple[ResourceGrid | None, ...], np.ndarray, np.ndarray]:
+    """Per job its grid, and the nodes' CPUs and memory (synergy)."""
+    by_type: dict[str, ResourceGrid | None] = {}
+    first: dict[str, int] = {}
+    for k, entry in enumerate(msg.resource_profiles):
+        p = f"snapshot.resource_profiles[{k}]"
+        if not entry.job_type:
+            violations.append(Violation(f"{p}.job_type", "must be non-empty"))
+            continue
+        if entry.job_type in first:
+            violations.append(Violation(f"{p}.job_type", f"duplicate job type "
+                                        f"{entry.job_type!r} (first at [{first[entry.job_type]}])"))
+            continue
+        first[entry.job_type] = k
+        by_type[entry.job_type] = _grid(entry, p, violations)
+    cpus = np.array([node.cpus for node in msg.cluster.nodes], np.float64)
+    memory = np.array([node.memory_gib for node in msg.cluster.nodes], np.float64)
+    if not msg.cluster.nodes:
+        violations.append(Violation("snapshot.cluster.nodes",
+                                    "synergy needs the nodes with their cpus and memory_gib"))
+    for k, node in enumerate(msg.cluster.nodes):
+        if node.devices > 0:
+            for name in ("cpus", "memory_gib"):
+                value = getattr(node, name)
+                if _finite(value) and value <= 0:
+                    violations.append(Violation(
+                        f"snapshot.cluster.nodes[{k}].{name}",
+                        "must be > 0 on a node with devices (synergy allocates it)"))
+    devices = problem.cluster.node_devices
+    total = float(devices.sum()) if devices.size else 0.0
+    fair_cpu = float(np.nan_to_num(cpus)[devices > 0].sum()) / total if total else 0.0
+    fair_mem = float(np.nan_to_num(memory)[devices > 0].sum()) / total if total else 0.0
+    grids: list[ResourceGrid | None] = []
+    for i, job in enumerate(msg.jobs):
+        p = f"snapshot.jobs[{i}].resource_profile"
+        if job.HasField("resource_profile"):
+            grid = _grid(job.resource_profile, p, violations)
+            where = p
+        elif job.job_type in by_type:
+            grid = by_type[job.job_type]
+            where = f"snapshot.resource_profiles[{first[job.job_type]}]"
+        else:
+            violations.append(Violation(
+                p, "synergy needs a CPU/memory profile: this field, or a resource_profiles "
+                   f"entry for the job's job_type ({job.job_type!r})"))
+            grid = None
+            where = p
+        if grid is not None and total and (
+            grid.cpus_per_gpu[0] > fair_cpu * (1 + 1e-9)
+            or grid.memory_gib_per_gpu[0] > fair_mem * (1 + 1e-9)
+        ):
+            violations.append(Violation(
+                where, f"no grid point within the GPU-proportional share ({fair_cpu:g} cores "
+                       f"and {fair_mem:g} GiB per GPU): the fair-share floor is undefined"))
+            grid = None
+        grids.append(grid)
+    return tuple(grids), cpus, memory
+
+
+_STAGES = ("storage_s", "cpu_s", "gpu_s", "network_s")
+
+
+def _stages(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> np.ndarray:
+    out = np.full((len(msg.jobs), len(_STAGES)), np.nan)
+    for i, job in enumerate(msg.jobs):
+        p = f"snapshot.jobs[{i}].stage_times"
+        if not job.HasField("stage_times"):
+            violations.append(Violation(p, "muri needs the job's time per iteration in each "
+                                           "stage (storage_s, cpu_s, gpu_s, network_s)"))
+            continue
+        values = [getattr(job.stage_times, name) for name in _STAGES]
+        ok = True
+        for name, value in zip(_STAGES, values, strict=True):
+            if not (_finite(value) and value >= 0):
+                violations.append(Violation(f"{p}.{name}", f"must be finite and >= 0, got "
+                                                           f"{value}"))
+                ok = False
+        if ok and sum(values) <= 0:
+            violations.append(Violation(p, "the stage times must have a positive sum"))
+            ok = False
+        if ok:
+            out[i] = values
+    return out
+
+
+def _devices(msg: snapshot_pb.Snapshot, problem: Problem, opportunistic: np.ndarray,
+             default_memory: float, violations: list[Violation]) -> SharedDevices:
+    """The cluster's healthy devices (its topology) with their memory and measured use, the
+    guaranteed job holding each (`history.jobs[].devices`) and that job's slowdown budget."""
+    topology = topology_of(problem.cluster)
+    listed = {dev.id: k for k, dev in enumerate(msg.cluster.topology.devices)}
+    count = topology.num_devices
+    memory = np.full(count, default_memory)
+    if topology.device_memory_gib.size == count:
+        memory = np.where(topology.device_memory_gib > 0, topology.device_memory_gib, memory)
+    used = np.zeros(count)
+    util = np.zeros(count)
+    path = "snapshot.cluster.topology.devices"
+    for d, device_id in enumerate(topology.device_ids):
+        k = listed.get(device_id)
+        if not (memory[d] > 0):
+            where = f"{path}[{k}].memory_gib" if k is not None else path
+            violations.append(Violation(where, f"device {device_id!r} needs its memory "
+                                               "(memory_gib, or the policy's device_memory_gib)"))
+            continue
+        if k is None:
+            continue
+        dev = msg.cluster.topology.devices[k]
+        if not (_finite(dev.used_memory_gib) and 0 <= dev.used_memory_gib <= memory[d]):
+            violations.append(Violation(f"{path}[{k}].used_memory_gib",
+                                        f"must be in [0, {memory[d]:g}] (the device's memory), "
+                                        f"got {dev.used_memory_gib}"))
+        else:
+            used[d] = dev.used_memory_gib
+        if not (_finite(dev.utilization) and 0 <= dev.utilization <= 1):
+            violations.append(Violation(f"{path}[{k}].utilization",
+                                        f"must be in [0, 1], got {dev.utilization}"))
+        else:
+            util[d] = dev.utilization
+    holder = np.full(count, -1, np.int64)
+    budget = np.full(count, np.inf)
+    held = problem.placement.jobs.current_devices if problem.placement is not None else ()
+    for i, devices in enumerate(held):
+        if not devices or opportunistic[i]:
+            continue
+        job = msg.jobs[i]
+        limit = math.inf
+        if job.sharing.HasField("slowdown_budget"):
+            limit = job.sharing.slowdown_budget
+            if not (_finite(limit) and limit >= 0):
+                violations.append(Violation(f"snapshot.jobs[{i}].sharing.slowdown_budget",
+                                            f"must be finite and >= 0, got {limit}"))
+                limit = 0.0
+        holder[list(devices)] = i
+        budget[list(devices)] = limit
+    healthy = topology.device_healthy
+    keep = np.nonzero(healthy)[0]
+    names = problem.cluster.node_names
+    return SharedDevices(
+        ids=tuple(topology.device_ids[d] for d in keep.tolist()),
+        type_index=topology.device_type[keep].astype(np.int64),
+        node=tuple(names[int(v)] if names else "" for v in topology.device_node[keep].tolist()),
+        memory_gib=memory[keep],
+        used_memory_gib=used[keep],
+        utilization=util[keep],
+        guaranteed_job=holder[keep],
+        slowdown_budget=budget[keep],
+    )
+
+
+def _opportunistic(problem: Problem) -> np.ndarray:
+    """(m,) jobs of service class opportunistic or best effort (`Job.service_class`)."""
+    m = problem.jobs.num_jobs
+    if problem.placement is None:
+        return np.zeros(m, bool)
+    classes = problem.placement.jobs.service_class
+    return np.array([c is not ServiceClass.GUARANTEED for c in classes], bool)
+
+
+def _job_sharing(msg: snapshot_pb.Snapshot, device_memory: float,
+                 violations: list[Violation]) -> dict[str, Any]:
+    m = len(msg.jobs)
+    memory = np.zeros(m)
+    util = np.zeros(m)
+    score = np.full(m, -1, np.int64)
+    configurations: list[tuple[JobConfiguration, ...]] = []
+    for i, job in enumerate(msg.jobs):
+        p = f"snapshot.jobs[{i}].sharing"
+        share = job.sharing
+        if not (_finite(share.gpu_memory_gib) and share.gpu_memory_gib >= 0):
+            violations.append(Violation(f"{p}.gpu_memory_gib", f"must be finite and >= 0, got "
+                                                               f"{share.gpu_memory_gib}"))
+        elif share.gpu_memory_gib > device_memory:
+            violations.append(Violation(
+                f"{p}.gpu_memory_gib",
+                f"{share.gpu_memory_gib:g} GiB is more than a device holds "
+                f"({device_memory:g} GiB)"))
+        else:
+            memory[i] = share.gpu_memory_gib
+        if not (_finite(share.gpu_utilization) and 0 <= share.gpu_utilization <= 1):
+            violations.append(Violation(f"{p}.gpu_utilization", f"must be in [0, 1], got "
+                                                                f"{share.gpu_utilization}"))
+        else:
+            util[i] = share.gpu_utilization
+        if share.HasField("sharing_score"):
+            if not 0 <= share.sharing_score <= 2:
+                violations.append(Violation(f"{p}.sharing_score", f"must be 0, 1 or 2, got "
+                                                                  f"{share.sharing_score}"))
+            else:
+                score[i] = share.sharing_score
+        configs: list[JobConfiguration] = []
+        names: dict[str, int] = {}
+        for k, conf in enumerate(share.configurations):
+            cp = f"{p}.configurations[{k}]"
+            if not conf.name:
+                violations.append(Violation(f"{cp}.name", "must be non-empty"))
+            elif conf.name in names:
+                violations.append(Violation(f"{cp}.name", f"duplicate configuration "
+                                                          f"{conf.name!r}"))
+            names[conf.name] = k
+            if not (_finite(conf.relative_throughput) and conf.relative_throughput > 0):
+                violations.append(Violation(f"{cp}.relative_throughput", "must be finite and "
+                                            f"> 0, got {conf.relative_throughput}"))
+            need = conf.gpu_memory_gib or share.gpu_memory_gib
+            if not (_finite(conf.gpu_memory_gib) and conf.gpu_memory_gib >= 0):
+                violations.append(Violation(f"{cp}.gpu_memory_gib", "must be finite and >= 0"))
+            elif need > device_memory:
+                violations.append(Violation(f"{cp}.gpu_memory_gib",
+                                            f"{need:g} GiB is more than a device holds "
+                                            f"({device_memory:g} GiB)"))
+            configs.append(JobConfiguration(conf.name, float(conf.relative_throughput),
+                                            float(need)))
+        configurations.append(tuple(configs))
+    return {
+        "gpu_memory_gib": memory,
+        "gpu_utilization": util,
+        "sharing_score": score,
+        "configurations": tuple(configurations),
+    }
+
+
+def _interference(msg: snapshot_pb.Snapshot, problem: Problem,
+                  configurations: Sequence[tuple[JobConfiguration, ...]],
+                  violations: list[Violation]) -> tuple[GroupInterference, ...]:
+    jobs = {job_id: i for i, job_id in enumerate(problem.jobs.ids)}
+    out: list[GroupInterference] = []
+    seen: dict[tuple[tuple[int, int], ...], int] = {}
+    for k, entry in enumerate(msg.interference):
+        p = f"snapshot.interference[{k}]"
+        ids = list(entry.job_ids)
+        ok = True
+        if not 2 <= len(ids) <= MAX_GROUP_SIZE:
+            violations.append(Violation(f"{p}.job_ids", f"a group has 2 to {MAX_GROUP_SIZE} "
+                                                        f"jobs, got {len(ids)}"))
+            ok = False
+        members: list[int] = []
+        for n, job_id in enumerate(ids):
+            if job_id not in jobs:
+                violations.append(Violation(f"{p}.job_ids[{n}]", f"unknown job {job_id!r}"))
+                ok = False
+            elif jobs[job_id] in members:
+                violations.append(Violation(f"{p}.job_ids[{n}]", f"job {job_id!r} listed twice"))
+                ok = False
+            else:
+                members.append(jobs[job_id])
+        if len(entry.slowdown) != len(ids):
+            violations.append(Violation(f"{p}.slowdown", f"needs one value per job "
+                                                         f"({len(ids)}), got "
+                                                         f"{len(entry.slowdown)}"))
+            ok = False
+        for n, value in enumerate(entry.slowdown):
+            if not (_finite(value) and value > 0):
+                violations.append(Violation(f"{p}.slowdown[{n}]", f"must be finite and > 0, got "
+                                                                  f"{value}"))
+                ok = False
+        chosen: list[int] = []
+        if entry.configurations:
+            if len(entry.configurations) != len(ids):
+                violations.append(Violation(f"{p}.configurations", "needs one name per job"))
+                ok = False
+            else:
+                for n, name in enumerate(entry.configurations):
+                    own = configurations[members[n]] if ok and n < len(members) else ()
+                    names = [conf.name for conf in own]
+                    if name not in names:
+                        violations.append(Violation(
+                            f"{p}.configurations[{n}]",
+                            f"job {ids[n]!r} has no configuration {name!r}"))
+                        ok = False
+                    else:
+                        chosen.append(names.index(name))
+        if not ok:
+            continue
+        key = tuple(sorted(zip(members, chosen or [0] * len(members), strict=True)))
+        if key in seen:
+            violations.append(Violation(p, f"group listed twice (first at [{seen[key]}])"))
+            continue
+        seen[key] = k
+        if len({int(problem.jobs.scale_factor[i]) for i in members}) > 1:
+            violations.append(Violation(f"{p}.job_ids", "jobs sharing devices need equal "
+                                                        "scale factors"))
+            continue
+        out.append(GroupInterference(tuple(members), tuple(float(v) for v in entry.slowdown),
+                                     tuple(chosen)))
+    return tuple(out)
+
+
+def sharing_problem(
+    request: service_pb.SolveRequest,
+    problem: Problem,
+    policy: PolicyRequest,
+    violations: list[Violation],
+) -> Problem:
+    """Add and validate the inputs the policy reads (unchanged problem for other policies).
+    These policies do not read jobs[].throughput: convert's "no usable accelerator type"
+    error is withdrawn for them."""
+    caps = lookup(policy.name).capabilities
+    if not (caps.reads_resource_profiles or caps.reads_stage_times or caps.reads_device_sharing):
+        return problem
+    snap = request.snapshot
+    violations[:] = [v for v in violations if "no usable accelerator type" not in v.description]
+    sharing = SharingInputs()
+    if caps.reads_resource_profiles:
+        grids, cpus, memory = _grids(snap, problem, violations)
+        sharing = replace(sharing, resource_grid=grids, node_cpus=cpus, node_memory_gib=memory)
+    if caps.reads_stage_times:
+        sharing = replace(sharing, stage_s=_stages(snap, violations))
+    if caps.reads_device_sharing:
+        params = policy.parameters
+        opportunistic = _opportunistic(problem)
+        devices: SharedDevices | None = None
+        if isinstance(params, LucidParameters):
+            limit = params.device_memory_gib
+        else:
+            default = float(getattr(params, "device_memory_gib", 0.0))
+            devices = _devices(snap, problem, opportunistic, default, violations)
+            limit = float(devices.memory_gib.max(initial=0.0))
+        fields = _job_sharing(snap, limit, violations)
+        for i in np.nonzero(opportunistic & (problem.jobs.scale_factor > 1))[0].tolist():
+            violations.append(Violation(f"snapshot.jobs[{i}].scale_factor",
+                                        "an opportunistic job runs on one device"))
+        sharing = replace(
+            sharing,
+            devices=devices,
+            opportunistic=opportunistic,
+            interference=_interference(snap, problem, fields["configurations"], violations),
+            **fields,
+        )
+    return replace(problem, sharing=sharing)
+
+
+def fill_sharing_response(plan: Plan, problem: Problem,
+                          response: service_pb.SolveResponse) -> None:
+    """Groups, per-job CPUs, memory, slowdown and group, and the heuristic's objective."""
+    section = plan.groups
+    if section is None:
+        return
+    stats = response.stats
+    if section.heuristic:
+        stats.heuristic = section.heuristic
+        if section.heuristic_objective is not None:
+            stats.heuristic_objective = section.heuristic_objective
+            gap = relative_gap(plan.certificate.objective, section.heuristic_objective, 1.0)
+            if gap is not None and math.isfinite(gap):
+                stats.heuristic_gap = gap
+    if not response.HasField("plan"):
+        return
+    out = response.plan
+    ids = problem.jobs.ids
+    names = problem.cluster.type_names
+    entries = list(out.jobs)
+    for g, group in enumerate(section.groups):
+        msg = out.groups.add()
+        msg.job_ids.extend(ids[i] for i in group.members)
+        msg.slowdown.extend(group.slowdown)
+        if group.type_index >= 0:
+            msg.accelerator_type = names[group.type_index]
+        msg.devices = group.devices
+        for node, devices in group.node_devices:
+            msg.node_devices[node] = msg.node_devices[node] + devices
+        msg.device_ids.extend(group.device_ids)
+        msg.period_s = group.period_s
+        msg.configurations.extend(group.configurations)
+        for member, slowdown in zip(group.members, group.slowdown, strict=True):
+            if member < len(entries):
+                entries[member].group = g
+                entries[member].slowdown = slowdown
+    for array, name in ((section.cpus, "cpus"), (section.memory_gib, "memory_gib")):
+        if array is None:
+            continue
+        for i, value in enumerate(array.tolist()):
+            if i < len(entries) and math.isfinite(value):
+                setattr(entries[i], name, value)

@@ -1,0 +1,115 @@
+"""IADeep (D9): the set packing against brute force with groups of three, never below
+IADeep's greedy, memory and slowdown caps, and groups without interference never lowering the
+value."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from apportion.formulations.iadeep import (
+    IadeepInstance,
+    iadeep_instance,
+    is_packing,
+    least_interference,
+    packing_value,
+    solve_packing,
+)
+from apportion.solver.backends.status import SolverStatus
+from apportion.solver.deadline import Deadline
+from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions, make_problem
+from apportion.solver.parameters import IadeepParameters
+from apportion.solver.result import Termination
+from apportion.solver.sharing import GroupInterference, JobConfiguration, SharingInputs
+from apportion.solver.solve import solve
+
+
+def iadeep_problem(seed: int, m: int, devices: int, slowdown_scale: float = 1.0) -> Problem:
+    rng = np.random.default_rng(seed)
+    problem = make_problem(["gpu"], [devices], np.ones((m, 1)))
+    configs = tuple(
+        (JobConfiguration("b32", 1.0, float(rng.uniform(2, 9))),
+         JobConfiguration("b64", float(rng.uniform(1.1, 1.6)), float(rng.uniform(6, 14))))
+        for _ in range(m)
+    )
+    entries = []
+    for k in (2, 3):
+        for members in itertools.combinations(range(m), k):
+            if rng.random() < 0.5:
+                continue
+            chosen = tuple(int(c) for c in rng.integers(0, 2, k))
+            slow = tuple(float(1 + slowdown_scale * rng.uniform(0.05, 1.5)) for _ in members)
+            entries.append(GroupInterference(members, slow, chosen))
+    sharing = SharingInputs(gpu_memory_gib=np.full(m, 4.0), configurations=configs,
+                            interference=tuple(entries))
+    jobs = replace(problem.jobs, arrival_time_s=rng.permutation(m).astype(float),
+                   priority_weight=rng.choice([1.0, 2.0], m))
+    return replace(problem, jobs=jobs, sharing=sharing)
+
+
+def brute_force(inst: IadeepInstance) -> float:
+    best = 0.0
+    k = len(inst.columns)
+    # columns are few; every subset of at most `devices` columns
+    for size in range(0, min(inst.devices, inst.num_jobs) + 1):
+        for chosen in itertools.combinations(range(k), size):
+            if is_packing(inst, list(chosen)):
+                best = max(best, packing_value(inst, list(chosen)))
+    return best
+
+
+@given(st.integers(0, 10_000), st.integers(1, 6), st.integers(1, 3))
+def test_set_packing_matches_brute_force_and_beats_the_greedy(seed: int, m: int,
+                                                              devices: int) -> None:
+    problem = iadeep_problem(seed, m, devices)
+    inst = iadeep_instance(problem, IadeepParameters(device_memory_gib=24.0))
+    found = solve_packing(inst, Deadline.never(), 1e-9)
+    assert found.status is SolverStatus.OPTIMAL
+    assert is_packing(inst, found.chosen)
+    expected = brute_force(inst)
+    assert abs(found.objective - expected) <= 1e-7
+    greedy = least_interference(inst)
+    assert is_packing(inst, greedy)
+    assert packing_value(inst, greedy) <= found.objective + 1e-9
+    for c in found.chosen:
+        assert inst.columns[c].memory_gib <= 24.0 + 1e-9
+
+
+def test_caps_filter_columns() -> None:
+    problem = iadeep_problem(1, 6, 2)
+    capped = iadeep_instance(problem, IadeepParameters(max_slowdown=1.5, device_memory_gib=16.0))
+    for column in capped.columns:
+        assert max(column.slowdown) <= 1.5 and column.memory_gib <= 16.0
+
+
+@given(st.integers(0, 10_000), st.integers(2, 6))
+def test_sharing_without_interference_never_lowers_the_value(seed: int, m: int) -> None:
+    problem = iadeep_problem(seed, m, devices=max(1, m // 2), slowdown_scale=0.0)
+    inst = iadeep_instance(problem, IadeepParameters())
+    sharing = problem.sharing
+    assert sharing is not None
+    alone = iadeep_instance(replace(problem, sharing=replace(sharing, interference=())),
+                            IadeepParameters())
+    with_groups = solve_packing(inst, Deadline.never(), 1e-9).objective
+    without = solve_packing(alone, Deadline.never(), 1e-9).objective
+    assert with_groups >= without - 1e-9
+
+
+def test_policy_reports_configurations_and_the_greedy() -> None:
+    problem = iadeep_problem(7, 6, 2)
+    plan = solve(problem, PolicyRequest("iadeep", IadeepParameters()), SolveOptions())
+    assert plan.certificate.termination is Termination.OPTIMAL
+    groups = plan.groups
+    assert groups is not None and groups.heuristic_objective is not None
+    assert groups.heuristic_objective <= plan.certificate.objective + 1e-9
+    assert sum(g.devices for g in groups.groups) <= 2
+    for group in groups.groups:
+        assert len(group.configurations) == len(group.members)
+        assert set(group.configurations) <= {"b32", "b64"}
+    compat = solve(problem, PolicyRequest("iadeep", IadeepParameters(), Compat.IADEEP),
+                   SolveOptions())
+    assert compat.certificate.objective == groups.heuristic_objective
