@@ -2,8 +2,9 @@
 
 Profiles (select with the environment variable ``HYPOTHESIS_PROFILE``, default ``ci``):
 
-* ``ci``: ~25 examples per property, derandomized: the README's test command and CI run the
-  same examples every time, on every machine. A failure prints its reproduction blob.
+* ``ci``: ~25 examples per property, derandomized and without the example database: the
+  README's test command and CI run the same examples every time, on every machine. A failure
+  prints its reproduction blob.
 * ``dev``: ~50 examples per property, random seeds: for exploring locally
   (``HYPOTHESIS_PROFILE=dev python -m pytest -q``); what it finds becomes a regression test.
 
@@ -31,6 +32,7 @@ settings.register_profile(
     max_examples=25,
     deadline=None,
     derandomize=True,
+    database=None,  # no examples replayed from earlier local runs: the same run everywhere
     suppress_health_check=_SUPPRESSED,
     print_blob=True,
 )
