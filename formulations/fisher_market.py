@@ -132,10 +132,14 @@ def solve_market(
     W: FloatArray,
     budgets: FloatArray,
     deadline: Deadline = NO_DEADLINE,
+    time_budget: FloatArray | None = None,
 ) -> MarketSolution:
     """Solve the Eisenberg–Gale program for utilities `a` (m, n; 0 = cell not allowed), scale
     factors `s` (m,), supplies `W` (n,) and budgets (m,) > 0. Every row of `a` needs a positive
-    entry on a type with W > 0 (the caller removes the others)."""
+    entry on a type with W > 0 (the caller removes the others). `time_budget` (m,): each
+    job's bound on sum_j X[i,j]; None = 1 (one gang: Gavel's market); `uncapped_budget` gives
+    the plain Fisher market."""
+    cap = np.ones(a.shape[0]) if time_budget is None else time_budget
     m, n = a.shape
     rows_idx, cols_idx = np.nonzero(a > 0)
     k = rows_idx.size
@@ -165,7 +169,7 @@ def solve_market(
     base = 2 * m + n
     add(base + cells, cells, -np.ones(k))
     lin_rows = base + k
-    h_lin = np.concatenate([np.zeros(m), W, np.ones(m), np.zeros(k)])
+    h_lin = np.concatenate([np.zeros(m), W, cap, np.zeros(k)])
     # exponential cones: rows (t_i, 1, u_i)
     cone_rows = lin_rows + 3 * np.arange(m)
     add(cone_rows, t_col, -np.ones(m))
@@ -186,21 +190,21 @@ def solve_market(
     q = z[m : m + n]
     sigma = z[m + n : 2 * m + n]
     first = certify_market(a, s, W, budgets, X, q, sigma, status, solution.solver_version,
-                           elapsed, size, text)
+                           elapsed, size, text, cap)
     if not status.solved or deadline.expired():  # polishing is optional: the plan is certified
         return first
     started = time.perf_counter()
-    polished = polish(a, s, W, budgets, first.prices, first.time_dual, deadline)
+    polished = polish(a, s, W, budgets, first.prices, first.time_dual, deadline, cap)
     elapsed += time.perf_counter() - started
     if polished is None:
         return first
     second = certify_market(a, s, W, budgets, polished, q, sigma, status,
-                            solution.solver_version, elapsed, size, text)
-    prices = polish_prices(a, s, W, budgets, second.X)
+                            solution.solver_version, elapsed, size, text, cap)
+    prices = polish_prices(a, s, W, budgets, second.X, cap)
     if prices is not None:
         third = certify_market(
             a, s, W, budgets, second.X, prices[0], prices[1], status, solution.solver_version,
-            elapsed, size, text,
+            elapsed, size, text, cap,
         )
         if third.bound <= second.bound:
             second = third
@@ -209,7 +213,8 @@ def solve_market(
 
 
 def polish_prices(
-    a: FloatArray, s: FloatArray, W: FloatArray, budgets: FloatArray, X: FloatArray
+    a: FloatArray, s: FloatArray, W: FloatArray, budgets: FloatArray, X: FloatArray,
+    time_budget: FloatArray,
 ) -> tuple[FloatArray, FloatArray] | None:
     """(q, sigma) solving the equilibrium conditions on the support of a vertex X in least
     squares: s_i q_j + sigma_i = a_ij B_i / u_i where X_ij > 0, sigma_i = 0 where the time
@@ -220,7 +225,7 @@ def polish_prices(
     if np.any(u <= 0):
         return None
     free_q = s @ X >= W - 1e-9
-    free_sigma = X.sum(axis=1) >= 1 - 1e-9
+    free_sigma = X.sum(axis=1) >= time_budget - 1e-9
     rows_idx, cols_idx = np.nonzero(X > ZERO)
     var_q = -np.ones(n, np.int64)
     var_q[free_q] = np.arange(int(free_q.sum()))
@@ -252,6 +257,7 @@ def polish(
     q: FloatArray,
     sigma: FloatArray,
     deadline: Deadline = NO_DEADLINE,
+    time_budget: FloatArray | None = None,
 ) -> FloatArray | None:
     """A vertex X whose utilities match the ones the duals imply.
 
@@ -273,7 +279,7 @@ def polish(
     col = np.concatenate([cells, np.full(m, k), cells, cells])
     val = np.concatenate([-a[rows_idx, cols_idx], target, s[rows_idx], np.ones(k)])
     A = sp.csc_matrix((val, (r, col)), shape=(2 * m + n, k + 1))
-    b = np.concatenate([np.zeros(m), W, np.ones(m)])
+    b = np.concatenate([np.zeros(m), W, np.ones(m) if time_budget is None else time_budget])
     cost = np.zeros(k + 1)
     cost[k] = 1.0
     result = solve_lp(cost, A, b, SolverPreference.HIGHS, deadline)
@@ -284,12 +290,15 @@ def polish(
     return X
 
 
-def repair(a: FloatArray, s: FloatArray, W: FloatArray, X: FloatArray) -> FloatArray:
-    """Project X onto B1-B4 by clipping and scaling down (never raises an entry)."""
-    Y = np.where(a > 0, np.clip(X, 0.0, 1.0), 0.0)
+def repair(a: FloatArray, s: FloatArray, W: FloatArray, X: FloatArray,
+           time_budget: FloatArray | None = None) -> FloatArray:
+    """Project X onto B1-B4 (the time budget `time_budget`, default 1) by clipping and scaling
+    down (never raises an entry)."""
+    cap = np.ones(a.shape[0]) if time_budget is None else time_budget
+    Y = np.where(a > 0, np.clip(X, 0.0, cap[:, None]), 0.0)
     Y[Y < ZERO] = 0.0
     rows = Y.sum(axis=1)
-    Y = Y / np.maximum(1.0, rows)[:, None]
+    Y = Y / np.maximum(1.0, rows / cap)[:, None]
     use = s @ Y
     over = np.where(use > W, W / np.where(use > 0, use, 1.0), 1.0)
     return np.asarray(Y * over[None, :], dtype=np.float64)
@@ -302,14 +311,17 @@ def dual_bound(
     budgets: FloatArray,
     q: FloatArray,
     sigma: FloatArray,
+    time_budget: FloatArray | None = None,
 ) -> tuple[float, FloatArray]:
     """(D(q, sigma*), sigma*) with sigma* = argmin over sigma >= 0 of D for the given q >= 0
-    (exact: D is separable in sigma_i, convex and piecewise smooth; see `_best_sigma`)."""
-    best = _best_sigma(a, s, q, budgets, sigma)
+    (exact: D is separable in sigma_i, convex and piecewise smooth; see `_best_sigma`); the
+    time budgets `time_budget` (default 1) weigh sigma in D."""
+    cap = np.ones(a.shape[0]) if time_budget is None else time_budget
+    best = _best_sigma(a, s, q, budgets, sigma, cap)
     c = _unit_cost(a, s, q, best)
     if np.any(c <= 0):
         return float("inf"), best
-    value = float(q @ W + best.sum() + np.sum(budgets * (np.log(budgets / c) - 1.0)))
+    value = float(q @ W + cap @ best + np.sum(budgets * (np.log(budgets / c) - 1.0)))
     return value, best
 
 
@@ -322,13 +334,14 @@ def _unit_cost(a: FloatArray, s: FloatArray, q: FloatArray, sigma: FloatArray) -
 
 
 def _best_sigma(
-    a: FloatArray, s: FloatArray, q: FloatArray, budget: FloatArray, hint: FloatArray
+    a: FloatArray, s: FloatArray, q: FloatArray, budget: FloatArray, hint: FloatArray,
+    time_budget: FloatArray,
 ) -> FloatArray:
-    """Per job i: argmin_{sigma >= 0} sigma - B_i log c_i(sigma), c_i(sigma) =
-    min_j (s_i q_j + sigma)/a[i,j] (all jobs at once).
+    """Per job i: argmin_{sigma >= 0} L_i sigma - B_i log c_i(sigma), c_i(sigma) =
+    min_j (s_i q_j + sigma)/a[i,j], L_i the job's time budget (all jobs at once).
 
-    On a piece where cell j attains the minimum, the derivative is 1 - B/(s q_j + sigma), zero
-    at sigma = B - s q_j. The function is convex (c is concave and positive), so the minimizer
+    On a piece where cell j attains the minimum, the derivative is L - B/(s q_j + sigma), zero
+    at sigma = B/L - s q_j. The function is convex (c is concave and positive), so the minimizer
     is among {0}, the stationary points and the kinks where two cells tie; evaluate them all
     (any sigma >= 0 gives a valid bound, so the solver's own value `hint` is a candidate too)."""
     m, n = a.shape
@@ -336,7 +349,7 @@ def _best_sigma(
     safe = np.where(usable, a, 1.0)
     price = s[:, None] * q[None, :]  # (m, n)
     parts = [np.zeros((m, 1)), np.maximum(hint, 0.0)[:, None],
-             np.where(usable, np.maximum(budget[:, None] - price, 0.0), 0.0)]
+             np.where(usable, np.maximum((budget / time_budget)[:, None] - price, 0.0), 0.0)]
     j, k = np.triu_indices(n, 1)
     if j.size:
         aj, ak = a[:, j], a[:, k]
@@ -349,8 +362,8 @@ def _best_sigma(
                     (price[:, None, :] + candidates[:, :, None]) / safe[:, None, :], np.inf)
     c = cost.min(axis=2)
     with np.errstate(divide="ignore", invalid="ignore"):
-        value = np.where(c > 0, candidates - budget[:, None] * np.log(np.where(c > 0, c, 1.0)),
-                         np.inf)
+        value = np.where(c > 0, time_budget[:, None] * candidates
+                         - budget[:, None] * np.log(np.where(c > 0, c, 1.0)), np.inf)
     return np.asarray(candidates[np.arange(m), np.argmin(value, axis=1)], dtype=np.float64)
 
 
@@ -367,20 +380,22 @@ def certify_market(
     solve_time_s: float,
     size: ModelSize,
     detail: str = "",
+    time_budget: FloatArray | None = None,
 ) -> MarketSolution:
     """Repaired primal objective and dual bound for a candidate (X, q, sigma)."""
+    cap = np.ones(a.shape[0]) if time_budget is None else time_budget
     raw = np.where(a > 0, X, 0.0)
     use = s @ np.clip(raw, 0, None)
     violation = max(
         float(np.max(use - W, initial=0.0)),
-        float(np.max(np.clip(raw, 0, None).sum(axis=1) - 1.0, initial=0.0)),
+        float(np.max(np.clip(raw, 0, None).sum(axis=1) - cap, initial=0.0)),
         float(np.max(-raw, initial=0.0)),
     )
-    Xr = repair(a, s, W, X)
+    Xr = repair(a, s, W, X, cap)
     u = np.einsum("ij,ij->i", a, Xr)
     objective = float(np.sum(budgets * np.log(u))) if np.all(u > 0) else float("-inf")
     q = np.clip(q, 0.0, None)
-    bound, best_sigma = dual_bound(a, s, W, budgets, q, np.clip(sigma, 0.0, None))
+    bound, best_sigma = dual_bound(a, s, W, budgets, q, np.clip(sigma, 0.0, None), cap)
     spending = s * (Xr @ q)
     return MarketSolution(
         X=Xr,
@@ -397,6 +412,15 @@ def certify_market(
         size=size,
         detail=detail,
     )
+
+
+def uncapped_budget(s: FloatArray, W: FloatArray) -> FloatArray:
+    """The time budgets of the plain Fisher market: twice sum_j W[j] / s_i, above what
+    capacity already implies (s_i X[i,j] <= W[j] for every j), so the row is slack at every
+    feasible point, carries no dual (a job spends its whole budget on devices: Fisher's
+    equilibrium) and a job may buy as much device-time as it can pay for, several gangs at
+    once."""
+    return np.asarray(2.0 * float(W.sum()) / s + 1.0, dtype=np.float64)
 
 
 def market_inputs(
@@ -431,7 +455,8 @@ def solve_policy(
     params = parameters
     started = time.perf_counter()
     m, n = problem.jobs.num_jobs, problem.cluster.num_types
-    formulation = f"Eisenberg-Gale market (A4.1), budgets {params.budgets.value}"
+    formulation = f"Eisenberg-Gale market (A4.1), budgets {params.budgets.value}" + (
+        ", uncapped (devices as goods)" if params.uncapped else "")
     a, s, W, budgets, servable = market_inputs(problem, params)
     status = tuple(JobStatus.ALLOCATED if ok else JobStatus.UNSERVABLE for ok in servable)
     reasons = tuple(
@@ -447,7 +472,8 @@ def solve_policy(
         return replace(empty, job_status=status, job_reason=reasons,
                        market=MarketSection(np.zeros(m)))
     build = time.perf_counter() - started
-    sol = solve_market(a[idx], s[idx], W, budgets[idx], deadline)
+    cap = uncapped_budget(s[idx], W) if params.uncapped else None
+    sol = solve_market(a[idx], s[idx], W, budgets[idx], deadline, cap)
     scale = max(1.0, float(budgets[idx].sum()))  # the objective's natural magnitude
     objective = sol.objective if np.isfinite(sol.objective) else None
     bound = sol.bound if np.isfinite(sol.bound) else None

@@ -47,7 +47,8 @@ _PREDICTOR = {
 def _fisher(msg: Any, violations: list[Violation]) -> object:
     if msg.budgets not in _BUDGETS:
         violations.append(Violation("policy.fisher_market.budgets", f"unknown value {msg.budgets}"))
-    return FisherMarketParameters(budgets=_BUDGETS.get(msg.budgets, BudgetSource.EQUAL))
+    return FisherMarketParameters(budgets=_BUDGETS.get(msg.budgets, BudgetSource.EQUAL),
+                                  uncapped=msg.uncapped)
 
 
 def _shockwave(msg: Any, violations: list[Violation]) -> object:

@@ -107,6 +107,10 @@ class FisherMarketParameters:
     """Heterogeneity-aware Fisher market / Eisenberg–Gale program (formulations.md A4.1)."""
 
     budgets: BudgetSource = BudgetSource.EQUAL
+    uncapped: bool = False
+    """False (Gavel's market): each job buys at most one gang's worth of time, sum_j X[i,j]
+    <= 1. True: the plain Fisher market with devices as goods: a job may hold several gangs at
+    once, its time shares then summing above 1."""
 
 
 class RemainingTimePredictor(StrEnum):

@@ -328,3 +328,45 @@ def test_unservable_job_reported() -> None:
     assert plan.certificate.termination is Termination.OPTIMAL
     assert plan.job_status[1].value == "unservable"
     assert plan.time_share[1].sum() == 0
+
+
+@given(instances(), st.sampled_from(list(BudgetSource)))
+def test_uncapped_market_is_the_plain_fisher_market(inst: Instance, source: BudgetSource) -> None:
+    """Without the one-gang cap: the optimum equals cvxpy's Eisenberg-Gale program without the
+    time-budget rows, every job spends exactly its budget (Fisher's equilibrium), priced types
+    sell out, and each job buys only cells of maximum bang per buck."""
+    import cvxpy as cp
+
+    problem = inst.problem()
+    a, s, W, _, _ = market_inputs(problem, FisherMarketParameters())
+    B = budgets_of(problem, source)
+    X = cp.Variable(a.shape, nonneg=True)
+    u = cp.sum(cp.multiply(a, X), axis=1)
+    cons = [s @ X <= W, cp.multiply((a == 0).astype(float), X) == 0]
+    value = cp.Problem(cp.Maximize(B @ cp.log(u)), cons).solve(solver=cp.CLARABEL)
+    plan = solve(problem, PolicyRequest("fisher_market",
+                                        FisherMarketParameters(source, uncapped=True)))
+    cert = plan.certificate
+    assert cert.termination is Termination.OPTIMAL, cert
+    assert cert.objective == pytest.approx(value, abs=1e-6 * max(1.0, B.sum()))
+    Xp, q = plan.time_share, plan.accelerator_prices
+    assert np.all(s @ Xp <= W + 1e-9) and np.all(Xp[a == 0] == 0)
+    assert plan.market is not None
+    np.testing.assert_allclose(plan.market.spending, B, rtol=META)
+    sold = s @ Xp
+    assert np.all((q <= 1e-7 * q.max()) | (sold >= W * (1 - 1e-5)))
+    bang = np.where(a > 0, a / (s[:, None] * np.where(q > 0, q, np.inf)[None, :]), 0.0)
+    best = bang.max(axis=1)
+    bought = Xp > 1e-4  # above the interior point's noise
+    assert np.all(bang[bought] >= np.repeat(best, bought.sum(axis=1)) * (1 - 1e-3))
+
+
+def test_uncapped_lets_one_job_hold_several_gangs() -> None:
+    """One job alone in the plain market buys every device (two gangs' worth of time on two
+    devices); with Gavel's cap it gets one gang's worth."""
+    problem = make_problem(["g"], [2], [[1.0]])
+    capped = run(problem)
+    plain = solve(problem, PolicyRequest("fisher_market", FisherMarketParameters(uncapped=True)))
+    assert capped.time_share[0, 0] == pytest.approx(1.0, abs=1e-6)
+    assert plain.time_share[0, 0] == pytest.approx(2.0, abs=1e-6)
+    assert plain.certificate.termination is Termination.OPTIMAL

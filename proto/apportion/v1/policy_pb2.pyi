@@ -1279,15 +1279,23 @@ class FisherMarketParameters(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     BUDGETS_FIELD_NUMBER: _builtins.int
+    UNCAPPED_FIELD_NUMBER: _builtins.int
     budgets: Global___BudgetSource.ValueType
+    uncapped: _builtins.bool
+    """false (default, Gavel's market): each job buys at most one gang's worth of time,
+    sum over types of its time shares <= 1. true: the plain Fisher market with devices as
+    goods: a job may hold several gangs at once (its JobAllocation.time_share then sums above
+    1: time_share[t] * scale_factor is the devices of type t it holds on average).
+    """
     def __init__(
         self,
         *,
         budgets: Global___BudgetSource.ValueType = ...,
+        uncapped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budgets", b"budgets", "uncapped", b"uncapped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
