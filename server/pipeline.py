@@ -12,11 +12,13 @@ what is left minus an estimate of the time needed to build the response.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from apportion.server.convert import plan_to_response, request_to_model
 from apportion.solver.deadline import Deadline
+from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.registry import lookup
+from apportion.solver.result import Plan
 from apportion.solver.solve import solve
 from apportion.v1 import allocation_service_pb2 as service_pb
 
@@ -25,6 +27,19 @@ RESPONSE_S_PER_JOB = 4e-6
 job at 100,000 jobs on a 2-core machine)."""
 RESPONSE_MAX_SHARE = 0.5
 """The response reserve never takes more than this share of the time left before the solve."""
+
+
+@dataclass(frozen=True)
+class SolvedRequest:
+    """A request taken through the pipeline: its validated model, the typed plan and the wire
+    response (what the CLI prints and the server sends)."""
+
+    problem: Problem
+    policy: PolicyRequest
+    options: SolveOptions
+    plan: Plan | None
+    """None when the budget ran out before the solve (the response says `no_solution`)."""
+    response: service_pb.SolveResponse
 
 
 def solve_request(
@@ -39,6 +54,16 @@ def solve_request(
     from then. The response's ``stats.time_limit_s`` is the budget that applied (from the
     arrival) and ``stats.wall_time_s`` the time from the arrival to the finished response.
     """
+    return solve_request_typed(request, deadline, arrived_at).response
+
+
+def solve_request_typed(
+    request: service_pb.SolveRequest,
+    deadline: Deadline | None = None,
+    arrived_at: float | None = None,
+) -> SolvedRequest:
+    """`solve_request` keeping the model and the typed plan beside the response (the Python
+    API's route)."""
     arrived = time.monotonic() if arrived_at is None else arrived_at
     caller = deadline if deadline is not None else Deadline.never()
     problem, policy, options = request_to_model(request)
@@ -49,7 +74,8 @@ def solve_request(
         effective = caller
         limit_s = caller.at - arrived if caller.bounded else 0.0
     if effective.expired():
-        return _no_time_left(policy.name, limit_s, arrived)
+        response = _no_time_left(policy.name, limit_s, arrived)
+        return SolvedRequest(problem, policy, options, None, response)
     reserve = min(RESPONSE_MAX_SHARE * effective.remaining(),
                   RESPONSE_S_PER_JOB * problem.jobs.num_jobs)
     solver_deadline = Deadline(effective.at - reserve) if effective.bounded else effective
@@ -57,7 +83,7 @@ def solve_request(
     plan = solve(problem, policy, replace(options, time_limit_s=0.0), solver_deadline)
     response = plan_to_response(plan, problem, policy, 0.0, limit_s)
     response.stats.wall_time_s = time.monotonic() - arrived
-    return response
+    return SolvedRequest(problem, policy, options, plan, response)
 
 
 def _no_time_left(policy: str, limit_s: float, arrived: float) -> service_pb.SolveResponse:

@@ -1,0 +1,1 @@
+"""Property-testing helpers (placeholder)."""
