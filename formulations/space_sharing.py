@@ -406,9 +406,10 @@ def build_lp(problem: Problem, groups: Groups, agnostic: bool, compat: Compat
     a, _, thr = level_coefficients(problem, agnostic, compat)
     rep = groups.rep
     a_g = a[rep]
-    scale_g = np.divide(a_g.sum(axis=1), thr[rep].sum(axis=1) + (a_g.sum(axis=1) == 0),
+    usable_thr = np.where(a > 0, thr, 0.0)  # a = scale * thr on these cells only (B4)
+    scale_g = np.divide(a_g.sum(axis=1), usable_thr[rep].sum(axis=1) + (a_g.sum(axis=1) == 0),
                         where=a_g.sum(axis=1) > 0, out=np.zeros(rep.size))
-    base = build_cells(problem, groups, np.where(a > 0, thr, 0.0))
+    base = build_cells(problem, groups, usable_thr)
     return base, scaled(base, scale_g)
 
 
