@@ -14,6 +14,7 @@ from typing import Any, cast
 from apportion.solver import parameters as _params
 from apportion.solver.capabilities import (
     Capabilities,
+    Objective,
     PlanKind,
     ProblemClass,
     Quantity,
@@ -138,6 +139,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             uses_colocations=True,
             round_schedule=True,
             partitionable=True,
+            objective=Objective.MIN_LEVEL,
         ),
         aliases={
             "max_min_fairness_perf": {"heterogeneity_agnostic": False},
@@ -179,6 +181,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             uses_colocations=True,
             round_schedule=True,
             partitionable=True,
+            objective=Objective.FIRST_ROUND_LEVEL,
         ),
         aliases={
             "max_min_fairness_water_filling_perf": {"heterogeneity_agnostic": False},
@@ -210,6 +213,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             PlanKind.TIME_SHARE,
             ProblemClass.HEURISTIC,
             round_schedule=True,
+            objective=Objective.MIN_NORMALIZED_THROUGHPUT,
         ),
     ),
     PolicySpec(
@@ -245,6 +249,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             needs_remaining_work=True,
             needs_history=True,
             relative_gap=1e-9,
+            objective=Objective.TOTAL_FLOW_TIME,
         ),
         # Gavel registers it under the same name, "allox" (alpha = 1 by default).
     ),
@@ -278,6 +283,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             uses_colocations=True,
             round_schedule=True,
             partitionable=True,
+            objective=Objective.SUM_THROUGHPUT,
         ),
         aliases={"max_sum_throughput_perf": {}},
     ),
@@ -313,6 +319,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             ProblemClass.LP,
             round_schedule=True,
             partitionable=True,
+            objective=Objective.COST_NORMALIZED_THROUGHPUT,
         ),
         aliases={
             "max_sum_throughput_normalized_by_cost_perf": {"use_slos": False},
@@ -348,6 +355,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             uses_colocations=True,
             round_schedule=True,
             partitionable=True,
+            objective=Objective.MAKESPAN,
         ),
         aliases={
             "min_total_duration_perf": {},
@@ -389,6 +397,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             uses_colocations=True,
             round_schedule=True,
             partitionable=True,
+            objective=Objective.MAX_FINISH_TIME_RATIO,
         ),
         aliases={
             "finish_time_fairness_perf": {},
@@ -420,6 +429,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             PlanKind.TIME_SHARE,
             ProblemClass.HEURISTIC,
             needs_history=True,
+            objective=Objective.TOTAL_THROUGHPUT,
         ),
     ),
     PolicySpec(
@@ -444,6 +454,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.HEURISTIC,
+            objective=Objective.TOTAL_THROUGHPUT,
         ),
     ),
     PolicySpec(
@@ -471,6 +482,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             PlanKind.TIME_SHARE,
             ProblemClass.HEURISTIC,
             uses_colocations=True,
+            objective=Objective.TOTAL_THROUGHPUT,
         ),
     ),
     PolicySpec(
@@ -500,6 +512,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             ProblemClass.HEURISTIC,
             needs_history=True,
             uses_colocations=True,
+            objective=Objective.TOTAL_THROUGHPUT,
         ),
     ),
     PolicySpec(
@@ -529,6 +542,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         capabilities=Capabilities(
             PlanKind.MARKET,
             ProblemClass.CONIC,
+            objective=Objective.LOG_WELFARE,
         ),
         aliases={
             "eisenberg_gale": {},
@@ -603,6 +617,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             ProblemClass.MILP,
             needs_history=True,
             reads_configurations=True,
+            objective=Objective.CONFIGURATION_TERMS,
         ),
     ),
     PolicySpec(
@@ -778,6 +793,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             needs_history=True,
             round_schedule=True,
             relative_gap=1e-6,
+            objective=Objective.LOG_INVERSE_RHO,
         ),
     ),
     PolicySpec(
@@ -819,6 +835,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             reads_tenants=True,
             needs_history=True,
             round_schedule=True,
+            objective=Objective.USER_THROUGHPUT,
         ),
         aliases={"gandiva_fair_equal_split": {"static_equal_split": True}},
     ),
