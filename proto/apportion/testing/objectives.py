@@ -33,6 +33,16 @@ def recompute(
     return _RECOMPUTE[objective](problem, policy, response, view)
 
 
+def maximizes(objective: Objective | None, policy: PolicyRequest, registered: bool) -> bool:
+    """The objective's sense for these parameters: the registry's, except where a parameter
+    flips it (Sia's power p > 0 maximizes, A5.5)."""
+    if objective is Objective.CONFIGURATION_TERMS:
+        power = getattr(policy.parameters, "fairness_power", None)
+        if power is not None:
+            return float(power) > 0
+    return registered
+
+
 # ------------------------------------------------------------------------------ shared terms
 
 

@@ -51,6 +51,9 @@ JOB_COUNTS: SearchStrategy[int] = st.integers(0, 8)
 """Jobs per snapshot (0 included: the empty snapshot is a case every policy must answer)."""
 TYPE_COUNTS: SearchStrategy[int] = st.integers(1, 4)
 """Accelerator types per cluster."""
+GOODPUTS: SearchStrategy[bool] = st.booleans()
+"""Whether a job of a configuration policy lists goodputs per configuration (else its
+throughput is used)."""
 
 
 @dataclass(frozen=True)
@@ -73,11 +76,13 @@ def clusters(
     count: SearchStrategy[int] = COUNTS,
     nodes: bool | None = False,
     node_size: SearchStrategy[int] = NODE_SIZES,
+    node_count: SearchStrategy[int] | None = None,
 ) -> SearchStrategy[snapshot_pb.Cluster]:
     """Clusters of `types` types (named from `TYPE_NAMES`) with `count` devices each, at least
     one device in all. With `nodes` (None = half of the time) every type's devices sit on
-    nodes of `node_size` devices (its count then a multiple of the node size)."""
-    return _clusters(types, count, nodes, node_size)
+    nodes of `node_size` devices: `node_count` of them, or (None) as many as its `count`
+    fills (its count then a multiple of the node size)."""
+    return _clusters(types, count, nodes, node_size, node_count)
 
 
 @st.composite
@@ -87,6 +92,7 @@ def _clusters(
     count: SearchStrategy[int],
     nodes: bool | None,
     node_size: SearchStrategy[int],
+    node_count: SearchStrategy[int] | None,
 ) -> snapshot_pb.Cluster:
     n = max(1, min(draw(types), len(TYPE_NAMES)))
     with_nodes = draw(st.booleans()) if nodes is None else nodes
@@ -95,8 +101,11 @@ def _clusters(
     for j in range(n):
         devices = max(draw(count), 0)
         if with_nodes:
-            size = draw(node_size)
-            machines = devices // size if devices >= size else int(devices > 0)
+            size = max(draw(node_size), 1)
+            if node_count is not None:
+                machines = max(draw(node_count), 0)
+            else:
+                machines = devices // size if devices >= size else int(devices > 0)
             devices = machines * size
             for k in range(machines):
                 cluster.nodes.add(name=f"{TYPE_NAMES[j]}-{k}", accelerator_type=TYPE_NAMES[j],
@@ -112,6 +121,28 @@ def _clusters(
     return cluster
 
 
+@dataclass(frozen=True)
+class _Knobs:
+    """The keywords of `snapshots`."""
+
+    jobs: SearchStrategy[int]
+    types: SearchStrategy[int]
+    count: SearchStrategy[int]
+    throughput: SearchStrategy[float]
+    scale_factor: SearchStrategy[int]
+    priority_weight: SearchStrategy[float | None]
+    remaining_steps: SearchStrategy[float]
+    age: SearchStrategy[float]
+    nodes: bool | None
+    node_size: SearchStrategy[int]
+    node_count: SearchStrategy[int] | None
+    full_gangs: bool
+    every_cell_usable: bool
+    goodputs: SearchStrategy[bool]
+    parameters: Mapping[str, Any] | SearchStrategy[Mapping[str, Any]] | None
+    options: Mapping[str, Any] | None
+
+
 def snapshots(
     policy: str = "weighted_max_min_fairness",
     *,
@@ -124,7 +155,11 @@ def snapshots(
     remaining_steps: SearchStrategy[float] = REMAINING_STEPS,
     age: SearchStrategy[float] = AGES,
     nodes: bool | None = None,
+    node_size: SearchStrategy[int] = NODE_SIZES,
+    node_count: SearchStrategy[int] | None = None,
     full_gangs: bool = True,
+    every_cell_usable: bool = False,
+    goodputs: SearchStrategy[bool] = GOODPUTS,
     parameters: Mapping[str, Any] | SearchStrategy[Mapping[str, Any]] | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> SearchStrategy[service_pb.SolveRequest]:
@@ -135,81 +170,74 @@ def snapshots(
     (gang size; lowered to the largest count when no type is that large), `priority_weight`
     (None = unset), `remaining_steps` and `age` (s since arrival). A job left without a usable
     type gets a positive throughput on a type its gang fits. `full_gangs`: a quarter of the
-    jobs get a gang as large as one of their usable types. `nodes`: list the cluster's nodes
-    (None = when the policy reads `cluster.nodes`, else half of the time).
+    jobs get a gang as large as one of their usable types. `every_cell_usable`: no zero
+    throughput, no type without devices, every gang fits every type (for closed forms).
+
+    `nodes`: list the cluster's nodes (None = when the policy reads `cluster.nodes` or
+    configurations, else half of the time), `node_size` devices each; `node_count` nodes per
+    type (None = the type's drawn `count` split into nodes).
 
     Inputs the policy's capabilities ask for are added: history (running jobs, finish-time
     state, restarts) for `needs_history`, tenants for `reads_tenants`, pair throughputs for
     `uses_colocations`, epoch profiles for `reads_epoch_profiles`, per-configuration goodputs
-    and elasticity for `reads_configurations`. `parameters` (a dict or a strategy of dicts,
-    the policy's parameter message in JSON form) and `options` (`SolveOptions` fields by JSON
-    name) are set as given.
+    (for the jobs `goodputs` draws True for; running jobs run one of them) and elasticity for
+    `reads_configurations`. `parameters` (a dict or a strategy of dicts, the policy's
+    parameter message in JSON form) and `options` (`SolveOptions` fields by JSON name) are set
+    as given.
     """
-    spec = lookup(policy)
-    return _snapshots(policy, _Plan(spec), jobs, types, count, throughput, scale_factor,
-                      priority_weight, remaining_steps, age, nodes, full_gangs, parameters,
-                      options)
+    knobs = _Knobs(jobs, types, count, throughput, scale_factor, priority_weight,
+                   remaining_steps, age, nodes, node_size, node_count, full_gangs,
+                   every_cell_usable, goodputs, parameters, options)
+    return _snapshots(policy, _Plan(lookup(policy)), knobs)
 
 
 @st.composite
 def _snapshots(
-    draw: st.DrawFn,
-    policy: str,
-    plan: _Plan,
-    jobs: SearchStrategy[int],
-    types: SearchStrategy[int],
-    count: SearchStrategy[int],
-    throughput: SearchStrategy[float],
-    scale_factor: SearchStrategy[int],
-    priority_weight: SearchStrategy[float | None],
-    remaining_steps: SearchStrategy[float],
-    age: SearchStrategy[float],
-    nodes: bool | None,
-    full_gangs: bool,
-    parameters: Mapping[str, Any] | SearchStrategy[Mapping[str, Any]] | None,
-    options: Mapping[str, Any] | None,
+    draw: st.DrawFn, policy: str, plan: _Plan, knobs: _Knobs
 ) -> service_pb.SolveRequest:
     from google.protobuf import json_format
 
-    with_nodes = plan.reads("cluster.nodes") or plan.caps.reads_configurations \
-        if nodes is None else nodes
-    if nodes is None and not with_nodes:
-        with_nodes = draw(st.booleans())
+    caps = plan.caps
+    with_nodes = knobs.nodes
+    if with_nodes is None:
+        with_nodes = plan.reads("cluster.nodes") or caps.reads_configurations \
+            or draw(st.booleans())
     request = service_pb.SolveRequest()
     request.policy.name = policy
     snapshot = request.snapshot
-    snapshot.cluster.CopyFrom(draw(_clusters(types, count, with_nodes, NODE_SIZES)))
-    if plan.caps.plan_kind is PlanKind.WINDOW:
+    count = knobs.count.map(lambda c: max(c, 1)) if knobs.every_cell_usable else knobs.count
+    snapshot.cluster.CopyFrom(draw(_clusters(knobs.types, count, with_nodes, knobs.node_size,
+                                             knobs.node_count)))
+    if caps.plan_kind is PlanKind.WINDOW:
         _homogeneous(draw, snapshot.cluster)
     names = [t.name for t in snapshot.cluster.accelerator_types]
     counts = [t.count for t in snapshot.cluster.accelerator_types]
     snapshot.time_s = draw(st.sampled_from((0.0, 1e4, 1e5)))
-    m = max(draw(jobs), 0)
-    for i in range(m):
+    for i in range(max(draw(knobs.jobs), 0)):
         job = snapshot.jobs.add(id=f"job{i}")
-        _job(draw, job, names, counts, throughput, scale_factor, full_gangs)
-        weight = draw(priority_weight)
+        _job(draw, job, names, counts, knobs)
+        weight = draw(knobs.priority_weight)
         if weight is not None:
             job.priority_weight = weight
-        job.arrival_time_s = snapshot.time_s - min(draw(age), snapshot.time_s + 1e4)
-        total = draw(remaining_steps)
+        job.arrival_time_s = snapshot.time_s - min(draw(knobs.age), snapshot.time_s + 1e4)
+        total = draw(knobs.remaining_steps)
         done = total * draw(st.sampled_from((0.0, 0.0, 0.25, 0.5)))
         job.progress.total_steps = total + done
         job.progress.steps_done = done
-    caps = plan.caps
     if caps.reads_tenants:
         _tenants(draw, snapshot)
+    if caps.reads_configurations:
+        _configurations(draw, snapshot, knobs.goodputs)
     if caps.needs_history or plan.reads("history.jobs[].current"):
         _history(draw, snapshot, counts)
     if caps.uses_colocations:
         _colocations(draw, snapshot)
     if caps.reads_epoch_profiles:
         _epochs(draw, snapshot)
-    if caps.reads_configurations:
-        _configurations(draw, snapshot)
     if plan.reads("round_duration_s"):
         snapshot.round_duration_s = draw(st.sampled_from((0.0, 60.0, 360.0)))
-    given = draw(parameters) if isinstance(parameters, SearchStrategy) else parameters
+    given = draw(knobs.parameters) if isinstance(knobs.parameters, SearchStrategy) \
+        else knobs.parameters
     if given is not None and plan.spec.parameters_field:
         field = getattr(request.policy, plan.spec.parameters_field)
         json_format.ParseDict(dict(given), field)
@@ -220,8 +248,8 @@ def _snapshots(
         for job in snapshot.jobs:
             if job.throughput.get(reference, 0.0) <= 0:
                 job.throughput[reference] = draw(LOG_THROUGHPUTS)
-    if options:
-        json_format.ParseDict(dict(options), request.options)
+    if knobs.options:
+        json_format.ParseDict(dict(knobs.options), request.options)
     return request
 
 
@@ -237,26 +265,23 @@ def _homogeneous(draw: st.DrawFn, cluster: snapshot_pb.Cluster) -> None:
 
 
 def _job(
-    draw: st.DrawFn,
-    job: snapshot_pb.Job,
-    names: list[str],
-    counts: list[int],
-    throughput: SearchStrategy[float],
-    scale_factor: SearchStrategy[int],
-    full_gangs: bool,
+    draw: st.DrawFn, job: snapshot_pb.Job, names: list[str], counts: list[int], knobs: _Knobs
 ) -> None:
     """Throughputs and gang of one job, with at least one usable type."""
     n = len(names)
-    rates = [max(draw(throughput), 0.0) for _ in range(n)]
-    gang = max(1, min(draw(scale_factor), max(counts)))
+    positive = knobs.throughput.filter(lambda x: x > 0) if _can_be_positive(knobs.throughput) \
+        else st.just(1.0)
+    rates = [max(draw(knobs.throughput), 0.0) for _ in range(n)]
+    largest = min(counts) if knobs.every_cell_usable else max(counts)
+    gang = max(1, min(draw(knobs.scale_factor), largest))
+    if knobs.every_cell_usable:
+        rates = [rate if rate > 0 else draw(positive) for rate in rates]
     fits = [j for j in range(n) if counts[j] >= gang]
     if not any(rates[j] > 0 for j in fits):
-        j = draw(st.sampled_from(fits))
-        rates[j] = draw(throughput.filter(lambda x: x > 0)) if _can_be_positive(throughput) \
-            else 1.0
+        rates[draw(st.sampled_from(fits))] = draw(positive)
     usable = [j for j in range(n) if rates[j] > 0 and counts[j] >= gang]
-    if full_gangs and draw(st.integers(0, 3)) == 0:
-        gang = counts[draw(st.sampled_from(usable))]
+    if knobs.full_gangs and draw(st.integers(0, 3)) == 0:
+        gang = min(counts) if knobs.every_cell_usable else counts[draw(st.sampled_from(usable))]
     for j, rate in enumerate(rates):
         if rate > 0 or draw(st.booleans()):  # 0 is written or left out: both mean "cannot run"
             job.throughput[names[j]] = rate
@@ -295,12 +320,17 @@ def _history(draw: st.DrawFn, snapshot: snapshot_pb.Snapshot, counts: list[int])
         entry = snapshot.history.jobs.add(job_id=job.id)
         entry.cumulative_isolated_time_s = draw(st.sampled_from((0.0, 10.0, 300.0)))
         entry.restarts = draw(st.integers(0, 3))
-        gang = job.scale_factor or 1
-        usable = [j for j, name in enumerate(names)
-                  if job.throughput.get(name, 0.0) > 0 and held[j] + gang <= counts[j]]
-        if not usable or not draw(st.booleans()):
+        if job.configurations:  # it runs one of its configurations
+            shapes = [(c.accelerator_type, c.devices) for c in job.configurations]
+        else:
+            shapes = [(name, job.scale_factor or 1) for name in names
+                      if job.throughput.get(name, 0.0) > 0]
+        room = [(name, gang) for name, gang in shapes
+                if held[names.index(name)] + gang <= counts[names.index(name)]]
+        if not room or not draw(st.booleans()):
             continue
-        j = draw(st.sampled_from(usable))
+        name, gang = draw(st.sampled_from(room))
+        j = names.index(name)
         nodes = _take_nodes(snapshot, free, names[j], gang)
         if snapshot.cluster.nodes and nodes is None:
             continue
@@ -394,12 +424,14 @@ def configuration_shapes(snapshot: snapshot_pb.Snapshot) -> list[tuple[str, int,
     return shapes
 
 
-def _configurations(draw: st.DrawFn, snapshot: snapshot_pb.Snapshot) -> None:
-    """Per-configuration goodputs for some jobs (concave in the devices; 4 in 5 shapes given)
-    and elasticity limits for some; the others fall back to their throughput."""
+def _configurations(
+    draw: st.DrawFn, snapshot: snapshot_pb.Snapshot, goodputs: SearchStrategy[bool]
+) -> None:
+    """Per-configuration goodputs (concave in the devices; 4 in 5 shapes given) for the jobs
+    `goodputs` picks, elasticity limits for some; the others fall back to their throughput."""
     shapes = configuration_shapes(snapshot)
     for job in snapshot.jobs:
-        given = bool(shapes) and draw(st.booleans())
+        given = bool(shapes) and draw(goodputs)
         if given:
             for type_name, nodes, devices in shapes:
                 if draw(st.integers(0, 4)) > 0:
