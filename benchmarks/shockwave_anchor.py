@@ -1,5 +1,5 @@
-"""End-to-end anchor (formulations.md A4.7 item 9, data.md §4.1): replay the 120-job Shockwave
-trace on 32 GPUs with 120 s rounds and compare with the published simulation row.
+"""End-to-end anchor (A4.7, docs/policies/market.md; T4.1, docs/datasets.md): replay the 120-job
+Shockwave trace on 32 GPUs with 120 s rounds and compare with the published simulation row.
 
     python benchmarks/shockwave_anchor.py [--jobs N] [--policies shockwave max_min_fairness ...]
                                           [--time-limit 15] [--threads 2] [--synthetic]

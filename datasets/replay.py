@@ -1,4 +1,4 @@
-"""Trace replay for round-based policies on a homogeneous cluster (data.md §4.1, §7).
+"""Trace replay for round-based policies on a homogeneous cluster (T4.1, T7, docs/datasets.md).
 
 A small discrete-time simulator: G identical devices, rounds of Delta s starting at the first
 arrival. Jobs arrive over time (`ReplayJob.arrival_s`) and become eligible at the first round
@@ -7,7 +7,7 @@ boundary at or after their arrival. Each job is an epoch profile: epoch e takes
 the policy names the active jobs that run (their gangs must fit in G); a job that runs
 progresses through its epochs by Delta s of its profile (possibly finishing several short
 epochs), and a job that completes inside the round finishes at that instant (the JCT uses the
-actual finish, not the round's end: data.md §7, Gavel issue #36). No preemption or restart
+actual finish, not the round's end: T7, docs/datasets.md; Gavel issue #36). No preemption or restart
 cost is modelled.
 
 Policies (`RoundPolicy`):
@@ -24,7 +24,7 @@ Policies (`RoundPolicy`):
   AlloX is not driven here: it is a non-preemptive matching of 1-device jobs, not a time
   share (multi-device jobs are unservable for it).
 
-Metrics (`ReplayMetrics`, data.md §7): makespan = last finish - first arrival; mean JCT;
+Metrics (`ReplayMetrics`, T7, docs/datasets.md): makespan = last finish - first arrival; mean JCT;
 finish-time fairness rho_i = JCT_i / (T_exclusive_i * max(1, N_jobs / G)) (Shockwave's
 static variant; worst, mean and the fraction above 1.0) and the Themis-style variant with the
 contention factor max(1, mean over the job's rounds of active jobs / G); utilization = busy
@@ -110,7 +110,7 @@ class RoundPolicy(Protocol):
 
 @dataclass(frozen=True)
 class ReplayMetrics:
-    """data.md §7 metrics of one replay (times in s)."""
+    """The metrics of one replay (T7, docs/datasets.md; times in s)."""
 
     makespan_s: float
     avg_jct_s: float
@@ -475,7 +475,7 @@ class GavelRoundPolicy:
 
 
 def synthetic_jobs(num_jobs: int = 120, seed: int = 0, span_s: float = 5000.0) -> list[ReplayJob]:
-    """A seeded stand-in for the 120-job Shockwave trace (data.md §2.2/§3.2) when the
+    """A seeded stand-in for the 120-job Shockwave trace (T2.2/T3.2, docs/datasets.md) when the
     reference profiles are absent: gangs 1/2/4 in the trace's proportions (92/20/8 of 120),
     arrivals uniform over `span_s`, 20-200 epochs per job in up to three batch-size regimes,
     epoch durations that shrink as the batch size grows (standalone time about 600-12,000 s)."""

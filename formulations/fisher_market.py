@@ -1,4 +1,4 @@
-"""Heterogeneity-aware Fisher market: the Eisenberg–Gale program (formulations.md A4.1).
+"""Heterogeneity-aware Fisher market: the Eisenberg–Gale program (A4.1, docs/policies/market.md).
 
 Buyers are the jobs i with budgets B_i > 0 (equal budgets 1, or the priority weights w_i).
 Goods are device-time on each accelerator type j, supply W[j] devices. Job i's utility is its

@@ -1,7 +1,8 @@
-"""Space sharing (two jobs with equal scale factors on the same devices), formulations.md A2.2
-(per-pair variables) and A2.3 (job types), in one LP over *groups* and *partner classes*,
-linear in the number of jobs. Used by max-min fairness (`max_min_fairness_packed`, here),
-water filling, makespan, finish-time fairness and max-sum-throughput (their own modules).
+"""Space sharing (two jobs with equal scale factors on the same devices): per-pair variables
+and job types (A2.2, A2.3, docs/policies/gavel.md) in one LP over *groups* and *partner
+classes*, linear in the number of jobs. Used by max-min fairness
+(`max_min_fairness_packed`, here), water filling, makespan, finish-time fairness and
+max-sum-throughput (their own modules).
 
 Groups. Jobs named in an explicit `colocations` pair are groups of their own (k = 1) and share
 devices only in the pairs listed for them (their job types' pairs do not apply). The other

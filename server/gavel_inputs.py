@@ -1,4 +1,4 @@
-"""Validation of the inputs the Gavel LP family reads (formulations.md A2.5-A2.8).
+"""Validation of the inputs the Gavel LP family reads (A2.5-A2.8, docs/policies/gavel.md).
 
 `gavel_parameters` maps a `Policy.parameters` oneof field to a converter of its message;
 `gavel_input_violations` checks the snapshot against what the resolved policy needs. Both

@@ -1,4 +1,5 @@
-"""Wire conversion for the market family (formulations.md A4): the Fisher market and Shockwave.
+"""Wire conversion for the market family (A4, docs/policies/market.md): the Fisher market and
+Shockwave.
 
 * `market_parameters` maps a `Policy.parameters` oneof field to a converter of its message.
 * `epoch_inputs` reads the per-epoch fields of every job and the Shockwave history state

@@ -1,8 +1,8 @@
 """`apportion replay`: replay a trace of per-epoch job profiles on a homogeneous cluster
-through several round-based policies and print data.md §7's metrics side by side
+through several round-based policies and print their metrics (T7, docs/datasets.md) side by side
 (`apportion.datasets.replay`).
 
-Jobs come from a Shockwave per-epoch profile file (data.md §2.2, `.json` or `.json.gz`) or
+Jobs come from a Shockwave per-epoch profile file (T2.2, docs/datasets.md, `.json` or `.json.gz`) or
 from the seeded synthetic generator (`--synthetic N`). Policies: `shockwave` (its planning
 window, re-solved on every arrival or completion and at least every 8 rounds) and the
 time-share policies that have Gavel's round mechanism (the allocation recomputed on every
@@ -29,7 +29,7 @@ def add_replay(sub: Any) -> argparse.ArgumentParser:
         help="replay a job trace through several policies and compare their metrics",
         description="Replay per-epoch job profiles on G identical devices with rounds of "
         "--round s through each policy, and print makespan, mean JCT, finish-time fairness "
-        "(worst, mean, fraction > 1, Themis-style worst) and utilization (data.md §7).",
+        "(worst, mean, fraction > 1, Themis-style worst) and utilization (T7, docs/datasets.md).",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--profiles", metavar="FILE",

@@ -1,4 +1,4 @@
-"""Conversion and validation of the inputs sia and pollux read (formulations.md A5, B4).
+"""Conversion and validation of the inputs sia and pollux read (A5, docs/policies/sia.md, B4).
 
 `sia_parameters` maps a `Policy.parameters` oneof field to a converter of its message;
 `sia_problem` adds the per-configuration goodput, elasticity, Pollux models and restart

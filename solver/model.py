@@ -1,6 +1,6 @@
 """The validated problem model: frozen dataclasses holding numpy arrays.
 
-Index conventions follow formulations.md A1.1: ``i`` jobs (rows, in snapshot order), ``j``
+Index conventions follow A1.1, docs/policies/common.md: ``i`` jobs (rows, in snapshot order), ``j``
 accelerator types (columns, in cluster order). Units are stated per field. Objects of these
 classes are only created by `apportion.server.convert` (which validates) or by tests; the
 formulations may assume every invariant documented here.
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 
 class Compat(StrEnum):
-    """Reproduce an upstream system's quirks (formulations.md C1); NONE = corrected behaviour."""
+    """Reproduce an upstream system's quirks (C1, docs/policies/common.md); NONE = corrected
+    behaviour."""
 
     NONE = "none"
     GAVEL = "gavel"
@@ -86,7 +87,7 @@ class GivenGoodput:
 
 @dataclass(frozen=True)
 class PolluxJobModel:
-    """A job's Pollux goodput-model inputs (formulations.md A5.1)."""
+    """A job's Pollux goodput-model inputs (A5.1, docs/policies/sia.md)."""
 
     perf_params: FloatArray
     """(n, 7) per type (alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma) in s, s/sample
@@ -170,7 +171,8 @@ class Jobs:
 
 @dataclass(frozen=True)
 class ReferenceFinishState:
-    """Shockwave's reference-finish-time bookkeeping (formulations.md A4.6), one entry per job.
+    """Shockwave's reference-finish-time bookkeeping (A4.6, docs/policies/market.md), one entry per
+    job.
 
     The job's equal-share finish-time estimates form a series; the latest one is kept as is,
     the earlier ones only as their time-weighted mean and total weight. NaN in `estimate_s`
@@ -251,7 +253,7 @@ class History:
 
 @dataclass(frozen=True)
 class Colocations:
-    """Throughputs of two jobs sharing the same devices (formulations.md A1.1), steps/s.
+    """Throughputs of two jobs sharing the same devices (A1.1, docs/policies/common.md), steps/s.
 
     Explicit job pairs: rows of `job_a`, `job_b` (job indices, a != b, equal scale factors)
     with `throughput_a[p, j]` (job_a's throughput on type j while sharing with job_b) and

@@ -145,7 +145,7 @@ class ConfigurationChoice:
 
 @dataclass(frozen=True)
 class RoundGrant:
-    """One job's grant in a round of the round mechanism (formulations.md A2.11)."""
+    """One job's grant in a round of the round mechanism (A2.11, docs/policies/gavel.md)."""
 
     job: int
     """Job index."""

@@ -11,7 +11,8 @@
   split gives identical jobs run counts within one of each other; min makespan's first
   allocation is the single-type closed form X_i = R_i z* (A2.8 test 2); max-sum-throughput
   with throughput 1 prefers 1-device jobs (fractional knapsack by 1/s_i, A2.6 test 2).
-* The metrics of data.md §7 on a hand-computed two-job case with a first-fit policy (arrival
+* The metrics (T7, docs/datasets.md) on a hand-computed two-job case with a first-fit policy
+  (arrival
   between round boundaries, an epoch crossing a round boundary).
 """
 

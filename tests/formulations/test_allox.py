@@ -1,7 +1,7 @@
-"""AlloX (formulations.md A3) proven by independent routes: exhaustive brute force over every
-assignment and every order (n <= 7), the explicit Gavel-style per-device per-position Hungarian
-matrix (scipy linear_sum_assignment, up to ~60 jobs), the schedule's structure (SPT on every
-device, no gaps, matching cost = sum of predicted completion times), an independent check of
+"""AlloX (A3, docs/policies/allox.md) proven by independent routes: exhaustive brute force over
+every assignment and every order (n <= 7), the explicit Gavel-style per-device per-position
+Hungarian matrix (scipy linear_sum_assignment, up to ~60 jobs), the schedule's structure (SPT on
+every device, no gaps, matching cost = sum of predicted completion times), an independent check of
 the dual certificate on every per-device slot, metamorphic relations, the online rules
 (non-preemption, alpha, unservable jobs), bad inputs with field paths, and one end-to-end
 request through `apportion.server.pipeline.solve_request`.

@@ -1,4 +1,4 @@
-"""Fisher market / Eisenberg–Gale (formulations.md A4.1) proven by independent routes.
+"""Fisher market / Eisenberg–Gale (A4.1, docs/policies/market.md) proven by independent routes.
 
 * The equilibrium (KKT) conditions of the capped market, checked from the returned X and prices
   alone: sigma_i is *derived* as B_i - spending_i (condition 3), then sigma >= 0, sigma > 0 only

@@ -1,4 +1,4 @@
-"""Property tests for Gavel's LP family (formulations.md A2.5-A2.8): max-sum-throughput,
+"""Property tests for Gavel's LP family (A2.5-A2.8, docs/policies/gavel.md): max-sum-throughput,
 cost-normalized throughput with SLOs, minimum makespan and finish-time fairness.
 
 Each optimum is confirmed by an independent route: the plain cvxpy formulations of

@@ -1,6 +1,6 @@
-"""Property tests proving weighted max-min fairness (formulations.md A2.1) correct by independent
-routes: feasibility and objective recomputation, an independent cvxpy reference, our own check
-of the dual certificate, brute-force vertex enumeration, cross-solver/method agreement,
+"""Property tests proving weighted max-min fairness (A2.1, docs/policies/gavel.md) correct by
+independent routes: feasibility and objective recomputation, an independent cvxpy reference, our own
+check of the dual certificate, brute-force vertex enumeration, cross-solver/method agreement,
 aggregation, metamorphic relations, canonicalization, and one large active-set instance.
 
 Levels of individual jobs are not unique (the LP is degenerate), so comparisons are on t* and

@@ -1,4 +1,4 @@
-"""Sia's goodput ILP (formulations.md A5) proven by independent routes: brute force over every
+"""Sia's goodput ILP (A5, docs/policies/sia.md) proven by independent routes: brute force over every
 configuration choice (n <= 5 jobs), the LP relaxation as a bound, CP-SAT as a second exact
 solver, feasibility and placement invariants, hand-computed coefficients, the metamorphic
 relations of the issue, and bad inputs with field paths through `request_to_model`.
@@ -362,8 +362,8 @@ def test_configuration_set_matches_sia_shapes() -> None:
 
 
 def sia_cluster(scale: int) -> Cluster:
-    """Sia's simulated cluster (data.md §3.3) times `scale`: 6 x aws (4 GPUs), 2 x dgx-ext (8),
-    3 x rtx (8) nodes per unit of scale."""
+    """Sia's simulated cluster (T3.3, docs/datasets.md) times `scale`: 6 x aws (4 GPUs), 2 x dgx-ext
+    (8), 3 x rtx (8) nodes per unit of scale."""
     nodes = (("aws", 6 * scale, 4), ("dgx-ext", 2 * scale, 8), ("rtx", 3 * scale, 8))
     node_type = np.concatenate([np.full(k, t, np.int64) for t, (_, k, _) in enumerate(nodes)])
     node_devices = np.concatenate([np.full(k, g, np.int64) for _, k, g in nodes])

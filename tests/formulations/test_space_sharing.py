@@ -1,4 +1,4 @@
-"""Max-min fairness with space sharing (formulations.md A2.2, A2.3): proofs by independent
+"""Max-min fairness with space sharing (A2.2, docs/policies/gavel.md, A2.3): proofs by independent
 routes. The reference is a per-pair cvxpy formulation written from A2.2, not from the code."""
 
 from __future__ import annotations

@@ -1162,11 +1162,11 @@ class JobAllocation(_message.Message):
     until the job set changes.
     """
     reference_estimate_s: _builtins.float
-    """Shockwave: the job's reference-finish-time state after this call (formulations.md A4.6);
-    send each back in the same-named field of history.jobs[] (numbers 40-44 there): the latest
-    equal-share estimate (absolute s), when it was made (snapshot clock, s), the time-weighted
-    mean of the earlier estimates (absolute s) and their total weight (s of time in force),
-    and the number of active jobs at the latest estimate.
+    """Shockwave: the job's reference-finish-time state after this call (A4.6,
+    docs/policies/market.md); send each back in the same-named field of history.jobs[] (numbers
+    40-44 there): the latest equal-share estimate (absolute s), when it was made (snapshot clock,
+    s), the time-weighted mean of the earlier estimates (absolute s) and their total weight (s of
+    time in force), and the number of active jobs at the latest estimate.
     """
     reference_estimate_time_s: _builtins.float
     reference_earlier_average_s: _builtins.float
