@@ -1,5 +1,5 @@
 """The project's docs: the design notes are cited nowhere (the docs say things in the
-project's own words), every citation "(LABEL, docs/PAGE.md)" in the code, the protos, the README
+project's own words), every citation "(LABEL, docs/<page>.md)" in the code, the protos, the README
 and the docs names a page that exists and has a heading with that label, every relative link in
 the docs resolves, and every registered policy is named on a policy page."""
 
