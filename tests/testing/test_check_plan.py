@@ -21,7 +21,27 @@ EXAMPLES_PER_NAME = 8
 Response = service_pb.SolveResponse
 
 
-@pytest.mark.parametrize("name", known_names())
+KNOWN_DEFECTS = {
+    "synergy": "places a gang across nodes of two types and reports the group on one of them "
+               "with more devices than that type has (e.g. 3 devices on a 2-device p100: one "
+               "v100 node + the p100 node); it also ignores types where the job has no "
+               "throughput",
+    "iadeep": "takes its devices from one pool over all types, so a group of s devices can "
+              "start on a type with fewer than s (a 2-device job on a 1-device p100), "
+              "whatever the job's throughput there",
+}
+"""Defects check_plan finds in policies merged from another branch, reported to the lead; each
+test fails (strictly) as expected until the policy is fixed, then must be removed from here."""
+
+
+def _known_defect(name: str) -> list[pytest.MarkDecorator]:
+    reason = KNOWN_DEFECTS.get(lookup(name).name)
+    return [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=_known_defect(name)) for name in known_names()]
+)
 def test_check_plan_agrees_with_every_registered_policy(name: str) -> None:
     @settings(max_examples=EXAMPLES_PER_NAME,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

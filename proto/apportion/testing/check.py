@@ -172,6 +172,8 @@ class _Checker:
                      view)
         if view.pairs:
             self.section("pairs sharing devices", self.check_pairs, view)
+        if view.groups:
+            self.section("groups sharing devices", self.check_groups, view)
         if kind in (PlanKind.TIME_SHARE, PlanKind.MARKET):
             self.section("effective throughput = throughput x time share",
                          self.check_throughput, view)
@@ -265,7 +267,8 @@ class _Checker:
         fits = view.devices[:, None] <= self.W[None, :]
         reference = str(getattr(self.policy.parameters, "reference_type", "") or "")
         rates = policy_throughput(self.problem, reference)  # agnostic variants: a copied column
-        usable = fits if kind is PlanKind.CONFIGURATION else fits & (rates > 0)
+        own_devices = kind is PlanKind.CONFIGURATION or bool(view.groups)
+        usable = fits if own_devices else fits & (rates > 0)  # own goodput or resource models
         names = self.problem.cluster.type_names
         for i, j in zip(*np.nonzero((share > self.tol) & ~usable), strict=True):
             why = ("the gang does not fit the type" if not fits[i, j]
@@ -274,7 +277,12 @@ class _Checker:
                       f"{float(share[i, j])!r} on a cell the job cannot use: {why}")
 
     def check_capacity(self, view: PlanView) -> None:
-        use = view.devices.astype(np.float64) @ view.time_share
+        grouped = np.zeros(self.problem.jobs.num_jobs, dtype=bool)
+        use = np.zeros(self.problem.cluster.num_types)
+        for group in view.groups:  # a group holds its devices once
+            grouped[list(group.members)] = True
+            use[group.type_index] += group.devices
+        use += view.devices[~grouped].astype(np.float64) @ view.time_share[~grouped]
         for pair in view.pairs:
             use[pair.type_index] -= self.problem.jobs.scale_factor[pair.a] * pair.share
         names = self.problem.cluster.type_names
@@ -303,6 +311,45 @@ class _Checker:
             self.fail(f"plan.jobs[{i}].time_share",
                       f"the job's shared time on type {j} ({float(shared[i, j])!r}) exceeds its "
                       f"time share there ({float(view.time_share[i, j])!r})")
+
+    def check_groups(self, view: PlanView) -> None:
+        cluster = self.problem.cluster
+        entries = list(self.response.plan.jobs)
+        seen: dict[int, int] = {}
+        for k, (group, message) in enumerate(zip(view.groups, self.response.plan.groups,
+                                                   strict=True)):
+            j = group.type_index
+            if not 1 <= group.devices <= cluster.count[j]:
+                self.fail(f"{group.path}.devices", f"{group.devices} devices of a type with "
+                          f"{int(cluster.count[j])}")
+            if len(set(group.members)) != len(group.members) or not group.members:
+                self.fail(f"{group.path}.job_ids", "must name distinct jobs")
+            if len(message.slowdown) not in (0, len(group.members)):
+                self.fail(f"{group.path}.slowdown", "needs one value per member")
+            for i in group.members:
+                if i in seen:
+                    self.fail(group.path, f"job {self.problem.jobs.ids[i]!r} is also in "
+                              f"plan.groups[{seen[i]}]")
+                seen[i] = k
+                row = view.time_share[i]
+                if abs(row[j] - 1.0) > self.tol or row.sum() > 1 + self.tol:
+                    self.fail(f"plan.jobs[{i}].time_share",
+                              "a group member must have time share 1 on its group's type")
+                if entries[i].HasField("group") and entries[i].group != k:
+                    self.fail(f"plan.jobs[{i}].group", f"is {entries[i].group}, the job is in "
+                              f"group {k}")
+            if message.node_devices:
+                total = 0
+                for name, count in message.node_devices.items():
+                    nid = self.node_index.get(name)
+                    if nid is None or cluster.node_type[nid] != j or count > \
+                            cluster.node_devices[nid]:
+                        self.fail(f'{group.path}.node_devices["{name}"]',
+                                  "is not a node of the type with that many devices")
+                    total += count
+                if total != group.devices:
+                    self.fail(f"{group.path}.node_devices", f"places {total} devices, the "
+                              f"group has {group.devices}")
 
     def check_throughput(self, view: PlanView) -> None:
         from apportion.testing.plan_view import throughput_under

@@ -34,6 +34,16 @@ class Pair:
 
 
 @dataclass(frozen=True)
+class Group:
+    """A `Plan.groups` entry: jobs sharing `devices` devices of one type for the round."""
+
+    members: tuple[int, ...]
+    type_index: int
+    devices: int
+    path: str
+
+
+@dataclass(frozen=True)
 class PlanView:
     """The plan of a response over the snapshot's m jobs and n types."""
 
@@ -49,6 +59,8 @@ class PlanView:
     objective_value: FloatArray
     prices: FloatArray
     """(n,) `Plan.accelerator_prices` (0 when absent)."""
+    groups: tuple[Group, ...] = ()
+    """Groups of jobs sharing devices (co-location policies); a job in one holds its devices."""
 
 
 def read_plan(
@@ -91,6 +103,18 @@ def read_plan(
         pairs.append(Pair(a, b, j, shared.time_share, path))
     prices = np.array([response.plan.accelerator_prices.get(name, 0.0)
                        for name in cluster.type_names])
+    groups: list[Group] = []
+    for k, group in enumerate(response.plan.groups):
+        path = f"plan.groups[{k}]"
+        members = [job_index.get(job_id) for job_id in group.job_ids]
+        j = type_index.get(group.accelerator_type)
+        if j is None or any(i is None for i in members):
+            failures.append((path, "names an unknown job or accelerator type"))
+            continue
+        found = tuple(i for i in members if i is not None)
+        for i in found:
+            devices[i] = group.devices
+        groups.append(Group(found, j, group.devices, path))
     return PlanView(
         time_share=X,
         devices=devices,
@@ -99,6 +123,7 @@ def read_plan(
         effective_throughput=np.array([entry.effective_throughput for entry in entries]),
         objective_value=np.array([entry.objective_value for entry in entries]),
         prices=prices,
+        groups=tuple(groups),
     )
 
 

@@ -234,10 +234,18 @@ def _snapshots(
         _colocations(draw, snapshot)
     if caps.reads_epoch_profiles:
         _epochs(draw, snapshot)
+    if caps.reads_resource_profiles:
+        _resource_profiles(draw, snapshot)
+    if caps.reads_stage_times:
+        _stage_times(draw, snapshot)
+    if caps.reads_device_sharing:
+        _device_sharing(draw, snapshot)
     if plan.reads("round_duration_s"):
         snapshot.round_duration_s = draw(st.sampled_from((0.0, 60.0, 360.0)))
     given = draw(knobs.parameters) if isinstance(knobs.parameters, SearchStrategy) \
         else knobs.parameters
+    if given is None and caps.reads_device_sharing:
+        given = _device_memory_parameter(plan.spec)
     if given is not None and plan.spec.parameters_field:
         field = getattr(request.policy, plan.spec.parameters_field)
         json_format.ParseDict(dict(given), field)
@@ -405,6 +413,73 @@ def _epochs(draw: st.DrawFn, snapshot: snapshot_pb.Snapshot) -> None:
         job.epoch_profile.batch_size.extend(
             draw(st.lists(st.sampled_from((32, 64, 128, 256)), min_size=epochs,
                           max_size=epochs)))
+
+
+DEVICE_MEMORY_GIB = 24.0
+"""Device memory given to the co-location policies that need one when the snapshot lists no
+device memory (their parameter `device_memory_gib`)."""
+
+
+def _resource_profiles(draw: st.DrawFn, snapshot: snapshot_pb.Snapshot) -> None:
+    """CPU and memory on every node (3 cores and 62.5 GiB per device, the GPU-proportional
+    share) and a profile per job: throughput (c/3)^a (m/62.5)^b on a 3 x 3 grid around that
+    share (1 at the share, a and b in [0, 0.6])."""
+    for node in snapshot.cluster.nodes:
+        node.cpus = 3.0 * max(node.devices, 1)
+        node.memory_gib = 62.5 * max(node.devices, 1)
+    cpus, memory = (1.5, 3.0, 6.0), (31.25, 62.5, 125.0)
+    for job in snapshot.jobs:
+        a, b = draw(st.floats(0.0, 0.6)), draw(st.floats(0.0, 0.6))
+        profile = job.resource_profile
+        profile.cpus_per_gpu.extend(cpus)
+        profile.memory_gib_per_gpu.extend(memory)
+        profile.throughput.extend((c / 3.0) ** a * (m / 62.5) ** b for c in cpus for m in memory)
+
+
+def _stage_times(draw: st.DrawFn, snapshot: snapshot_pb.Snapshot) -> None:
+    """Time per iteration in each of the four stages (0.01-1 s; some stages 0)."""
+    stage = st.one_of(st.just(0.0), st.floats(0.01, 1.0), st.floats(0.01, 1.0))
+    for job in snapshot.jobs:
+        times = job.stage_times
+        times.storage_s, times.cpu_s = draw(stage), draw(stage)
+        times.gpu_s, times.network_s = draw(st.floats(0.01, 1.0)), draw(stage)
+
+
+def _device_sharing(draw: st.DrawFn, snapshot: snapshot_pb.Snapshot) -> None:
+    """Device memory and utilization per job (a third of the device memory or less), sharing
+    scores, a service class (opportunistic jobs have one device), and slowdowns for some
+    pairs of jobs."""
+    classes = (snapshot_pb.SERVICE_CLASS_UNSPECIFIED, snapshot_pb.SERVICE_CLASS_GUARANTEED,
+               snapshot_pb.SERVICE_CLASS_OPPORTUNISTIC, snapshot_pb.SERVICE_CLASS_BEST_EFFORT)
+    for job in snapshot.jobs:
+        job.sharing.gpu_memory_gib = draw(st.floats(0.5, DEVICE_MEMORY_GIB / 3))
+        job.sharing.gpu_utilization = draw(st.floats(0.05, 0.9))
+        if draw(st.booleans()):
+            job.sharing.sharing_score = draw(st.integers(0, 2))
+        job.service_class = draw(st.sampled_from(classes))
+        if job.service_class in classes[2:]:
+            job.scale_factor = 1
+    jobs = list(snapshot.jobs)
+    for x in range(len(jobs)):
+        for y in range(x + 1, len(jobs)):
+            same_gang = (jobs[x].scale_factor or 1) == (jobs[y].scale_factor or 1)
+            if same_gang and draw(st.integers(0, 3)) == 0:
+                snapshot.interference.add(job_ids=[jobs[x].id, jobs[y].id],
+                                           slowdown=[draw(st.floats(1.0, 2.0)),
+                                                     draw(st.floats(1.0, 2.0))])
+
+
+def _device_memory_parameter(spec: PolicySpec) -> dict[str, Any] | None:
+    """{"deviceMemoryGib": DEVICE_MEMORY_GIB} when the policy's parameters have that field
+    (the device memory of snapshots without a device list), else None."""
+    if not spec.parameters_message:
+        return None
+    from apportion.v1 import policy_pb2
+
+    message = getattr(policy_pb2, spec.parameters_message.rsplit(".", 1)[-1], None)
+    if message is None or "device_memory_gib" not in message.DESCRIPTOR.fields_by_name:
+        return None
+    return {"deviceMemoryGib": DEVICE_MEMORY_GIB}
 
 
 def configuration_shapes(snapshot: snapshot_pb.Snapshot) -> list[tuple[str, int, int]]:
