@@ -224,6 +224,12 @@ def _snapshots(
         done = total * draw(st.sampled_from((0.0, 0.0, 0.25, 0.5)))
         job.progress.total_steps = total + done
         job.progress.steps_done = done
+    if caps.reads_device_sharing:  # first: opportunistic jobs get gangs of 1
+        _device_sharing(draw, snapshot)
+    if caps.reads_resource_profiles:
+        _resource_profiles(draw, snapshot)
+    if caps.reads_stage_times:
+        _stage_times(draw, snapshot)
     if caps.reads_tenants:
         _tenants(draw, snapshot)
     if caps.reads_configurations:
@@ -234,12 +240,6 @@ def _snapshots(
         _colocations(draw, snapshot)
     if caps.reads_epoch_profiles:
         _epochs(draw, snapshot)
-    if caps.reads_resource_profiles:
-        _resource_profiles(draw, snapshot)
-    if caps.reads_stage_times:
-        _stage_times(draw, snapshot)
-    if caps.reads_device_sharing:
-        _device_sharing(draw, snapshot)
     if plan.reads("round_duration_s"):
         snapshot.round_duration_s = draw(st.sampled_from((0.0, 60.0, 360.0)))
     given = draw(knobs.parameters) if isinstance(knobs.parameters, SearchStrategy) \
