@@ -196,6 +196,13 @@ def test_market_spending_must_follow_the_prices() -> None:
     assert 'plan.accelerator_prices["v100"]' in failed_fields(request, response)
 
 
+def test_an_uncapped_market_may_hold_several_gangs_but_not_more_devices() -> None:
+    request, response = solved("fisher_market", parameters={"uncapped": True})
+    assert max(sum(job.time_share.values()) for job in response.plan.jobs) > 1
+    response.plan.jobs[3].time_share["k80"] = 2.5  # job d holds more than the type's devices
+    assert 'plan (type "k80")' in failed_fields(request, response)
+
+
 def test_trades_must_be_individually_rational() -> None:
     snapshot = dict(FOUR["snapshot"])  # type: ignore[arg-type]
     snapshot["jobs"] = [dict(job, tenant=f"u{k % 2}") for k, job in
