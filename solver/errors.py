@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+
+MAX_ECHO_CHARS = 64
+"""Longest quoted input value a violation repeats (longer ones are cut, with "...")."""
 
 
 @dataclass(frozen=True)
@@ -25,3 +29,16 @@ class ValidationError(ValueError):
             raise ValueError("ValidationError needs at least one violation")
         self.violations: tuple[Violation, ...] = tuple(violations)
         super().__init__("\n".join(str(v) for v in self.violations))
+
+
+def echo(value: str) -> str:
+    """`value` quoted for a message: control characters escaped, cut at MAX_ECHO_CHARS."""
+    text = repr(value[:MAX_ECHO_CHARS])
+    return text + "..." if len(value) > MAX_ECHO_CHARS else text
+
+
+def key(name: str) -> str:
+    """A map key in a field path, `["v100"]`: JSON-quoted (control characters escaped) and cut
+    at MAX_ECHO_CHARS."""
+    cut = name[:MAX_ECHO_CHARS]
+    return f"[{json.dumps(cut, ensure_ascii=False)}{'...' if len(name) > len(cut) else ''}]"

@@ -1,0 +1,228 @@
+"""The rules every model satisfies, checked as numpy expressions over whole columns.
+
+`snapshot_violations` checks a problem's cluster, its jobs' main arrays and its scalars against
+the invariants documented on `apportion.solver.model` and the bounds of
+`apportion.solver.limits`, and names the offending entries only, with the field path a
+snapshot would have (``snapshot.jobs[3].throughput["v100"]``). Conversion runs it on the
+columns it gathered from a request, `make_problem` on the arrays it was given, so both
+reject the same inputs with the same messages. The predicates (`rate_ok`, `time_ok`, ...) let
+conversion replace rejected values by defaults, so that the later checks of one request
+see a well-formed model and report their own violations too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from apportion.solver import limits
+from apportion.solver.errors import ValidationError, Violation, echo, key
+from apportion.solver.model import Cluster, Jobs, Problem
+
+BoolArray = NDArray[np.bool_]
+
+RATE_RULE = f"must be 0 or in [{limits.MIN_RATE:g}, {limits.MAX_RATE:g}]"
+TIME_RULE = f"must be finite with magnitude at most {limits.MAX_TIME_S:g} s"
+DURATION_RULE = f"must be in [0, {limits.MAX_TIME_S:g}] s"
+WEIGHT_RULE = f"must be in [{1 / limits.MAX_WEIGHT:g}, {limits.MAX_WEIGHT:g}]"
+STEPS_RULE = f"must be in [0, {limits.MAX_STEPS:g}]"
+COST_RULE = (
+    f"must be 0 or in [{1 / limits.MAX_COST_PER_HOUR:g}, {limits.MAX_COST_PER_HOUR:g}] "
+    "$ per device-hour"
+)
+
+
+def within(x: Any, lo: float, hi: float) -> BoolArray:
+    """Finite and in [lo, hi], elementwise."""
+    a = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.asarray(np.isfinite(a) & (a >= lo) & (a <= hi))
+
+
+def rate_ok(x: Any) -> BoolArray:
+    """A throughput or goodput: 0 or in [MIN_RATE, MAX_RATE] (steps/s)."""
+    a = np.asarray(x, dtype=np.float64)
+    return np.asarray((a == 0) | within(a, limits.MIN_RATE, limits.MAX_RATE))
+
+
+def time_ok(x: Any) -> BoolArray:
+    """An absolute time: finite, |x| <= MAX_TIME_S."""
+    return within(x, -limits.MAX_TIME_S, limits.MAX_TIME_S)
+
+
+def duration_ok(x: Any) -> BoolArray:
+    """A duration: in [0, MAX_TIME_S]."""
+    return within(x, 0.0, limits.MAX_TIME_S)
+
+
+def weight_ok(x: Any) -> BoolArray:
+    """A priority or tenant weight: in [1/MAX_WEIGHT, MAX_WEIGHT]."""
+    return within(x, 1 / limits.MAX_WEIGHT, limits.MAX_WEIGHT)
+
+
+def steps_ok(x: Any) -> BoolArray:
+    """A step count: in [0, MAX_STEPS]."""
+    return within(x, 0.0, limits.MAX_STEPS)
+
+
+def cost_ok(x: Any) -> BoolArray:
+    """A price per device-hour: 0 or in [1/MAX_COST_PER_HOUR, MAX_COST_PER_HOUR]."""
+    a = np.asarray(x, dtype=np.float64)
+    return np.asarray(
+        (a == 0) | within(a, 1 / limits.MAX_COST_PER_HOUR, limits.MAX_COST_PER_HOUR)
+    )
+
+
+def flagged(
+    bad: BoolArray, field: Callable[[int], str], describe: Callable[[int], str]
+) -> list[Violation]:
+    """One violation per True entry of `bad` (only those rows cost Python work)."""
+    return [Violation(field(int(i)), describe(int(i))) for i in np.flatnonzero(bad)]
+
+
+def cells_flagged(
+    bad: BoolArray, field: Callable[[int, int], str], describe: Callable[[int, int], str]
+) -> list[Violation]:
+    """One violation per True cell of a 2-D `bad`."""
+    rows, cols = np.nonzero(bad)
+    return [Violation(field(int(i), int(j)), describe(int(i), int(j)))
+            for i, j in zip(rows.tolist(), cols.tolist(), strict=True)]
+
+
+def duplicates(names: Sequence[str], field: Callable[[int], str], what: str) -> list[Violation]:
+    """Empty names and repeats of an earlier name."""
+    out: list[Violation] = []
+    first: dict[str, int] = {}
+    for idx, name in enumerate(names):
+        if not name:
+            out.append(Violation(field(idx), "must be non-empty"))
+        elif name in first:
+            out.append(Violation(field(idx), f"duplicate {what} {echo(name)} "
+                                             f"(first at [{first[name]}])"))
+        else:
+            first[name] = idx
+    return out
+
+
+def cluster_violations(cluster: Cluster) -> list[Violation]:
+    """Types and counts within bounds, costs valid, at least one device, node sizes."""
+    path = "snapshot.cluster.accelerator_types"
+    n = cluster.num_types
+    out: list[Violation] = []
+    if n == 0:
+        out.append(Violation(path, "must list at least one accelerator type"))
+    elif n > limits.MAX_ACCELERATOR_TYPES:
+        out.append(Violation(path, f"{n} types is more than {limits.MAX_ACCELERATOR_TYPES}"))
+    count = cluster.count
+    bad_count = (count < 0) | (count > limits.MAX_DEVICES_PER_TYPE)
+    out += flagged(
+        bad_count, lambda j: f"{path}[{j}].count",
+        lambda j: f"must be in [0, {limits.MAX_DEVICES_PER_TYPE}], got {count[j]}",
+    )
+    total = int(np.clip(count, 0, limits.MAX_DEVICES_PER_TYPE).sum())
+    if n and total == 0:
+        out.append(Violation("snapshot.cluster", "empty cluster: no accelerator devices"))
+    elif total > limits.MAX_DEVICES and not bad_count.any():
+        out.append(Violation(path, f"{total} devices in all is more than {limits.MAX_DEVICES}"))
+    cost = cluster.cost_per_hour
+    out += flagged(~cost_ok(cost), lambda j: f"{path}[{j}].cost_per_hour",
+                   lambda j: f"{COST_RULE}, got {cost[j]}")
+    nodes = "snapshot.cluster.nodes"
+    if len(cluster.node_names) > limits.MAX_NODES:
+        out.append(Violation(nodes, f"{len(cluster.node_names)} nodes is more than "
+                                    f"{limits.MAX_NODES}"))
+    devices = cluster.node_devices
+    out += flagged(
+        (devices < 0) | (devices > limits.MAX_DEVICES_PER_TYPE),
+        lambda k: f"{nodes}[{k}].devices",
+        lambda k: f"must be in [0, {limits.MAX_DEVICES_PER_TYPE}], got {devices[k]}",
+    )
+    return out
+
+
+def job_cell(i: int, name: str) -> str:
+    """The field path of a per-type entry of job i."""
+    return f"snapshot.jobs[{i}].throughput{key(name)}"
+
+
+def jobs_violations(jobs: Jobs, cluster: Cluster) -> list[Violation]:
+    """Ids, sizes and the ranges of the main per-job arrays (throughput, scale factor,
+    weight, arrival, progress, deadline, restart penalty)."""
+    m, n = jobs.num_jobs, cluster.num_types
+    out: list[Violation] = []
+    if m > limits.MAX_JOBS:
+        out.append(Violation("snapshot.jobs", f"{m} jobs is more than {limits.MAX_JOBS}"))
+    if m * n > limits.MAX_JOB_TYPE_CELLS:
+        out.append(Violation("snapshot.jobs", f"{m} jobs x {n} accelerator types is more than "
+                                              f"{limits.MAX_JOB_TYPE_CELLS} cells"))
+    out += duplicates(jobs.ids, lambda i: f"snapshot.jobs[{i}].id", "job id")
+    thr = jobs.throughput
+    names = cluster.type_names
+    out += cells_flagged(~rate_ok(thr), lambda i, j: job_cell(i, names[j]),
+                         lambda i, j: f"{RATE_RULE} steps/s, got {thr[i, j]}")
+    p = "snapshot.jobs"
+    s = jobs.scale_factor
+    largest = int(cluster.count.max()) if n else 0
+    out += flagged(s < 1, lambda i: f"{p}[{i}].scale_factor",
+                   lambda i: f"must be >= 1, got {s[i]}")
+    out += flagged(
+        (s >= 1) & (s > max(largest, 1)) if largest > 0 else np.zeros(m, bool),
+        lambda i: f"{p}[{i}].scale_factor",
+        lambda i: f"{s[i]} devices is more than the cluster can ever give (the largest type "
+                  f"has {largest})",
+    )
+    w = jobs.priority_weight
+    out += flagged(~weight_ok(w), lambda i: f"{p}[{i}].priority_weight",
+                   lambda i: f"{WEIGHT_RULE}, got {w[i]}")
+    a = jobs.arrival_time_s
+    out += flagged(~time_ok(a), lambda i: f"{p}[{i}].arrival_time_s",
+                   lambda i: f"{TIME_RULE}, got {a[i]}")
+    done, total = jobs.steps_done, jobs.total_steps
+    done_ok, total_ok = steps_ok(done), steps_ok(total)
+    out += flagged(~done_ok, lambda i: f"{p}[{i}].progress.steps_done",
+                   lambda i: f"{STEPS_RULE}, got {done[i]}")
+    out += flagged(done_ok & ~total_ok, lambda i: f"{p}[{i}].progress.total_steps",
+                   lambda i: f"{STEPS_RULE}, got {total[i]}")
+    out += flagged(
+        done_ok & total_ok & (total > 0) & (total < done),
+        lambda i: f"{p}[{i}].progress.total_steps",
+        lambda i: f"{total[i]} is less than steps_done {done[i]}",
+    )
+    deadline = jobs.deadline_s
+    out += flagged(~np.isnan(deadline) & ~time_ok(deadline), lambda i: f"{p}[{i}].deadline_s",
+                   lambda i: f"{TIME_RULE}, got {deadline[i]}")
+    delta = jobs.restart_penalty_s
+    out += flagged(~duration_ok(delta), lambda i: f"{p}[{i}].restart_penalty_s",
+                   lambda i: f"{DURATION_RULE}, got {delta[i]}")
+    return out
+
+
+def snapshot_violations(
+    cluster: Cluster, jobs: Jobs, time_s: float = 0.0, round_duration_s: float = 0.0
+) -> list[Violation]:
+    """Every violation of the cluster, the jobs' main arrays and the snapshot's scalars."""
+    out = cluster_violations(cluster)
+    out += jobs_violations(jobs, cluster)
+    if not time_ok(time_s):
+        out.append(Violation("snapshot.time_s", f"{TIME_RULE}, got {time_s}"))
+    if not duration_ok(round_duration_s):
+        out.append(Violation("snapshot.round_duration_s",
+                             f"{DURATION_RULE}, got {round_duration_s}"))
+    return out
+
+
+def problem_violations(problem: Problem) -> list[Violation]:
+    """`snapshot_violations` of a problem."""
+    return snapshot_violations(problem.cluster, problem.jobs, problem.time_s,
+                               problem.round_duration_s)
+
+
+def checked(problem: Problem) -> Problem:
+    """`problem`, or ValidationError listing every violation of `problem_violations`."""
+    violations = problem_violations(problem)
+    if violations:
+        raise ValidationError(violations)
+    return problem
