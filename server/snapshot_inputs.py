@@ -1,0 +1,245 @@
+"""`Snapshot` into the model's `Problem`, with every violation's field path.
+
+The cluster and the jobs' main columns are gathered from the message first (map keys checked
+against the cluster's types as they are read), then judged as whole columns by
+`apportion.solver.validation.snapshot_violations`, the same rules `make_problem` applies;
+rejected values are replaced by their defaults so that the later checks of the same request
+(history, epochs, configurations, co-locations, the policy's own) see a well-formed model.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from apportion.server.colocation_inputs import colocations
+from apportion.server.history_inputs import history_to_model
+from apportion.server.market_inputs import epoch_columns
+from apportion.server.sia_inputs import configuration_columns
+from apportion.solver import limits
+from apportion.solver.errors import Violation, echo, key
+from apportion.solver.model import (
+    DEFAULT_RESTART_PENALTY_S,
+    Cluster,
+    Jobs,
+    Problem,
+    Tenant,
+    TenantSharing,
+)
+from apportion.solver.validation import (
+    WEIGHT_RULE,
+    cost_ok,
+    duplicates,
+    duration_ok,
+    rate_ok,
+    snapshot_violations,
+    steps_ok,
+    time_ok,
+    weight_ok,
+)
+from apportion.v1 import snapshot_pb2 as snapshot_pb
+
+_SHARING = {
+    snapshot_pb.TENANT_SHARING_UNSPECIFIED: TenantSharing.FAIRNESS,
+    snapshot_pb.TENANT_SHARING_FAIRNESS: TenantSharing.FAIRNESS,
+    snapshot_pb.TENANT_SHARING_FIFO: TenantSharing.FIFO,
+}
+
+
+def _cluster(msg: snapshot_pb.Cluster, violations: list[Violation]) -> Cluster:
+    """The cluster as given (counts, costs and node sizes judged later, as columns): type
+    and node names unique, every node of a known type, node devices summing to the counts."""
+    path = "snapshot.cluster.accelerator_types"
+    types = msg.accelerator_types
+    names = [t.name for t in types]
+    violations += duplicates(names, lambda j: f"{path}[{j}].name", "name")
+    first = {name: j for j, name in reversed(list(enumerate(names)))}
+    nodes = msg.nodes
+    for k, node in enumerate(nodes):
+        if node.accelerator_type not in first:
+            violations.append(Violation(f"snapshot.cluster.nodes[{k}].accelerator_type",
+                                        f"unknown accelerator type {echo(node.accelerator_type)}"))
+        for fname in ("cpus", "memory_gib"):
+            value = getattr(node, fname)
+            if not (np.isfinite(value) and 0 <= value <= limits.MAX_MODEL_PARAMETER):
+                violations.append(Violation(
+                    f"snapshot.cluster.nodes[{k}].{fname}",
+                    f"must be in [0, {limits.MAX_MODEL_PARAMETER:g}], got {value}",
+                ))
+    violations += duplicates([n.name for n in nodes], lambda k: f"snapshot.cluster.nodes[{k}]",
+                             "node")
+    node_type = np.array([first.get(n.accelerator_type, 0) for n in nodes], np.int64)
+    node_devices = np.array([n.devices for n in nodes], np.int64)
+    count = np.array([t.count for t in types], np.int64)
+    if len(nodes):
+        totals = np.bincount(node_type, weights=np.clip(node_devices, 0, None),
+                             minlength=len(types)).astype(np.int64)
+        for j, name in enumerate(names):
+            if first.get(name) == j and totals[j] != count[j]:
+                violations.append(Violation(
+                    f"{path}[{j}].count",
+                    f"is {count[j]} but the nodes of type {echo(name)} hold {totals[j]} devices",
+                ))
+    return Cluster(
+        type_names=tuple(names),
+        count=count,
+        cost_per_hour=np.array(
+            [t.cost_per_hour if t.HasField("cost_per_hour") else 1.0 for t in types], np.float64
+        ),
+        node_names=tuple(n.name for n in nodes),
+        node_type=node_type,
+        node_devices=node_devices,
+    )
+
+
+def _clean_cluster(cluster: Cluster) -> Cluster:
+    """Counts and node sizes clipped to their bounds, invalid costs set to 1."""
+    top = limits.MAX_DEVICES_PER_TYPE
+    return Cluster(
+        type_names=cluster.type_names,
+        count=np.clip(cluster.count, 0, top),
+        cost_per_hour=np.where(cost_ok(cluster.cost_per_hour), cluster.cost_per_hour, 1.0),
+        node_names=cluster.node_names,
+        node_type=cluster.node_type,
+        node_devices=np.clip(cluster.node_devices, 0, top),
+    )
+
+
+def _throughput(
+    msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation]
+) -> np.ndarray:
+    """(m, n) throughput from each job's map; keys must be types of the cluster."""
+    type_index = {name: j for j, name in enumerate(cluster.type_names)}
+    known = ", ".join(cluster.type_names) or "none"
+    rows: list[int] = []
+    cols: list[int] = []
+    values: list[float] = []
+    for i, job in enumerate(msg.jobs):
+        for name, value in job.throughput.items():
+            j = type_index.get(name)
+            if j is None:
+                violations.append(Violation(
+                    f"snapshot.jobs[{i}].throughput{key(name)}",
+                    f"unknown accelerator type {echo(name)}; the cluster has {known}",
+                ))
+            else:
+                rows.append(i)
+                cols.append(j)
+                values.append(value)
+    out = np.zeros((len(msg.jobs), cluster.num_types))
+    out[rows, cols] = values
+    return out
+
+
+_Optional = Literal["scale_factor", "priority_weight", "deadline_s", "restart_penalty_s"]
+
+
+def _optional(msg: snapshot_pb.Snapshot, name: _Optional, default: float) -> list[float]:
+    """Each job's optional field `name`, `default` where unset."""
+    return [getattr(job, name) if job.HasField(name) else default for job in msg.jobs]
+
+
+def _jobs(msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation]) -> Jobs:
+    """Every job's columns as given (judged by `snapshot_violations`), with the epoch and
+    configuration inputs read and validated by their own modules."""
+    m, n = len(msg.jobs), cluster.num_types
+    epochs = epoch_columns(msg, violations)
+    configs = configuration_columns(msg, cluster, violations)
+    jobs = msg.jobs
+    return Jobs(
+        ids=tuple(job.id for job in jobs),
+        throughput=_throughput(msg, cluster, violations),
+        scale_factor=np.array(_optional(msg, "scale_factor", 1), np.int64).reshape(m),
+        priority_weight=np.array(_optional(msg, "priority_weight", 1.0), np.float64).reshape(m),
+        tenant=tuple(job.tenant for job in jobs),
+        arrival_time_s=np.array([job.arrival_time_s for job in jobs], np.float64).reshape(m),
+        steps_done=np.array([job.progress.steps_done for job in jobs], np.float64).reshape(m),
+        total_steps=np.array([job.progress.total_steps for job in jobs], np.float64).reshape(m),
+        deadline_s=np.array(_optional(msg, "deadline_s", np.nan), np.float64).reshape(m),
+        epochs_done=epochs.epochs_done,
+        total_epochs=epochs.total_epochs,
+        epoch_duration_s=epochs.epoch_duration_s,
+        epoch_batch_size=epochs.epoch_batch_size,
+        given_goodput=configs.given_goodput,
+        min_devices=configs.min_devices,
+        max_devices=configs.max_devices,
+        scale_unit=configs.scale_unit.reshape(m, n),
+        pollux=configs.pollux,
+        restart_penalty_s=np.array(
+            _optional(msg, "restart_penalty_s", DEFAULT_RESTART_PENALTY_S), np.float64
+        ).reshape(m),
+        job_type=tuple(job.job_type for job in jobs),
+        measured_run_time_s=epochs.measured_run_time_s,
+        measured_epochs=epochs.measured_epochs,
+    )
+
+
+def _clean_jobs(jobs: Jobs, cluster: Cluster) -> Jobs:
+    """Values `snapshot_violations` rejects replaced by their defaults."""
+    largest = max(int(cluster.count.max()) if cluster.num_types else 1, 1)
+    done, total = jobs.steps_done, jobs.total_steps
+    progress_ok = steps_ok(done) & steps_ok(total) & ((total == 0) | (total >= done))
+    deadline = jobs.deadline_s
+    return Jobs(
+        ids=jobs.ids,
+        throughput=np.where(rate_ok(jobs.throughput), jobs.throughput, 0.0),
+        scale_factor=np.clip(jobs.scale_factor, 1, largest),
+        priority_weight=np.where(weight_ok(jobs.priority_weight), jobs.priority_weight, 1.0),
+        tenant=jobs.tenant,
+        arrival_time_s=np.where(time_ok(jobs.arrival_time_s), jobs.arrival_time_s, 0.0),
+        steps_done=np.where(progress_ok, done, 0.0),
+        total_steps=np.where(progress_ok, total, 0.0),
+        deadline_s=np.where(time_ok(deadline), deadline, np.nan),
+        epochs_done=jobs.epochs_done,
+        total_epochs=jobs.total_epochs,
+        epoch_duration_s=jobs.epoch_duration_s,
+        epoch_batch_size=jobs.epoch_batch_size,
+        given_goodput=jobs.given_goodput,
+        min_devices=jobs.min_devices,
+        max_devices=jobs.max_devices,
+        scale_unit=jobs.scale_unit,
+        pollux=jobs.pollux,
+        restart_penalty_s=np.where(duration_ok(jobs.restart_penalty_s), jobs.restart_penalty_s,
+                                   DEFAULT_RESTART_PENALTY_S),
+        job_type=jobs.job_type,
+        measured_run_time_s=jobs.measured_run_time_s,
+        measured_epochs=jobs.measured_epochs,
+    )
+
+
+def _tenants(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> tuple[Tenant, ...]:
+    """The snapshot's tenants: unique non-empty names, weight within the weight bounds
+    (default 1), a known sharing mode."""
+    tenants: list[Tenant] = []
+    violations += duplicates([t.name for t in msg.tenants],
+                             lambda k: f"snapshot.tenants[{k}].name", "tenant")
+    for idx, tenant in enumerate(msg.tenants):
+        p = f"snapshot.tenants[{idx}]"
+        weight = tenant.weight if tenant.HasField("weight") else 1.0
+        if not weight_ok(weight):
+            violations.append(Violation(f"{p}.weight", f"{WEIGHT_RULE}, got {weight}"))
+            weight = 1.0
+        if tenant.sharing not in _SHARING:
+            violations.append(Violation(f"{p}.sharing", f"unknown value {tenant.sharing}"))
+        tenants.append(Tenant(tenant.name, weight, _SHARING.get(tenant.sharing,
+                                                                TenantSharing.FAIRNESS)))
+    return tuple(tenants)
+
+
+def snapshot_to_problem(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> Problem:
+    """Build the model from a snapshot, appending every violation found to `violations`."""
+    cluster = _cluster(msg.cluster, violations)
+    jobs = _jobs(msg, cluster, violations)
+    violations += snapshot_violations(cluster, jobs, msg.time_s, msg.round_duration_s)
+    cluster = _clean_cluster(cluster)
+    jobs = _clean_jobs(jobs, cluster)
+    return Problem(
+        cluster=cluster,
+        jobs=jobs,
+        history=history_to_model(msg, cluster, jobs, violations),
+        time_s=msg.time_s if time_ok(msg.time_s) else 0.0,
+        round_duration_s=msg.round_duration_s if duration_ok(msg.round_duration_s) else 0.0,
+        tenants=_tenants(msg, violations),
+        colocations=colocations(msg, cluster, jobs, violations),
+    )
