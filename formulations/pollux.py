@@ -53,11 +53,8 @@ FORMULATION = "pollux p-mean fitness as an exact ILP over configurations"
 
 
 def fitness(sum_of_powers: float, num_jobs: int, p: float) -> float:
-    """((1/J) * S)^(1/p) for S = sum_i (speedup_i + 1e-3)^p; 0 without jobs (the p-mean of
-    nothing, the trivial plan's value)."""
-    if num_jobs == 0:
-        return 0.0
-    return float((sum_of_powers / num_jobs) ** (1.0 / p))
+    """((1/J) * S)^(1/p) for S = sum_i (speedup_i + 1e-3)^p."""
+    return float((sum_of_powers / max(num_jobs, 1)) ** (1.0 / p))
 
 
 def solve_policy(
