@@ -143,8 +143,8 @@ def history_partners(msg: snapshot_pb.Snapshot, jobs: Jobs, violations: list[Vio
             violations.append(Violation(p, "a job cannot be paired with itself"))
         elif jobs.scale_factor[i] != jobs.scale_factor[j]:
             violations.append(Violation(
-                p, f"{entry.colocated_with!r} has scale factor {jobs.scale_factor[j]}, "
-                   f"{entry.job_id!r} {jobs.scale_factor[i]}: pairs need equal scale factors"))
+                p, f"{echo(entry.colocated_with)} has scale factor {jobs.scale_factor[j]}, "
+                   f"{echo(entry.job_id)} {jobs.scale_factor[i]}: pairs need equal scale factors"))
         else:
             partner[i] = j
             paths[i] = p
@@ -152,8 +152,8 @@ def history_partners(msg: snapshot_pb.Snapshot, jobs: Jobs, violations: list[Vio
         b = int(partner[a])
         if b >= 0 and int(partner[b]) not in (-1, a):
             violations.append(Violation(
-                paths[a], f"{jobs.ids[b]!r} is paired with {jobs.ids[int(partner[b])]!r}, not "
-                          f"with {jobs.ids[a]!r}"))
+                paths[a], f"{echo(jobs.ids[b])} is paired with {echo(jobs.ids[int(partner[b])])}, "
+                          f"not with {echo(jobs.ids[a])}"))
     named = partner.copy()
     for a in range(jobs.num_jobs):
         b = int(named[a])

@@ -24,7 +24,7 @@ from apportion.server.response import plan_to_response
 from apportion.server.snapshot_inputs import snapshot_to_problem
 from apportion.server.topology_inputs import with_stages
 from apportion.solver import limits
-from apportion.solver.errors import ValidationError, Violation, echo
+from apportion.solver.errors import ValidationError, Violation, echo, listing
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.validation import flagged
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -65,7 +65,7 @@ def capability_violations(context: RequestContext, known: list[Violation]) -> li
         )
     if caps.reads_tenants and problem.tenants:
         listed = {tenant.name for tenant in problem.tenants}
-        names = ", ".join(sorted(listed))
+        names = listing(sorted(listed))
         out += [
             Violation(f"snapshot.jobs[{i}].tenant",
                       f"unknown tenant {echo(tenant)}; snapshot.tenants lists {names}")

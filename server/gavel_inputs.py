@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from apportion.server.request_context import RequestContext
-from apportion.solver.errors import Violation, echo
+from apportion.solver.errors import Violation, echo, listing
 from apportion.solver.parameters import (
     CostThroughputParameters,
     FinishTimeFairnessParameters,
@@ -78,7 +78,7 @@ def check_gavel_lp(context: RequestContext) -> list[Violation]:
                 Violation(
                     f"policy.{context.spec.parameters_field}.reference_type",
                     f"unknown accelerator type {echo(reference)}; the cluster has "
-                    f"{', '.join(problem.cluster.type_names)}",
+                    f"{listing(problem.cluster.type_names)}",
                 )
             )
         else:

@@ -17,7 +17,7 @@ import numpy as np
 from apportion.server.colocation_inputs import history_partners
 from apportion.server.market_inputs import reference_finish_times
 from apportion.solver import limits
-from apportion.solver.errors import Violation, echo, key
+from apportion.solver.errors import Violation, echo, key, listing
 from apportion.solver.model import Cluster, History, Jobs
 from apportion.solver.validation import (
     DURATION_RULE,
@@ -63,7 +63,7 @@ def read_placement(
         return None, [Violation(
             f"{path}.accelerator_type",
             f"unknown accelerator type {echo(cur.accelerator_type)}; the cluster has "
-            f"{', '.join(names) or 'none'}",
+            f"{listing(names)}",
         )]
     j = names.index(cur.accelerator_type)
     out: list[Violation] = []

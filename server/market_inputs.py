@@ -20,7 +20,7 @@ import numpy as np
 
 from apportion.server.request_context import RequestContext
 from apportion.solver import limits
-from apportion.solver.errors import Violation
+from apportion.solver.errors import Violation, listing
 from apportion.solver.model import FloatArray, IntArray, ReferenceFinishState
 from apportion.solver.parameters import (
     BudgetSource,
@@ -293,7 +293,7 @@ def check_shockwave(context: RequestContext) -> list[Violation]:
     cluster = problem.cluster
     with_devices = [j for j in range(cluster.num_types) if cluster.count[j] > 0]
     if len(with_devices) > 1:
-        names = ", ".join(cluster.type_names[j] for j in with_devices)
+        names = listing(cluster.type_names[j] for j in with_devices)
         violations.append(
             Violation(
                 "snapshot.cluster.accelerator_types",

@@ -109,7 +109,8 @@ def policy_to_model(
             else "takes no parameters"
         )
         violations.append(
-            Violation(f"policy.{given}", f"parameters of another policy: {spec.name!r} {expected}")
+            Violation(f"policy.{given}",
+                      f"parameters of another policy: {spec.name!r} {expected}")
         )
     elif given is not None:
         parameters = PARAMETERS[given](getattr(msg, given), violations)

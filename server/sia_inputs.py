@@ -18,7 +18,7 @@ import numpy as np
 
 from apportion.server.request_context import RequestContext
 from apportion.solver import limits
-from apportion.solver.errors import Violation, echo, key
+from apportion.solver.errors import Violation, echo, key, listing
 from apportion.solver.model import Cluster, GivenGoodput, IntArray, PolluxJobModel
 from apportion.solver.parameters import PolluxParameters, SiaParameters
 from apportion.solver.validation import RATE_RULE, rate_ok, within
@@ -114,7 +114,7 @@ def _pollux_model(
     top_value = limits.MAX_MODEL_PARAMETER
     perf = np.full((n, 7), np.nan)
     for name, params in model.perf_params.items():
-        fp = f"{p}.perf_params[{name!r}]"
+        fp = f"{p}.perf_params[{echo(name)}]"
         if name not in type_index:
             violations.append(Violation(fp, f"unknown accelerator type {echo(name)}"))
             ok = False
@@ -134,7 +134,7 @@ def _pollux_model(
         perf[type_index[name]] = values
     seed = np.zeros(n)
     for name, value in model.seed_throughput.items():
-        fp = f"{p}.seed_throughput[{name!r}]"
+        fp = f"{p}.seed_throughput[{echo(name)}]"
         if name not in type_index:
             violations.append(Violation(fp, f"unknown accelerator type {echo(name)}"))
             ok = False
@@ -213,7 +213,7 @@ def _given_goodput(
                 Violation(
                     f"{fp}.accelerator_type",
                     f"unknown accelerator type {echo(conf.accelerator_type)}; the cluster has "
-                    f"{', '.join(names) or 'none'}",
+                    f"{listing(names)}",
                 )
             )
             continue
@@ -286,7 +286,7 @@ def configuration_columns(
             lo[i] = max(el.min_devices, 1)
             hi[i] = el.max_devices
         for name, u in el.scale_unit.items():
-            fp = f"{p}.elasticity.scale_unit[{name!r}]"
+            fp = f"{p}.elasticity.scale_unit[{echo(name)}]"
             if name not in type_index:
                 violations.append(Violation(fp, f"unknown accelerator type {echo(name)}"))
             elif not 1 <= u <= top:
@@ -308,7 +308,7 @@ def check_configuration_policy(context: RequestContext) -> list[Violation]:
             violations.append(Violation(
                 f"policy.sia.max_nodes_per_type{key(name)}",
                 f"unknown accelerator type {echo(name)}; the cluster has "
-                f"{', '.join(cluster.type_names)}"))
+                f"{listing(cluster.type_names)}"))
     now = problem.time_s
     arrival = problem.jobs.arrival_time_s
     for i in np.flatnonzero(arrival > now):

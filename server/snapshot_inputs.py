@@ -18,7 +18,7 @@ from apportion.server.history_inputs import history_to_model
 from apportion.server.market_inputs import epoch_columns
 from apportion.server.sia_inputs import configuration_columns
 from apportion.solver import limits
-from apportion.solver.errors import Violation, echo, key
+from apportion.solver.errors import Violation, echo, key, listing
 from apportion.solver.model import (
     DEFAULT_RESTART_PENALTY_S,
     Cluster,
@@ -111,7 +111,7 @@ def _throughput(
 ) -> np.ndarray:
     """(m, n) throughput from each job's map; keys must be types of the cluster."""
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
-    known = ", ".join(cluster.type_names) or "none"
+    known = listing(cluster.type_names)
     rows: list[int] = []
     cols: list[int] = []
     values: list[float] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 MAX_ECHO_CHARS = 64
@@ -35,6 +36,18 @@ def echo(value: str) -> str:
     """`value` quoted for a message: control characters escaped, cut at MAX_ECHO_CHARS."""
     text = repr(value[:MAX_ECHO_CHARS])
     return text + "..." if len(value) > MAX_ECHO_CHARS else text
+
+
+MAX_LISTED_NAMES = 12
+"""Longest list of names a violation repeats (then "and N more")."""
+
+
+def listing(names: Iterable[str]) -> str:
+    """Names for a message ("a", "b", ... and N more; "none" when empty), each as `echo`."""
+    items = list(names)
+    shown = ", ".join(echo(name) for name in items[:MAX_LISTED_NAMES]) or "none"
+    more = len(items) - MAX_LISTED_NAMES
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 def key(name: str) -> str:

@@ -65,7 +65,10 @@ MAX_RATE = 1e12
 MIN_RATE = 1e-9
 """Smallest positive throughput or goodput (one step in 30 years)."""
 MAX_STEPS = 1e15
-"""`Progress.steps_done`, `total_steps` and `measured_epochs`."""
+"""`Progress.steps_done`, `total_steps` and `measured_epochs`: at most this; a positive one at
+least `MIN_STEPS`."""
+MIN_STEPS = 1e-9
+"""Smallest positive step count (remaining work is divided by rates and times)."""
 MAX_TIME_S = 1e12
 """Absolute times (on the snapshot's clock) at most this in magnitude and durations at most
 this (s; about 31,700 years)."""

@@ -28,7 +28,7 @@ RATE_RULE = f"must be 0 or in [{limits.MIN_RATE:g}, {limits.MAX_RATE:g}]"
 TIME_RULE = f"must be finite with magnitude at most {limits.MAX_TIME_S:g} s"
 DURATION_RULE = f"must be in [0, {limits.MAX_TIME_S:g}] s"
 WEIGHT_RULE = f"must be in [{1 / limits.MAX_WEIGHT:g}, {limits.MAX_WEIGHT:g}]"
-STEPS_RULE = f"must be in [0, {limits.MAX_STEPS:g}]"
+STEPS_RULE = f"must be 0 or in [{limits.MIN_STEPS:g}, {limits.MAX_STEPS:g}]"
 COST_RULE = (
     f"must be 0 or in [{1 / limits.MAX_COST_PER_HOUR:g}, {limits.MAX_COST_PER_HOUR:g}] "
     "$ per device-hour"
@@ -64,8 +64,9 @@ def weight_ok(x: Any) -> BoolArray:
 
 
 def steps_ok(x: Any) -> BoolArray:
-    """A step count: in [0, MAX_STEPS]."""
-    return within(x, 0.0, limits.MAX_STEPS)
+    """A step count: 0 or in [MIN_STEPS, MAX_STEPS]."""
+    a = np.asarray(x, dtype=np.float64)
+    return np.asarray((a == 0) | within(a, limits.MIN_STEPS, limits.MAX_STEPS))
 
 
 def cost_ok(x: Any) -> BoolArray:

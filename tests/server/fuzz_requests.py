@@ -167,6 +167,10 @@ _NUMBERS: tuple[Json, ...] = (
     0, 0.0, 1, 2147483647, -2147483648, 2147483648, 9223372036854775807,
     -9223372036854775808, 18446744073709551615, 1e15, -1e-9, 3.5,
 )
+_EXTREME_BUT_VALID: tuple[Json, ...] = (
+    1e-9, 1e12, 1e-6, 0.5, 1e9, 1e15, 2, 7, 64, 1000, 100000, 131072, 262144, 1048576, -1e12,
+    1e-3, 0.999999, 1.0000001, 20, -20, 10,
+)
 _STRINGS: tuple[str, ...] = (
     "", " ", "v100", "j0", "\u00e9t\u00e9-\u4e2d\u6587", "\x00", "a\nb", "\t\r\x1b[31m",
     "\ud7ff\ue000", "x" * 5000, "snapshot.jobs[0].id", '"', "\\", "j0\n", "\U0001f680",
@@ -204,7 +208,7 @@ Mutation = Callable[[st.DrawFn, Json, tuple[Any, ...]], None]
 
 
 def _replace_number(draw: st.DrawFn, tree: Json, path: tuple[Any, ...]) -> None:
-    _set(tree, path, draw(st.sampled_from(_NUMBERS)))
+    _set(tree, path, draw(st.sampled_from(_NUMBERS + _EXTREME_BUT_VALID)))
 
 
 def _replace_string(draw: st.DrawFn, tree: Json, path: tuple[Any, ...]) -> None:
@@ -245,9 +249,9 @@ def _new_field(draw: st.DrawFn, tree: Json, path: tuple[Any, ...]) -> None:
 
 
 _BY_KIND: dict[str, tuple[Mutation, ...]] = {
-    "number": (_replace_number,) * 6 + (_replace_string, _wrong_type, _remove),
+    "number": (_replace_number,) * 8 + (_replace_string, _wrong_type, _remove, _remove),
     "string": (_replace_string,) * 4 + (_replace_number, _wrong_type, _remove),
-    "list": (_empty, _repeat, _repeat, _remove, _wrong_type),
+    "list": (_empty, _repeat, _repeat, _repeat, _remove, _wrong_type),
     "object": (_remove, _remove, _empty, _repeat, _new_field, _wrong_type),
 }
 
