@@ -34,6 +34,21 @@ __all__ = ["plan_to_response", "request_to_model"]
 _JOB_PATH = re.compile(r"snapshot\.jobs\[(\d+)\]")
 
 
+_ROOTS = {"snapshot": 0, "policy": 1, "options": 2}
+_PART = re.compile(r"\[(\d+)\]|[^.\[]+|\[[^\]]*\]")
+
+
+def _path_order(violation: Violation) -> tuple[tuple[int, int | str], ...]:
+    """Sort key: snapshot, policy, options; within them list indices numerically and field
+    names alphabetically."""
+    root = violation.field.split(".", 1)[0].split("[", 1)[0]
+    parts: list[tuple[int, int | str]] = [(0, _ROOTS.get(root, len(_ROOTS)))]
+    for match in _PART.finditer(violation.field):
+        index = match.group(1)
+        parts.append((0, int(index)) if index is not None else (1, match.group(0)))
+    return tuple(parts)
+
+
 def _jobs_with_violations(violations: list[Violation]) -> set[int]:
     """Indices of the jobs some violation already names."""
     return {int(match.group(1)) for v in violations if (match := _JOB_PATH.match(v.field))}
@@ -107,5 +122,5 @@ def request_to_model(
     known = {v.field for v in violations}
     violations += [v for v in policy_level if v.field not in known]
     if violations:
-        raise ValidationError(violations)
+        raise ValidationError(sorted(violations, key=_path_order))
     return problem, policy, options
