@@ -1,8 +1,8 @@
 """`Policy` into a `PolicyRequest`: the registry entry (looked up once per request), the typed
 parameters from the `parameters` oneof, the compat mode.
 
-`PARAMETERS` maps each field of the `Policy.parameters` oneof to the converter of its
-message; the converters of a family live in that family's input module.
+`PARAMETERS` maps each message of the `Policy.parameters` oneof to its converter; the
+converters of a family live in that family's input module.
 """
 
 from __future__ import annotations
@@ -75,19 +75,19 @@ def allox_parameters(msg: Any, violations: list[Violation]) -> object:
 
 
 PARAMETERS: dict[str, ParameterConverter] = {
-    "max_min_fairness": max_min_parameters,
-    "water_filling": water_filling_parameters,
-    "allox": allox_parameters,
-    "max_sum_throughput": max_sum_parameters,
-    "cost_throughput": cost_parameters,
-    "min_makespan": makespan_parameters,
-    "finish_time_fairness": ftf_parameters,
-    "fisher_market": fisher_parameters,
-    "shockwave": shockwave_parameters,
-    "sia": sia_parameters,
-    "pollux": pollux_parameters,
+    policy_pb.MaxMinFairnessParameters.DESCRIPTOR.full_name: max_min_parameters,
+    policy_pb.WaterFillingParameters.DESCRIPTOR.full_name: water_filling_parameters,
+    policy_pb.AlloxParameters.DESCRIPTOR.full_name: allox_parameters,
+    policy_pb.MaxSumThroughputParameters.DESCRIPTOR.full_name: max_sum_parameters,
+    policy_pb.CostThroughputParameters.DESCRIPTOR.full_name: cost_parameters,
+    policy_pb.MinMakespanParameters.DESCRIPTOR.full_name: makespan_parameters,
+    policy_pb.FinishTimeFairnessParameters.DESCRIPTOR.full_name: ftf_parameters,
+    policy_pb.FisherMarketParameters.DESCRIPTOR.full_name: fisher_parameters,
+    policy_pb.ShockwaveParameters.DESCRIPTOR.full_name: shockwave_parameters,
+    policy_pb.SiaParameters.DESCRIPTOR.full_name: sia_parameters,
+    policy_pb.PolluxParameters.DESCRIPTOR.full_name: pollux_parameters,
 }
-"""Field of the `Policy.parameters` oneof -> converter of its message."""
+"""Full name of a parameter message (`PolicySpec.parameters_message`) -> its converter."""
 
 
 def policy_to_model(
@@ -113,7 +113,8 @@ def policy_to_model(
                       f"parameters of another policy: {spec.name!r} {expected}")
         )
     elif given is not None:
-        parameters = PARAMETERS[given](getattr(msg, given), violations)
+        message = getattr(msg, given)
+        parameters = PARAMETERS[message.DESCRIPTOR.full_name](message, violations)
     if msg.compat not in _COMPAT:
         violations.append(Violation("policy.compat", f"unknown value {msg.compat}"))
     policy = PolicyRequest(
