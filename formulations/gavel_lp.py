@@ -313,7 +313,7 @@ def max_sum_weights(
     """(m,) per-job multiplier of thr_i in the objective (1 or 1/prop_i)."""
     m = problem.jobs.num_jobs
     if normalize is ThroughputNormalization.PROPORTIONAL:
-        prop = proportional_throughput(T, problem.cluster.count.astype(np.float64))
+        prop = proportional_throughput(T, problem.cluster.count_float)
         return np.divide(1.0, prop, out=np.zeros(m), where=prop > 0)
     return np.ones(m)
 

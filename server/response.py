@@ -5,12 +5,11 @@ rounds)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 import numpy as np
 
-from apportion.solver.model import PolicyRequest, Problem
-from apportion.solver.result import JobStatus, Plan, Termination
+from apportion.solver.model import FloatArray, PolicyRequest, Problem
+from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 _TERMINATION = {
@@ -34,10 +33,37 @@ _JOB_STATUS = {
 def plan_to_response(
     plan: Plan, problem: Problem, policy: PolicyRequest, wall_time_s: float, time_limit_s: float
 ) -> service_pb.SolveResponse:
-    """The wire response for a plan."""
-    cert = plan.certificate
+    """The wire response for a plan: the statistics, and when the termination carries a plan,
+    every job's allocation and the sections of the plan's kind."""
     response = service_pb.SolveResponse()
-    stats = response.stats
+    fill_stats(response.stats, plan.certificate, policy, wall_time_s, time_limit_s)
+    if plan.certificate.termination not in _WITH_PLAN:
+        return response
+    out = response.plan
+    fill_jobs(plan, problem, out)
+    fill_share_response(plan, problem, out)
+    fill_queue_response(plan, problem, out)
+    fill_market_response(plan, problem, out)
+    fill_configuration_response(plan, problem, out)
+    return response
+
+
+_WITH_PLAN = (
+    Termination.OPTIMAL,
+    Termination.OPTIMAL_INACCURATE,
+    Termination.FEASIBLE,
+    Termination.HEURISTIC,
+)
+
+
+def fill_stats(
+    stats: service_pb.SolveStats,
+    cert: Certificate,
+    policy: PolicyRequest,
+    wall_time_s: float,
+    time_limit_s: float,
+) -> None:
+    """`SolveStats` from the certificate (times in s)."""
     stats.termination = _TERMINATION[cert.termination]
     stats.detail = cert.detail
     stats.maximize = cert.maximize
@@ -61,75 +87,88 @@ def plan_to_response(
     stats.model_size.integer_variables = cert.model_size.integer_variables
     stats.max_constraint_violation = cert.max_violation
     stats.time_limit_s = time_limit_s
-    has_plan = cert.termination in (
-        Termination.OPTIMAL,
-        Termination.OPTIMAL_INACCURATE,
-        Termination.FEASIBLE,
-        Termination.HEURISTIC,
-    )
-    if not has_plan:
-        return response
+
+
+def fill_jobs(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """Prices and every job's core allocation: status, reason, time shares (positive cells
+    only), throughputs, objective term and dual. Arrays are read as Python lists once."""
     names = problem.cluster.type_names
-    out = response.plan
     for j, name in enumerate(names):
         out.accelerator_prices[name] = float(plan.accelerator_prices[j])
-    shares, queues = plan.shares, plan.queues
+    m = problem.jobs.num_jobs
+    statuses = plan.job_status or (JobStatus.ALLOCATED,) * m
+    reasons = plan.job_reason or ("",) * m
+    rows: list[dict[str, float]] = [{} for _ in range(m)]
+    cells = np.nonzero(plan.time_share > 0)
+    for i, j, share in zip(cells[0].tolist(), cells[1].tolist(),
+                           plan.time_share[cells].tolist(), strict=True):
+        rows[i][names[j]] = share
+    columns = zip(
+        problem.jobs.ids, statuses, reasons, rows, plan.effective_throughput.tolist(),
+        plan.normalized_throughput.tolist(), plan.objective_value.tolist(),
+        plan.job_dual.tolist(), strict=True,
+    )
+    for job_id, status, reason, row, effective, normalized, value, dual in columns:
+        entry = out.jobs.add(
+            job_id=job_id, status=_JOB_STATUS[status], reason=reason,
+            effective_throughput=effective, normalized_throughput=normalized,
+            objective_value=value, dual=dual,
+        )
+        if row:
+            entry.time_share.update(row)
+
+
+def fill_share_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """Time-share plans: pairs sharing devices, the finish-time-fairness and SLO state per
+    job, and the round schedule."""
+    shares, names, ids = plan.shares, problem.cluster.type_names, problem.jobs.ids
     for job_a, job_b, type_index, share in shares.colocated:
-        out.colocated.add(job_a=problem.jobs.ids[job_a], job_b=problem.jobs.ids[job_b],
+        out.colocated.add(job_a=ids[job_a], job_b=ids[job_b],
                           accelerator_type=names[type_index], time_share=share)
-    statuses = plan.job_status or (JobStatus.ALLOCATED,) * problem.jobs.num_jobs
-    reasons = plan.job_reason or ("",) * problem.jobs.num_jobs
-    for i, job_id in enumerate(problem.jobs.ids):
-        entry = out.jobs.add()
-        entry.job_id = job_id
-        entry.status = _JOB_STATUS[statuses[i]]
-        entry.reason = reasons[i]
-        row: Mapping[str, float] = {
-            names[j]: float(plan.time_share[i, j])
-            for j in range(len(names))
-            if plan.time_share[i, j] > 0
-        }
-        entry.time_share.update(row)
-        entry.effective_throughput = float(plan.effective_throughput[i])
-        entry.normalized_throughput = float(plan.normalized_throughput[i])
-        entry.objective_value = float(plan.objective_value[i])
-        entry.dual = float(plan.job_dual[i])
-        placed = queues.job_queue[i] if queues is not None else None
-        if placed is not None:
-            queue = entry.queue
-            queue.accelerator_type = names[placed.type_index]
-            queue.devices.extend(placed.devices)
-            queue.nodes.extend(placed.nodes)
-            queue.position = placed.position
-            queue.start_time_s = placed.start_time_s
-            queue.completion_time_s = placed.completion_time_s
-            queue.start_now = placed.start_now
-            queue.running = placed.running
-        if shares.cumulative_isolated_time_s is not None:
-            entry.cumulative_isolated_time_s = float(shares.cumulative_isolated_time_s[i])
-        if shares.isolated_throughput is not None:
-            entry.isolated_throughput = float(shares.isolated_throughput[i])
-        if shares.remaining_steps is not None:
-            entry.remaining_steps = float(shares.remaining_steps[i])
-        if shares.slo_shortfall is not None and not math.isnan(shares.slo_shortfall[i]):
-            entry.slo_shortfall = float(shares.slo_shortfall[i])
-    fill_market_response(plan, problem, out)
-    fill_sia_response(plan, problem, out)
+    per_job: list[tuple[str, FloatArray | None]] = [
+        ("cumulative_isolated_time_s", shares.cumulative_isolated_time_s),
+        ("isolated_throughput", shares.isolated_throughput),
+        ("remaining_steps", shares.remaining_steps),
+        ("slo_shortfall", shares.slo_shortfall),
+    ]
+    for name, values in per_job:
+        if values is None:
+            continue
+        for entry, value in zip(out.jobs, values.tolist(), strict=True):
+            if not math.isnan(value):  # NaN slo_shortfall = the job has no SLO
+                setattr(entry, name, value)
     for scheduled in shares.rounds:
         round_msg = out.rounds.add(index=scheduled.index)
         for grant in scheduled.grants:
             round_msg.grants.add(
-                job_id=problem.jobs.ids[grant.job],
+                job_id=ids[grant.job],
                 accelerator_type=names[grant.type_index],
                 devices=grant.devices,
                 nodes=list(grant.nodes),
-                colocated_with=(
-                    problem.jobs.ids[grant.colocated_with] if grant.colocated_with >= 0 else ""
-                ),
+                colocated_with=ids[grant.colocated_with] if grant.colocated_with >= 0 else "",
                 lease_extended=grant.lease_extended,
             )
-    ids = problem.jobs.ids
-    for device in queues.device_queues if queues is not None else ():
+
+
+def fill_queue_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """Queue plans (allox): each job's place in a device queue, and every device's queue."""
+    queues = plan.queues
+    if queues is None:
+        return
+    names, ids = problem.cluster.type_names, problem.jobs.ids
+    for entry, placed in zip(out.jobs, queues.job_queue, strict=False):
+        if placed is None:
+            continue
+        queue = entry.queue
+        queue.accelerator_type = names[placed.type_index]
+        queue.devices.extend(placed.devices)
+        queue.nodes.extend(placed.nodes)
+        queue.position = placed.position
+        queue.start_time_s = placed.start_time_s
+        queue.completion_time_s = placed.completion_time_s
+        queue.start_now = placed.start_now
+        queue.running = placed.running
+    for device in queues.device_queues:
         dq = out.device_queues.add()
         dq.accelerator_type = names[device.type_index]
         dq.device = device.device
@@ -138,7 +177,6 @@ def plan_to_response(
         dq.running_job_id = ids[device.running_job] if device.running_job >= 0 else ""
         dq.job_ids.extend(ids[i] for i in device.jobs)
         dq.position_duals.extend(device.position_duals)
-    return response
 
 
 def fill_market_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
@@ -173,7 +211,7 @@ def fill_market_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> 
             grant.devices = int(problem.jobs.scale_factor[job])
 
 
-def fill_sia_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+def fill_configuration_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
     """`JobAllocation.configuration` for configuration policies (sia, pollux)."""
     if plan.configurations is None:
         return
