@@ -24,14 +24,14 @@ from apportion.server.response import plan_to_response
 from apportion.server.snapshot_inputs import snapshot_to_problem
 from apportion.server.topology_inputs import with_stages
 from apportion.solver import limits
+from apportion.solver.capabilities import PlanKind
 from apportion.solver.errors import ValidationError, Violation, echo, listing
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
-from apportion.solver.validation import flagged
+from apportion.solver.validation import JobPaths, flagged
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 __all__ = ["plan_to_response", "request_to_model"]
 
-_JOB_PATH = re.compile(r"snapshot\.jobs\[(\d+)\]")
 
 
 _ROOTS = {"snapshot": 0, "policy": 1, "options": 2}
@@ -49,9 +49,9 @@ def _path_order(violation: Violation) -> tuple[tuple[int, int | str], ...]:
     return tuple(parts)
 
 
-def _jobs_with_violations(violations: list[Violation]) -> set[int]:
+def _jobs_with_violations(violations: list[Violation], paths: JobPaths) -> set[int]:
     """Indices of the jobs some violation already names."""
-    return {int(match.group(1)) for v in violations if (match := _JOB_PATH.match(v.field))}
+    return {i for v in violations if (i := paths.job_of(v.field)) is not None}
 
 
 def capability_violations(context: RequestContext, known: list[Violation]) -> list[Violation]:
@@ -63,29 +63,35 @@ def capability_violations(context: RequestContext, known: list[Violation]) -> li
     problem, caps, name = context.problem, context.spec.capabilities, context.policy.name
     jobs = problem.jobs
     skip = np.zeros(jobs.num_jobs, bool)
-    skip[list(_jobs_with_violations(known))] = True
+    skip[list(_jobs_with_violations(known, context.paths))] = True
     if caps.reads_configurations:
         skip |= np.array([bool(g) or p is not None
                           for g, p in zip(jobs.given_goodput, jobs.pollux, strict=True)], bool)
     out = flagged(
         ~problem.usable.any(axis=1) & ~skip,
-        lambda i: f"snapshot.jobs[{i}].throughput",
+        lambda i: context.paths.field(i, "throughput"),
         lambda i: f"no usable accelerator type: needs a positive throughput on a type with at "
                   f"least {jobs.scale_factor[i]} devices",
     )
     if caps.needs_remaining_work:
         out += flagged(
-            (jobs.total_steps <= 0) & ~skip, lambda i: f"snapshot.jobs[{i}].progress.total_steps",
+            (jobs.total_steps <= 0) & ~skip,
+            lambda i: context.paths.field(i, "progress.total_steps"),
             lambda i: f"must be > 0: {name} needs the remaining work",
         )
     if caps.reads_tenants and problem.tenants:
         listed = {tenant.name for tenant in problem.tenants}
         names = listing(sorted(listed))
         out += [
-            Violation(f"snapshot.jobs[{i}].tenant",
+            Violation(context.paths.field(i, "tenant"),
                       f"unknown tenant {echo(tenant)}; snapshot.tenants lists {names}")
             for i, tenant in enumerate(jobs.tenant) if tenant and tenant not in listed
         ]
+    if context.request.options.columnar_plan and caps.plan_kind is not PlanKind.TIME_SHARE:
+        out.append(Violation(
+            "options.columnar_plan",
+            f"{name}'s plan ({caps.plan_kind.value}) has no columnar form; leave it unset",
+        ))
     rounds = context.options.schedule_rounds
     if caps.round_schedule and rounds:
         grants = rounds * min(jobs.num_jobs, int(problem.cluster.count.sum()))
@@ -106,14 +112,14 @@ def request_to_model(
     A request that passes can be solved: `solve` raises no ValueError on the model returned
     (the fuzz tests hold every registered policy to this)."""
     violations: list[Violation] = []
-    problem = snapshot_to_problem(request.snapshot, violations)
+    problem, paths = snapshot_to_problem(request.snapshot, violations)
     resolved = policy_to_model(request.policy, violations)
     options = options_to_model(request.options, violations)
     if resolved is None:
         raise ValidationError(violations)
     spec, policy = resolved
     policy = with_stages(request.policy, policy, spec, problem, violations)
-    context = RequestContext(problem, policy, spec, options, request)
+    context = RequestContext(problem, policy, spec, options, request, paths)
     policy_level = capability_violations(context, violations)
     policy_level += fairness_input_violations(problem, policy)
     check = spec.load_input_check()

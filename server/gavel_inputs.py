@@ -87,7 +87,7 @@ def check_gavel_lp(context: RequestContext) -> list[Violation]:
             for bad in np.flatnonzero((jobs.throughput[:, j] <= 0) & fits):
                 out.append(
                     Violation(
-                        f"snapshot.jobs[{bad}].throughput",
+                        context.paths.field(int(bad), "throughput"),
                         f"no throughput on the reference type {echo(reference)} "
                         "(the heterogeneity-agnostic variant copies that column)",
                     )
@@ -100,7 +100,7 @@ def check_gavel_lp(context: RequestContext) -> list[Violation]:
             if unknown[i]:
                 out.append(
                     Violation(
-                        f"snapshot.jobs[{i}].progress.total_steps",
+                        context.paths.field(int(i), "progress.total_steps"),
                         "must be > 0 for a job with a deadline: the SLO row needs the "
                         "remaining work",
                     )
@@ -112,7 +112,7 @@ def check_gavel_lp(context: RequestContext) -> list[Violation]:
             ):
                 out.append(
                     Violation(
-                        f"snapshot.jobs[{i}].deadline_s",
+                        context.paths.field(int(i), "deadline_s"),
                         f"SLO = deadline_s - time_s = {deadline - problem.time_s} s <= 0 with "
                         f"{jobs.remaining_steps[i]} steps left (set allow_missed_slos to "
                         "report it as missed instead)",

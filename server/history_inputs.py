@@ -193,7 +193,7 @@ def history_to_model(
         held[j] += placed.devices
         current_type[i], current_devices[i] = j, placed.devices
         busy_until[i], current_nodes[i] = placed.busy_until_s, placed.nodes
-    reference, state = reference_finish_times(msg, job_index, violations)
+    reference, state = reference_finish_times(msg, job_index, m, violations)
     return replace(
         history,
         elapsed_since_reset_s=float(elapsed),

@@ -13,6 +13,7 @@ Every problem is appended as `Violation(field_path, description)`, like the rest
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,47 +117,43 @@ class EpochColumns:
 _EPOCH_DURATION_RULE = f"must be in [{limits.MIN_DURATION_S:g}, {limits.MAX_TIME_S:g}] s"
 
 
-def epoch_columns(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> EpochColumns:
+def epoch_columns(
+    jobs: Sequence[snapshot_pb.Job], epochs_done: IntArray, total_epochs: IntArray,
+    violations: list[Violation],
+) -> EpochColumns:
     """Epoch counts, per-epoch profiles and measured progress of every job (validated for
-    every policy: they are snapshot facts, documented in snapshot.proto)."""
-    m = len(msg.jobs)
-    done = np.zeros(m, np.int64)
-    total = np.zeros(m, np.int64)
-    durations: list[FloatArray] = []
-    batches: list[IntArray] = []
+    every policy: they are snapshot facts, documented in snapshot.proto). `epochs_done` and
+    `total_epochs` are the counts as given, one per job (m >= len(jobs): jobs beyond the
+    `jobs` messages, the columnar ones, have no epochs)."""
+    m = epochs_done.size
+    top = limits.MAX_EPOCHS
+    for name, counts in (("epochs_done", epochs_done), ("total_epochs", total_epochs)):
+        violations += [
+            Violation(f"snapshot.jobs[{i}].progress.{name}",
+                      f"must be in [0, {top}], got {counts[i]}")
+            for i in np.flatnonzero((counts < 0) | (counts > top))
+        ]
+    ok = (epochs_done >= 0) & (epochs_done <= top) & (total_epochs >= 0) & (total_epochs <= top)
+    done, total = np.where(ok, epochs_done, 0), np.where(ok, total_epochs, 0)
+    violations += flagged(
+        ok & (total > 0) & (done > total), lambda i: f"snapshot.jobs[{i}].progress.epochs_done",
+        lambda i: f"{done[i]} is more than total_epochs {total[i]}",
+    )
+    none_f, none_i = np.zeros(0), np.zeros(0, np.int64)
+    durations: list[FloatArray] = [none_f] * m
+    batches: list[IntArray] = [none_i] * m
     measured_time = np.zeros(m)
     measured_epochs = np.zeros(m)
-    none_f, none_i = np.zeros(0), np.zeros(0, np.int64)
-    for i, job in enumerate(msg.jobs):
-        p = f"snapshot.jobs[{i}]"
-        prog = job.progress
-        for name in ("epochs_done", "total_epochs"):
-            value = getattr(prog, name)
-            if not 0 <= value <= limits.MAX_EPOCHS:
-                violations.append(Violation(f"{p}.progress.{name}",
-                                            f"must be in [0, {limits.MAX_EPOCHS}], got {value}"))
-        ok_counts = 0 <= prog.epochs_done <= limits.MAX_EPOCHS
-        ok_counts &= 0 <= prog.total_epochs <= limits.MAX_EPOCHS
-        if ok_counts:
-            done[i], total[i] = prog.epochs_done, prog.total_epochs
-        if ok_counts and prog.total_epochs > 0 and prog.epochs_done > prog.total_epochs:
-            violations.append(
-                Violation(
-                    f"{p}.progress.epochs_done",
-                    f"{prog.epochs_done} is more than total_epochs {prog.total_epochs}",
-                )
-            )
+    for i, job in enumerate(jobs):
         if not job.HasField("epoch_profile"):
-            durations.append(none_f)
-            batches.append(none_i)
             continue
+        p = f"snapshot.jobs[{i}]"
         prof = job.epoch_profile
         dur = np.array(prof.epoch_duration_s, dtype=np.float64)
         bs = np.array(prof.batch_size, dtype=np.int64)
-        if max(dur.size, bs.size) > limits.MAX_EPOCHS:
+        if max(dur.size, bs.size) > top:
             violations.append(Violation(f"{p}.epoch_profile.epoch_duration_s",
-                                        f"{max(dur.size, bs.size)} epochs is more than "
-                                        f"{limits.MAX_EPOCHS}"))
+                                        f"{max(dur.size, bs.size)} epochs is more than {top}"))
             dur, bs = none_f, none_i
         if dur.size != bs.size:
             violations.append(
@@ -174,8 +171,7 @@ def epoch_columns(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> Epo
             Violation(f"{p}.epoch_profile.batch_size[{e}]", f"must be > 0, got {bs[e]}")
             for e in np.flatnonzero(bs <= 0)
         ]
-        durations.append(dur)
-        batches.append(bs)
+        durations[i], batches[i] = dur, bs
         if duration_ok(prof.measured_run_time_s):
             measured_time[i] = prof.measured_run_time_s
         else:
@@ -184,25 +180,25 @@ def epoch_columns(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> Epo
         if not steps_ok(prof.measured_epochs):
             violations.append(Violation(f"{p}.epoch_profile.measured_epochs",
                                         f"{STEPS_RULE}, got {prof.measured_epochs}"))
-        elif prog.total_epochs > 0 and prof.measured_epochs > prog.total_epochs:
+        elif total_epochs[i] > 0 and prof.measured_epochs > total_epochs[i]:
             violations.append(
                 Violation(
                     f"{p}.epoch_profile.measured_epochs",
-                    f"{prof.measured_epochs} is more than total_epochs {prog.total_epochs}",
+                    f"{prof.measured_epochs} is more than total_epochs {total_epochs[i]}",
                 )
             )
         else:
             measured_epochs[i] = prof.measured_epochs
-    return EpochColumns(done, total, tuple(durations), tuple(batches), measured_time,
-                        measured_epochs)
+    return EpochColumns(done.astype(np.int64), total.astype(np.int64), tuple(durations),
+                        tuple(batches), measured_time, measured_epochs)
 
 
 def reference_finish_times(
-    msg: snapshot_pb.Snapshot, index: dict[str, int], violations: list[Violation]
+    msg: snapshot_pb.Snapshot, index: dict[str, int], m: int, violations: list[Violation]
 ) -> tuple[FloatArray, ReferenceFinishState]:
     """Shockwave's reference finish times F*_i and their state from `history.jobs[]`, aligned
     with the jobs (`index`: job id -> row)."""
-    reference = np.zeros(len(msg.jobs))
+    reference = np.zeros(m)
     for k, entry in enumerate(msg.history.jobs):
         row = index.get(entry.job_id)
         value = entry.reference_finish_time_s
@@ -212,7 +208,7 @@ def reference_finish_times(
             ))
         elif row is not None:
             reference[row] = value
-    return reference, _reference_state(msg, index, violations)
+    return reference, _reference_state(msg, index, m, violations)
 
 
 def _has_state(entry: snapshot_pb.JobHistory) -> bool:
@@ -227,13 +223,13 @@ def _has_state(entry: snapshot_pb.JobHistory) -> bool:
 
 
 def _reference_state(
-    msg: snapshot_pb.Snapshot, index: dict[str, int], violations: list[Violation]
+    msg: snapshot_pb.Snapshot, index: dict[str, int], m: int, violations: list[Violation]
 ) -> ReferenceFinishState:
     """Shockwave's F* state from history.jobs[] (no state for a job without any). An entry
     with state needs reference_estimate_s; times and averages within the time bound, the
     estimate time not after Snapshot.time_s, the weight a duration and the job count in
     [1, MAX_JOBS]."""
-    state = ReferenceFinishState.empty(len(msg.jobs))
+    state = ReferenceFinishState.empty(m)
     entries = [(k, entry) for k, entry in enumerate(msg.history.jobs) if _has_state(entry)]
     now = msg.time_s
     for k, entry in entries:
@@ -312,13 +308,13 @@ def check_shockwave(context: RequestContext) -> list[Violation]:
         ))
     total = jobs.total_epochs
     violations += flagged(
-        total < 1, lambda i: f"snapshot.jobs[{i}].progress.total_epochs",
+        total < 1, lambda i: context.paths.field(i, "progress.total_epochs"),
         lambda i: f"{policy.name} needs >= 1, got {total[i]}",
     )
     got = np.fromiter((d.size for d in jobs.epoch_duration_s), np.int64, jobs.num_jobs)
     violations += flagged(
         (total >= 1) & (got != total),
-        lambda i: f"snapshot.jobs[{i}].epoch_profile.epoch_duration_s",
+        lambda i: context.paths.field(i, "epoch_profile.epoch_duration_s"),
         lambda i: f"{policy.name} needs one profiled epoch per epoch: {total[i]} entries, "
                   f"got {got[i]}",
     )

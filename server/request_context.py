@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.registry import PolicySpec
+from apportion.solver.validation import JobPaths
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 
@@ -19,3 +20,5 @@ class RequestContext:
     spec: PolicySpec
     options: SolveOptions
     request: service_pb.SolveRequest
+    paths: JobPaths
+    """The field path of each job's entries (`snapshot.jobs[i]` or `snapshot.job_columns`)."""

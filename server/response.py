@@ -31,16 +31,26 @@ _JOB_STATUS = {
 
 
 def plan_to_response(
-    plan: Plan, problem: Problem, policy: PolicyRequest, wall_time_s: float, time_limit_s: float
+    plan: Plan,
+    problem: Problem,
+    policy: PolicyRequest,
+    wall_time_s: float,
+    time_limit_s: float,
+    columnar: bool = False,
 ) -> service_pb.SolveResponse:
     """The wire response for a plan: the statistics, and when the termination carries a plan,
-    every job's allocation and the sections of the plan's kind."""
+    every job's allocation (as `JobAllocation`s, or with `columnar` as `Plan.columns`) and the
+    sections of the plan's kind."""
     response = service_pb.SolveResponse()
     fill_stats(response.stats, plan.certificate, policy, wall_time_s, time_limit_s)
     if plan.certificate.termination not in _WITH_PLAN:
         return response
     out = response.plan
-    fill_jobs(plan, problem, out)
+    if columnar:
+        fill_columns(plan, problem, out)
+    else:
+        fill_jobs(plan, problem, out)
+        fill_share_state(plan, out)
     fill_share_response(plan, problem, out)
     fill_queue_response(plan, problem, out)
     fill_market_response(plan, problem, out)
@@ -118,25 +128,60 @@ def fill_jobs(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
             entry.time_share.update(row)
 
 
-def fill_share_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
-    """Time-share plans: pairs sharing devices, the finish-time-fairness and SLO state per
-    job, and the round schedule."""
-    shares, names, ids = plan.shares, problem.cluster.type_names, problem.jobs.ids
-    for job_a, job_b, type_index, share in shares.colocated:
-        out.colocated.add(job_a=ids[job_a], job_b=ids[job_b],
-                          accelerator_type=names[type_index], time_share=share)
-    per_job: list[tuple[str, FloatArray | None]] = [
+def _share_state(plan: Plan) -> list[tuple[str, FloatArray]]:
+    """(field name, per-job values) of the finish-time-fairness and SLO state a plan has."""
+    shares = plan.shares
+    state = [
         ("cumulative_isolated_time_s", shares.cumulative_isolated_time_s),
         ("isolated_throughput", shares.isolated_throughput),
         ("remaining_steps", shares.remaining_steps),
         ("slo_shortfall", shares.slo_shortfall),
     ]
-    for name, values in per_job:
-        if values is None:
-            continue
+    return [(name, values) for name, values in state if values is not None]
+
+
+def fill_share_state(plan: Plan, out: service_pb.Plan) -> None:
+    """Time-share plans: the finish-time-fairness and SLO state of every `JobAllocation`."""
+    for name, values in _share_state(plan):
         for entry, value in zip(out.jobs, values.tolist(), strict=True):
             if not math.isnan(value):  # NaN slo_shortfall = the job has no SLO
                 setattr(entry, name, value)
+
+
+def fill_columns(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """Prices and every job's allocation as `PlanColumns` (sparse shares, duals and reasons;
+    per-job arrays in job order), with the share state."""
+    names = problem.cluster.type_names
+    for j, name in enumerate(names):
+        out.accelerator_prices[name] = float(plan.accelerator_prices[j])
+    columns = out.columns
+    cells = np.nonzero(plan.time_share > 0)
+    columns.job_index.extend(cells[0].tolist())
+    columns.type_index.extend(cells[1].tolist())
+    columns.time_share.extend(plan.time_share[cells].tolist())
+    m = problem.jobs.num_jobs
+    statuses = plan.job_status or (JobStatus.ALLOCATED,) * m
+    columns.status.extend([_JOB_STATUS[status] for status in statuses])
+    columns.effective_throughput.extend(plan.effective_throughput.tolist())
+    columns.normalized_throughput.extend(plan.normalized_throughput.tolist())
+    columns.objective_value.extend(plan.objective_value.tolist())
+    with_dual = np.flatnonzero(plan.job_dual)
+    columns.dual_job_index.extend(with_dual.tolist())
+    columns.dual.extend(plan.job_dual[with_dual].tolist())
+    for i, reason in enumerate(plan.job_reason):
+        if reason:
+            columns.reason_job_index.append(i)
+            columns.reason.append(reason)
+    for name, values in _share_state(plan):
+        getattr(columns, name).extend(values.tolist())
+
+
+def fill_share_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """Time-share plans: pairs sharing devices and the round schedule."""
+    shares, names, ids = plan.shares, problem.cluster.type_names, problem.jobs.ids
+    for job_a, job_b, type_index, share in shares.colocated:
+        out.colocated.add(job_a=ids[job_a], job_b=ids[job_b],
+                          accelerator_type=names[type_index], time_share=share)
     for scheduled in shares.rounds:
         round_msg = out.rounds.add(index=scheduled.index)
         for grant in scheduled.grants:

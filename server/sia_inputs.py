@@ -11,6 +11,7 @@ Every problem becomes `Violation(field_path, description)`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -245,28 +246,27 @@ def _given_goodput(
 
 
 def configuration_columns(
-    msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation]
+    jobs: Sequence[snapshot_pb.Job], m: int, cluster: Cluster, violations: list[Violation]
 ) -> ConfigurationColumns:
-    """Per-configuration goodput, Pollux models and elasticity of every job."""
+    """Per-configuration goodput, Pollux models and elasticity of every job (m >= len(jobs):
+    jobs beyond the `jobs` messages, the columnar ones, have the defaults)."""
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
-    m, n = len(msg.jobs), cluster.num_types
+    n = cluster.num_types
     node_sizes: dict[int, list[int]] = {}
     for t, d in zip(cluster.node_type.tolist(), cluster.node_devices.tolist(), strict=True):
         node_sizes.setdefault(int(t), []).append(int(d))
-    given: list[tuple[GivenGoodput, ...]] = []
-    models: list[PolluxJobModel | None] = []
+    given: list[tuple[GivenGoodput, ...]] = [()] * m
+    models: list[PolluxJobModel | None] = [None] * m
     lo = np.ones(m, np.int64)
     hi = np.zeros(m, np.int64)
     unit = np.ones((m, n), np.int64)
     top = limits.MAX_DEVICES_PER_TYPE
-    for i, job in enumerate(msg.jobs):
+    for i, job in enumerate(jobs):
         p = f"snapshot.jobs[{i}]"
-        given.append(_given_goodput(job, p, cluster, node_sizes, violations))
-        models.append(
-            _pollux_model(job.pollux, f"{p}.pollux", type_index, n, violations)
-            if job.HasField("pollux")
-            else None
-        )
+        if job.configurations:
+            given[i] = _given_goodput(job, p, cluster, node_sizes, violations)
+        if job.HasField("pollux"):
+            models[i] = _pollux_model(job.pollux, f"{p}.pollux", type_index, n, violations)
         if not job.HasField("elasticity"):
             continue
         el = job.elasticity
@@ -314,7 +314,7 @@ def check_configuration_policy(context: RequestContext) -> list[Violation]:
     for i in np.flatnonzero(arrival > now):
         violations.append(
             Violation(
-                f"snapshot.jobs[{i}].arrival_time_s",
+                context.paths.field(int(i), "arrival_time_s"),
                 f"age = time_s - arrival_time_s must be >= 0 (arrival {arrival[i]} "
                 f"is after time_s {now})",
             )

@@ -9,16 +9,15 @@ rejected values are replaced by their defaults so that the later checks of the s
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
 from apportion.server.colocation_inputs import colocations
 from apportion.server.history_inputs import history_to_model
+from apportion.server.job_inputs import read_jobs
 from apportion.server.market_inputs import epoch_columns
 from apportion.server.sia_inputs import configuration_columns
 from apportion.solver import limits
-from apportion.solver.errors import Violation, echo, key, listing
+from apportion.solver.errors import Violation, echo
 from apportion.solver.model import (
     DEFAULT_RESTART_PENALTY_S,
     Cluster,
@@ -29,6 +28,7 @@ from apportion.solver.model import (
 )
 from apportion.solver.validation import (
     WEIGHT_RULE,
+    JobPaths,
     cost_ok,
     duplicates,
     duration_ok,
@@ -106,57 +106,24 @@ def _clean_cluster(cluster: Cluster) -> Cluster:
     )
 
 
-def _throughput(
-    msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation]
-) -> np.ndarray:
-    """(m, n) throughput from each job's map; keys must be types of the cluster."""
-    type_index = {name: j for j, name in enumerate(cluster.type_names)}
-    known = listing(cluster.type_names)
-    rows: list[int] = []
-    cols: list[int] = []
-    values: list[float] = []
-    for i, job in enumerate(msg.jobs):
-        for name, value in job.throughput.items():
-            j = type_index.get(name)
-            if j is None:
-                violations.append(Violation(
-                    f"snapshot.jobs[{i}].throughput{key(name)}",
-                    f"unknown accelerator type {echo(name)}; the cluster has {known}",
-                ))
-            else:
-                rows.append(i)
-                cols.append(j)
-                values.append(value)
-    out = np.zeros((len(msg.jobs), cluster.num_types))
-    out[rows, cols] = values
-    return out
-
-
-_Optional = Literal["scale_factor", "priority_weight", "deadline_s", "restart_penalty_s"]
-
-
-def _optional(msg: snapshot_pb.Snapshot, name: _Optional, default: float) -> list[float]:
-    """Each job's optional field `name`, `default` where unset."""
-    return [getattr(job, name) if job.HasField(name) else default for job in msg.jobs]
-
-
-def _jobs(msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation]) -> Jobs:
-    """Every job's columns as given (judged by `snapshot_violations`), with the epoch and
-    configuration inputs read and validated by their own modules."""
-    m, n = len(msg.jobs), cluster.num_types
-    epochs = epoch_columns(msg, violations)
-    configs = configuration_columns(msg, cluster, violations)
-    jobs = msg.jobs
+def _jobs(msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation]
+          ) -> tuple[Jobs, JobPaths]:
+    """Every job's columns as given (judged by `snapshot_violations`) and their field paths,
+    with the epoch and configuration inputs read and validated by their own modules."""
+    main, paths = read_jobs(msg, cluster, violations)
+    m = len(main.ids)
+    epochs = epoch_columns(msg.jobs, main.epochs_done, main.total_epochs, violations)
+    configs = configuration_columns(msg.jobs, m, cluster, violations)
     return Jobs(
-        ids=tuple(job.id for job in jobs),
-        throughput=_throughput(msg, cluster, violations),
-        scale_factor=np.array(_optional(msg, "scale_factor", 1), np.int64).reshape(m),
-        priority_weight=np.array(_optional(msg, "priority_weight", 1.0), np.float64).reshape(m),
-        tenant=tuple(job.tenant for job in jobs),
-        arrival_time_s=np.array([job.arrival_time_s for job in jobs], np.float64).reshape(m),
-        steps_done=np.array([job.progress.steps_done for job in jobs], np.float64).reshape(m),
-        total_steps=np.array([job.progress.total_steps for job in jobs], np.float64).reshape(m),
-        deadline_s=np.array(_optional(msg, "deadline_s", np.nan), np.float64).reshape(m),
+        ids=tuple(main.ids),
+        throughput=main.throughput,
+        scale_factor=main.scale_factor,
+        priority_weight=main.priority_weight,
+        tenant=tuple(main.tenant),
+        arrival_time_s=main.arrival_time_s,
+        steps_done=main.steps_done,
+        total_steps=main.total_steps,
+        deadline_s=main.deadline_s,
         epochs_done=epochs.epochs_done,
         total_epochs=epochs.total_epochs,
         epoch_duration_s=epochs.epoch_duration_s,
@@ -164,15 +131,13 @@ def _jobs(msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violatio
         given_goodput=configs.given_goodput,
         min_devices=configs.min_devices,
         max_devices=configs.max_devices,
-        scale_unit=configs.scale_unit.reshape(m, n),
+        scale_unit=configs.scale_unit,
         pollux=configs.pollux,
-        restart_penalty_s=np.array(
-            _optional(msg, "restart_penalty_s", DEFAULT_RESTART_PENALTY_S), np.float64
-        ).reshape(m),
-        job_type=tuple(job.job_type for job in jobs),
+        restart_penalty_s=main.restart_penalty_s,
+        job_type=tuple(main.job_type),
         measured_run_time_s=epochs.measured_run_time_s,
         measured_epochs=epochs.measured_epochs,
-    )
+    ), paths
 
 
 def _clean_jobs(jobs: Jobs, cluster: Cluster) -> Jobs:
@@ -227,11 +192,14 @@ def _tenants(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> tuple[Te
     return tuple(tenants)
 
 
-def snapshot_to_problem(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> Problem:
-    """Build the model from a snapshot, appending every violation found to `violations`."""
+def snapshot_to_problem(
+    msg: snapshot_pb.Snapshot, violations: list[Violation]
+) -> tuple[Problem, JobPaths]:
+    """Build the model from a snapshot, appending every violation found to `violations`;
+    with the field paths of its jobs."""
     cluster = _cluster(msg.cluster, violations)
-    jobs = _jobs(msg, cluster, violations)
-    violations += snapshot_violations(cluster, jobs, msg.time_s, msg.round_duration_s)
+    jobs, paths = _jobs(msg, cluster, violations)
+    violations += snapshot_violations(cluster, jobs, msg.time_s, msg.round_duration_s, paths)
     cluster = _clean_cluster(cluster)
     jobs = _clean_jobs(jobs, cluster)
     return Problem(
@@ -242,4 +210,4 @@ def snapshot_to_problem(msg: snapshot_pb.Snapshot, violations: list[Violation]) 
         round_duration_s=msg.round_duration_s if duration_ok(msg.round_duration_s) else 0.0,
         tenants=_tenants(msg, violations),
         colocations=colocations(msg, cluster, jobs, violations),
-    )
+    ), paths

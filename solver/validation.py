@@ -12,7 +12,9 @@ see a well-formed model and report their own violations too.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -144,69 +146,123 @@ def cluster_violations(cluster: Cluster) -> list[Violation]:
     return out
 
 
-def job_cell(i: int, name: str) -> str:
-    """The field path of a per-type entry of job i."""
-    return f"snapshot.jobs[{i}].throughput{key(name)}"
+_COLUMN_OF = {"id": "ids", "progress.steps_done": "steps_done",
+              "progress.total_steps": "total_steps"}
+_COLUMNS = frozenset({"ids", "scale_factor", "priority_weight", "tenant", "arrival_time_s",
+                      "steps_done", "total_steps", "deadline_s", "restart_penalty_s",
+                      "job_type"})
+"""The `JobColumns` fields with one entry per job."""
+_JOB_ROW = re.compile(r"snapshot\.jobs\[(\d+)\]")
+_JOB_COLUMN = re.compile(r"snapshot\.job_columns\.(\w+)\[(\d+)")
 
 
-def jobs_violations(jobs: Jobs, cluster: Cluster) -> list[Violation]:
+@dataclass(frozen=True)
+class JobPaths:
+    """The field path of each job's entries: the first `rows` jobs are `snapshot.jobs[i]`
+    messages, the others entries of the `snapshot.job_columns` arrays."""
+
+    rows: int
+    column_types: tuple[str, ...] = ()
+    """`JobColumns.throughput_types`: the throughput columns of the columnar jobs."""
+    type_names: tuple[str, ...] = ()
+    """The cluster's types (the model's columns)."""
+
+    def field(self, i: int, name: str) -> str:
+        """Job i's field `name` (a path below `Job`, e.g. "progress.total_steps"); for a
+        columnar job, its entry in that column, or its id when the columns lack the field."""
+        if i < self.rows:
+            return f"snapshot.jobs[{i}].{name}"
+        k, width = i - self.rows, len(self.column_types)
+        if name == "throughput":
+            return f"snapshot.job_columns.throughput[{k * width}:{(k + 1) * width}]"
+        column = _COLUMN_OF.get(name, name)
+        return f"snapshot.job_columns.{column if column in _COLUMNS else 'ids'}[{k}]"
+
+    def cell(self, i: int, j: int) -> str:
+        """Job i's throughput on the cluster's type j."""
+        name = self.type_names[j]
+        if i < self.rows:
+            return f"snapshot.jobs[{i}].throughput{key(name)}"
+        flat = (i - self.rows) * len(self.column_types) + self.column_types.index(name)
+        return f"snapshot.job_columns.throughput[{flat}]"
+
+    def job_of(self, path: str) -> int | None:
+        """The index of the job a field path names, None when it names none."""
+        match = _JOB_ROW.match(path)
+        if match:
+            return int(match.group(1))
+        match = _JOB_COLUMN.match(path)
+        if not match or match.group(1) == "throughput_types":
+            return None
+        k = int(match.group(2))
+        if match.group(1) == "throughput":
+            k //= max(len(self.column_types), 1)
+        return self.rows + k
+
+
+ROW_PATHS = JobPaths(rows=1 << 62)
+"""Every job a `snapshot.jobs` message (make_problem, tests)."""
+
+
+def jobs_violations(jobs: Jobs, cluster: Cluster, paths: JobPaths | None = None
+                    ) -> list[Violation]:
     """Ids, sizes and the ranges of the main per-job arrays (throughput, scale factor,
     weight, arrival, progress, deadline, restart penalty)."""
     m, n = jobs.num_jobs, cluster.num_types
+    at = paths or replace(ROW_PATHS, type_names=cluster.type_names)
     out: list[Violation] = []
     if m > limits.MAX_JOBS:
         out.append(Violation("snapshot.jobs", f"{m} jobs is more than {limits.MAX_JOBS}"))
     if m * n > limits.MAX_JOB_TYPE_CELLS:
         out.append(Violation("snapshot.jobs", f"{m} jobs x {n} accelerator types is more than "
                                               f"{limits.MAX_JOB_TYPE_CELLS} cells"))
-    out += duplicates(jobs.ids, lambda i: f"snapshot.jobs[{i}].id", "job id")
+    out += duplicates(jobs.ids, lambda i: at.field(i, "id"), "job id")
     thr = jobs.throughput
-    names = cluster.type_names
-    out += cells_flagged(~rate_ok(thr), lambda i, j: job_cell(i, names[j]),
+    out += cells_flagged(~rate_ok(thr), at.cell,
                          lambda i, j: f"{RATE_RULE} steps/s, got {thr[i, j]}")
-    p = "snapshot.jobs"
     s = jobs.scale_factor
     largest = int(cluster.count.max()) if n else 0
-    out += flagged(s < 1, lambda i: f"{p}[{i}].scale_factor",
+    out += flagged(s < 1, lambda i: at.field(i, "scale_factor"),
                    lambda i: f"must be >= 1, got {s[i]}")
     out += flagged(
         (s >= 1) & (s > max(largest, 1)) if largest > 0 else np.zeros(m, bool),
-        lambda i: f"{p}[{i}].scale_factor",
+        lambda i: at.field(i, "scale_factor"),
         lambda i: f"{s[i]} devices is more than the cluster can ever give (the largest type "
                   f"has {largest})",
     )
     w = jobs.priority_weight
-    out += flagged(~weight_ok(w), lambda i: f"{p}[{i}].priority_weight",
+    out += flagged(~weight_ok(w), lambda i: at.field(i, "priority_weight"),
                    lambda i: f"{WEIGHT_RULE}, got {w[i]}")
     a = jobs.arrival_time_s
-    out += flagged(~time_ok(a), lambda i: f"{p}[{i}].arrival_time_s",
+    out += flagged(~time_ok(a), lambda i: at.field(i, "arrival_time_s"),
                    lambda i: f"{TIME_RULE}, got {a[i]}")
     done, total = jobs.steps_done, jobs.total_steps
     done_ok, total_ok = steps_ok(done), steps_ok(total)
-    out += flagged(~done_ok, lambda i: f"{p}[{i}].progress.steps_done",
+    out += flagged(~done_ok, lambda i: at.field(i, "progress.steps_done"),
                    lambda i: f"{STEPS_RULE}, got {done[i]}")
-    out += flagged(done_ok & ~total_ok, lambda i: f"{p}[{i}].progress.total_steps",
+    out += flagged(done_ok & ~total_ok, lambda i: at.field(i, "progress.total_steps"),
                    lambda i: f"{STEPS_RULE}, got {total[i]}")
     out += flagged(
         done_ok & total_ok & (total > 0) & (total < done),
-        lambda i: f"{p}[{i}].progress.total_steps",
+        lambda i: at.field(i, "progress.total_steps"),
         lambda i: f"{total[i]} is less than steps_done {done[i]}",
     )
     deadline = jobs.deadline_s
-    out += flagged(~np.isnan(deadline) & ~time_ok(deadline), lambda i: f"{p}[{i}].deadline_s",
+    out += flagged(~np.isnan(deadline) & ~time_ok(deadline), lambda i: at.field(i, "deadline_s"),
                    lambda i: f"{TIME_RULE}, got {deadline[i]}")
     delta = jobs.restart_penalty_s
-    out += flagged(~duration_ok(delta), lambda i: f"{p}[{i}].restart_penalty_s",
+    out += flagged(~duration_ok(delta), lambda i: at.field(i, "restart_penalty_s"),
                    lambda i: f"{DURATION_RULE}, got {delta[i]}")
     return out
 
 
 def snapshot_violations(
-    cluster: Cluster, jobs: Jobs, time_s: float = 0.0, round_duration_s: float = 0.0
+    cluster: Cluster, jobs: Jobs, time_s: float = 0.0, round_duration_s: float = 0.0,
+    paths: JobPaths | None = None,
 ) -> list[Violation]:
     """Every violation of the cluster, the jobs' main arrays and the snapshot's scalars."""
     out = cluster_violations(cluster)
-    out += jobs_violations(jobs, cluster)
+    out += jobs_violations(jobs, cluster, paths)
     if not time_ok(time_s):
         out.append(Violation("snapshot.time_s", f"{TIME_RULE}, got {time_s}"))
     if not duration_ok(round_duration_s):

@@ -154,9 +154,40 @@ def example_requests() -> Iterator[tuple[str, dict[str, Json]]]:
 
 
 def every_base() -> list[tuple[str, dict[str, Json]]]:
-    """(label, request): one base per registered policy, then the examples."""
+    """(label, request): one base per registered policy, the examples, and an example with
+    most of its jobs in columnar form."""
     out = [(spec.name, base_request(spec)) for spec in policies()]
-    return out + list(example_requests())
+    examples = list(example_requests())
+    columnar = to_columns(dict(examples)["cluster_32_jobs.json"], keep_rows=2)
+    columnar["options"] = {"columnarPlan": True}
+    return [*out, *examples, ("columnar", columnar)]
+
+
+_DEFAULTS: dict[str, Any] = {
+    "scaleFactor": 1, "priorityWeight": 1.0, "tenant": "", "arrivalTimeS": 0.0,
+    "deadlineS": "NaN", "restartPenaltyS": 30.0, "jobType": "",
+}
+
+
+def to_columns(data: dict[str, Any], keep_rows: int = 0) -> dict[str, Any]:
+    """The same request with its jobs after the first `keep_rows` moved into job_columns."""
+    out = json.loads(json.dumps(data))
+    snapshot = out["snapshot"]
+    rows, moved = snapshot["jobs"][:keep_rows], snapshot["jobs"][keep_rows:]
+    types = [t["name"] for t in snapshot["cluster"]["acceleratorTypes"]][::-1]
+    columns: dict[str, Any] = {
+        "ids": [job["id"] for job in moved],
+        "throughputTypes": types,
+        "throughput": [job.get("throughput", {}).get(t, 0.0) for job in moved for t in types],
+        "stepsDone": [job.get("progress", {}).get("stepsDone", 0.0) for job in moved],
+        "totalSteps": [job.get("progress", {}).get("totalSteps", 0.0) for job in moved],
+    }
+    for key, default in _DEFAULTS.items():
+        columns[key] = [job.get(key, default) for job in moved]
+    snapshot["jobs"] = rows
+    snapshot["jobColumns"] = columns
+    return out
+
 
 
 # --------------------------------------------------------------------------------------------

@@ -57,12 +57,25 @@ def check_response(request: service_pb.SolveRequest, response: service_pb.SolveR
             assert math.isfinite(getattr(stats, name)), (name, stats)
     if stats.termination not in _WITH_PLAN:
         return
-    assert len(response.plan.jobs) == len(request.snapshot.jobs)
-    for job in response.plan.jobs:
-        shares = list(job.time_share.values())
-        assert all(math.isfinite(x) and 0 <= x <= 1 + 1e-6 for x in shares), job
-        assert sum(shares) <= 1 + 1e-6, job
-        assert math.isfinite(job.effective_throughput), job
+    m = len(request.snapshot.jobs) + len(request.snapshot.job_columns.ids)
+    plan = response.plan
+    if request.options.columnar_plan:
+        columns = plan.columns
+        assert not plan.jobs and len(columns.status) == len(columns.effective_throughput) == m
+        rows = [dict[str, float]() for _ in range(m)]
+        for i, j, x in zip(columns.job_index, columns.type_index, columns.time_share,
+                           strict=True):
+            rows[i][str(j)] = x
+        throughputs = list(columns.effective_throughput)
+    else:
+        assert len(plan.jobs) == m
+        rows = [dict(job.time_share) for job in plan.jobs]
+        throughputs = [job.effective_throughput for job in plan.jobs]
+    for row, throughput in zip(rows, throughputs, strict=True):
+        shares = list(row.values())
+        assert all(math.isfinite(x) and 0 <= x <= 1 + 1e-6 for x in shares), row
+        assert sum(shares) <= 1 + 1e-6, row
+        assert math.isfinite(throughput), throughput
 
 
 def outcome(tree: dict[str, Any]) -> str:

@@ -1297,6 +1297,7 @@ class SolveOptions(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     PARTITION_MODE_FIELD_NUMBER: _builtins.int
     PARTITION_EXACT_GAP_FIELD_NUMBER: _builtins.int
+    COLUMNAR_PLAN_FIELD_NUMBER: _builtins.int
     time_limit_s: _builtins.float
     """Wall-clock limit for the solve (s, in [0, 1e12]). 0 = no limit beyond the call deadline (the server
     uses the smaller of this and the gRPC deadline minus a safety margin).
@@ -1330,6 +1331,14 @@ class SolveOptions(_message.Message):
     stats.best_bound (so stats.relative_gap is the partitioned plan's gap) and its objective
     stats.exact_objective. Default false.
     """
+    columnar_plan: _builtins.bool
+    """Return the jobs' allocations as columns (Plan.columns: sparse time shares and per-job
+    arrays) instead of one JobAllocation per job (Plan.jobs is then empty): about a third of
+    the bytes, and much less work on both sides, for large snapshots (a 100,000-job max-min
+    plan fits a client's default 4 MiB message limit this way). Policies whose plans carry
+    queues, configurations, market spending or planning windows (allox, sia, pollux,
+    fisher_market, shockwave) have no columnar form: setting it for them is an error.
+    """
     def __init__(
         self,
         *,
@@ -1342,10 +1351,11 @@ class SolveOptions(_message.Message):
         partitions: _builtins.int | None = ...,
         partition_mode: Global___PartitionMode.ValueType = ...,
         partition_exact_gap: _builtins.bool = ...,
+        columnar_plan: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_partitions", b"_partitions", "partitions", b"partitions"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partitions", b"_partitions", "partition_exact_gap", b"partition_exact_gap", "partition_mode", b"partition_mode", "partitions", b"partitions", "relative_gap", b"relative_gap", "schedule_rounds", b"schedule_rounds", "seed", b"seed", "solver", b"solver", "threads", b"threads", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_partitions", b"_partitions", "columnar_plan", b"columnar_plan", "partition_exact_gap", b"partition_exact_gap", "partition_mode", b"partition_mode", "partitions", b"partitions", "relative_gap", b"relative_gap", "schedule_rounds", b"schedule_rounds", "seed", b"seed", "solver", b"solver", "threads", b"threads", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__partitions: _TypeAlias = _typing.Literal["partitions"]  # noqa: Y015
     _WhichOneofArgType__partitions: _TypeAlias = _typing.Literal["_partitions", b"_partitions"]  # noqa: Y015
