@@ -7,14 +7,17 @@ types; distinct: every row drawn independently), written as the snapshot file a 
 (the proto3 canonical JSON of `SolveRequest`) and as the binary proto. Stages (best of
 `--repeat`, wall s, in this process):
 
-* parse json_format: `json_format.Parse` of the file text (the CLI's path before the fast one);
+* parse json_format: `json_format.Parse` of the file text (the CLI's route before the fast one);
 * parse cli: `apportion.server.cli.load_request`, what `apportion solve` does now;
-* parse proto: `SolveRequest.FromString` of the binary request (the gRPC server's parse);
-* convert: `request_to_model` (validation and conversion to the model);
+* parse pb: `SolveRequest.FromString` of the binary request (the gRPC server's parse), rows;
+* convert: `request_to_model` (validation and conversion to the model), rows;
+* col pb / col conv: the same for the request with its jobs in `Snapshot.job_columns`;
 * solve: `solve()` on the model (the reference the others are compared with);
-* respond: `plan_to_response`, and the response's bytes.
+* respond: `plan_to_response` with one `JobAllocation` per job, and its bytes (resp MB);
+* col resp: with `options.columnar_plan` (`Plan.columns`), and its bytes (col MB).
 
-Ratios printed: convert / solve and (parse proto + convert + respond) / total.
+Ratios printed: convert / solve (rows) and, for the columnar wire, (parse + convert + respond) /
+(that + solve).
 """
 
 from __future__ import annotations
@@ -56,6 +59,23 @@ def request_of(problem: Problem, policy: str) -> service_pb.SolveRequest:
     return request
 
 
+def columnar(request: service_pb.SolveRequest) -> service_pb.SolveRequest:
+    """The same request with every job in `Snapshot.job_columns` and a columnar plan."""
+    out = service_pb.SolveRequest()
+    out.CopyFrom(request)
+    del out.snapshot.jobs[:]
+    names = [t.name for t in request.snapshot.cluster.accelerator_types]
+    columns = out.snapshot.job_columns
+    jobs = request.snapshot.jobs
+    columns.ids.extend(job.id for job in jobs)
+    columns.throughput_types.extend(names)
+    columns.throughput.extend(job.throughput.get(name, 0.0) for job in jobs for name in names)
+    columns.scale_factor.extend(job.scale_factor for job in jobs)
+    columns.total_steps.extend(job.progress.total_steps for job in jobs)
+    out.options.columnar_plan = True
+    return out
+
+
 def best(repeat: int, run: Callable[[], Any]) -> tuple[float, Any]:
     """(best wall time over `repeat` runs, the last result)."""
     times, result = [], None
@@ -77,20 +97,29 @@ def measure(request: service_pb.SolveRequest, folder: Path, repeat: int) -> dict
     out["parse cli"], _ = best(repeat, lambda: load_request(str(path)))
     out["parse pb"], _ = best(repeat, lambda: service_pb.SolveRequest.FromString(binary))
     out["convert"], model = best(repeat, lambda: request_to_model(request))
+    columns = columnar(request).SerializeToString()
+    out["col pb"], by_columns = best(repeat, lambda: service_pb.SolveRequest.FromString(columns))
+    out["col conv"], _ = best(repeat, lambda: request_to_model(by_columns))
     problem, policy, options = model
-    out["solve"], plan = best(1, lambda: solve(problem, policy, options))
+    solve(problem, policy, options)  # first use imports the formulation
+    out["solve"], plan = best(repeat, lambda: solve(problem, policy, options))
     out["respond"], response = best(
         repeat, lambda: plan_to_response(plan, problem, policy, 0.0, 0.0)
     )
     out["resp MB"] = response.ByteSize() / 1e6
-    wire = out["parse pb"] + out["convert"] + out["respond"]
+    out["col resp"], response = best(
+        repeat, lambda: plan_to_response(plan, problem, policy, 0.0, 0.0, columnar=True)
+    )
+    out["col MB"] = response.ByteSize() / 1e6
+    wire = out["col pb"] + out["col conv"] + out["col resp"]
     out["conv/solve"] = out["convert"] / out["solve"]
     out["wire/total"] = wire / (wire + out["solve"])
     return out
 
 
-COLUMNS = ("json MB", "proto MB", "parse json", "parse cli", "parse pb", "convert", "solve",
-           "respond", "resp MB", "conv/solve", "wire/total")
+COLUMNS = ("json MB", "proto MB", "parse json", "parse cli", "parse pb", "convert", "col pb",
+           "col conv", "solve", "respond", "resp MB", "col resp", "col MB", "conv/solve",
+           "wire/total")
 
 
 def main() -> None:
@@ -102,6 +131,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"policy {args.policy}; wall s, best of {args.repeat}")
     header = f"{'family':<9}{'jobs':>7}" + "".join(f"{c:>11}" for c in COLUMNS)
+    print("columnar = jobs in Snapshot.job_columns, plan in Plan.columns")
     print(header)
     print("-" * len(header))
     makers = {"catalog": catalog_problem, "distinct": distinct_problem}
