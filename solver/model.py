@@ -235,6 +235,10 @@ class Jobs:
         """These jobs followed by `more` (same accelerator types)."""
         return _appended(self, more)
 
+    def take(self, index: IntArray) -> Jobs:
+        """The jobs `index` (repeats allowed: then give them new ids), in that order."""
+        return _taken(self, index)
+
     @property
     def num_jobs(self) -> int:
         return len(self.ids)
@@ -278,6 +282,24 @@ def _appended(first: _Rows, more: _Rows) -> _Rows:
         else:
             values[item.name] = a
     out: _Rows = type(first)(**values)
+    return out
+
+
+def _taken(rows: _Rows, index: IntArray) -> _Rows:
+    """Every per-job field of `rows` at the job indices `index`."""
+    values: dict[str, object] = {}
+    picked = np.asarray(index, dtype=np.int64)
+    for item in fields(rows):
+        value = getattr(rows, item.name)
+        if isinstance(value, np.ndarray):
+            values[item.name] = value[picked]
+        elif isinstance(value, tuple):
+            values[item.name] = tuple(value[i] for i in picked.tolist())
+        elif isinstance(value, ReferenceFinishState):
+            values[item.name] = value.take(picked)
+        else:
+            values[item.name] = value
+    out: _Rows = type(rows)(**values)
     return out
 
 
@@ -399,6 +421,11 @@ class History:
     def append(self, more: History) -> History:
         """This history followed by `more`'s entries (this one's elapsed_since_reset_s)."""
         return _appended(self, more)
+
+    def take(self, index: IntArray) -> History:
+        """The entries of the jobs `index`, in that order (`colocated_with` still holds the
+        old job indices)."""
+        return _taken(self, index)
 
     def running(self, m: int | None = None) -> NDArray[np.bool_]:
         """(m,) True for jobs with a current placement. (`m`, the number of jobs, is not

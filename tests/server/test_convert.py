@@ -15,6 +15,7 @@ from apportion.server import policy_inputs
 from apportion.server.convert import capability_violations, request_to_model
 from apportion.server.request_context import RequestContext
 from apportion.solver.registry import known_names, lookup, policies
+from apportion.solver.validation import JobPaths
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import policy_pb2 as policy_pb
 
@@ -59,7 +60,8 @@ def test_no_policy_names_in_the_conversion_code() -> None:
 def _context(name: str, data: dict[str, object]) -> RequestContext:
     request = json_format.ParseDict(data, service_pb.SolveRequest())
     problem, policy, options = request_to_model(request)
-    return RequestContext(problem, policy, lookup(name), options, request)
+    return RequestContext(problem, policy, lookup(name), options, request,
+                          JobPaths(len(request.snapshot.jobs)))
 
 
 def test_capabilities_decide_which_inputs_are_required() -> None:

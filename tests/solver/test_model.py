@@ -146,3 +146,12 @@ def test_append_keeps_every_field_aligned() -> None:
     bigger = replace(problem, jobs=jobs, history=history)
     assert set(per_job_lengths(bigger).values()) == {3}
     assert jobs.ids == ("job0", "job1", "extra")
+
+
+def test_take_keeps_every_field_aligned() -> None:
+    problem = make_problem(["a"], [2], [[1.0], [2.0]], priority_weight=[1.0, 3.0])
+    index = np.array([1, 1, 0])
+    taken = replace(problem, jobs=replace(problem.jobs.take(index), ids=("x", "y", "z")),
+                    history=problem.history.take(index))
+    assert set(per_job_lengths(taken).values()) == {3}
+    assert taken.jobs.priority_weight.tolist() == [3.0, 3.0, 1.0]
