@@ -9,6 +9,8 @@ rejected values are replaced by their defaults so that the later checks of the s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from apportion.server.colocation_inputs import colocations
@@ -145,31 +147,17 @@ def _clean_jobs(jobs: Jobs, cluster: Cluster) -> Jobs:
     largest = max(int(cluster.count.max()) if cluster.num_types else 1, 1)
     done, total = jobs.steps_done, jobs.total_steps
     progress_ok = steps_ok(done) & steps_ok(total) & ((total == 0) | (total >= done))
-    deadline = jobs.deadline_s
-    return Jobs(
-        ids=jobs.ids,
+    deadline, penalty = jobs.deadline_s, jobs.restart_penalty_s
+    return replace(
+        jobs,
         throughput=np.where(rate_ok(jobs.throughput), jobs.throughput, 0.0),
         scale_factor=np.clip(jobs.scale_factor, 1, largest),
         priority_weight=np.where(weight_ok(jobs.priority_weight), jobs.priority_weight, 1.0),
-        tenant=jobs.tenant,
         arrival_time_s=np.where(time_ok(jobs.arrival_time_s), jobs.arrival_time_s, 0.0),
         steps_done=np.where(progress_ok, done, 0.0),
         total_steps=np.where(progress_ok, total, 0.0),
         deadline_s=np.where(time_ok(deadline), deadline, np.nan),
-        epochs_done=jobs.epochs_done,
-        total_epochs=jobs.total_epochs,
-        epoch_duration_s=jobs.epoch_duration_s,
-        epoch_batch_size=jobs.epoch_batch_size,
-        given_goodput=jobs.given_goodput,
-        min_devices=jobs.min_devices,
-        max_devices=jobs.max_devices,
-        scale_unit=jobs.scale_unit,
-        pollux=jobs.pollux,
-        restart_penalty_s=np.where(duration_ok(jobs.restart_penalty_s), jobs.restart_penalty_s,
-                                   DEFAULT_RESTART_PENALTY_S),
-        job_type=jobs.job_type,
-        measured_run_time_s=jobs.measured_run_time_s,
-        measured_epochs=jobs.measured_epochs,
+        restart_penalty_s=np.where(duration_ok(penalty), penalty, DEFAULT_RESTART_PENALTY_S),
     )
 
 

@@ -6,38 +6,21 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import fields
 from typing import Any
 
-import numpy as np
 import pytest
 from google.protobuf import json_format
 
 from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
 from apportion.solver.errors import ValidationError
-from apportion.solver.model import Problem
 from apportion.v1 import allocation_service_pb2 as service_pb
 from tests.server.fuzz_requests import EXAMPLES, to_columns
+from tests.solver.test_model import assert_same_model
 
 
 def request(data: dict[str, Any]) -> service_pb.SolveRequest:
     return json_format.ParseDict(data, service_pb.SolveRequest())
-
-
-def assert_same_model(a: Problem, b: Problem) -> None:
-    for part in ("jobs", "history"):
-        x, y = getattr(a, part), getattr(b, part)
-        for item in fields(x):
-            u, v = getattr(x, item.name), getattr(y, item.name)
-            if isinstance(u, np.ndarray):
-                np.testing.assert_array_equal(u, v, err_msg=item.name)
-            elif item.name == "reference_state":
-                np.testing.assert_array_equal(u.estimate_s, v.estimate_s)
-            elif item.name in ("epoch_duration_s", "epoch_batch_size"):
-                assert [list(e) for e in u] == [list(e) for e in v], item.name
-            else:
-                assert u == v, item.name
 
 
 @pytest.mark.parametrize("name", ["four_jobs.json", "cluster_32_jobs.json",
