@@ -193,3 +193,21 @@ def test_no_jobs_is_a_trivial_plan(spec: Any) -> None:
     assert not response.plan.jobs
     for value in (stats.objective, stats.best_bound):
         assert math.isfinite(value) and abs(value) <= 1e-9
+
+
+def test_denormal_step_counts_are_rejected() -> None:
+    """A total_steps of 5e-324 made finish-time fairness answer an infinite objective."""
+    data = four_jobs("themis_finish_time_fairness")
+    data["snapshot"]["jobs"][3]["progress"] = {"totalSteps": 5e-324}
+    assert fields(data) == {"snapshot.jobs[3].progress.total_steps"}
+
+
+def test_echoed_values_are_escaped_and_cut() -> None:
+    data = four_jobs("weighted_max_min_fairness")
+    data["snapshot"]["jobs"][0]["throughput"]["h100\nsnapshot.fake: x" + "y" * 5000] = 1.0
+    with pytest.raises(ValidationError) as info:
+        request_to_model(request(data))
+    (violation,) = info.value.violations
+    text = str(violation)
+    assert "\n" not in text and len(text) < 400
+    assert violation.field.startswith('snapshot.jobs[0].throughput["h100\\nsnapshot.fake')
