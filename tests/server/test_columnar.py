@@ -8,6 +8,7 @@ import json
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 from google.protobuf import json_format
 
@@ -90,9 +91,8 @@ def test_columnar_plan_holds_what_the_rows_hold(policy: str) -> None:
     for i, job in enumerate(rows.plan.jobs):
         assert {k: v for k, v in shares[i].items() if v > 0} == dict(job.time_share)
         assert plan.status[i] == job.status
-        assert plan.effective_throughput[i] == job.effective_throughput
-        assert plan.normalized_throughput[i] == job.normalized_throughput
-        assert plan.objective_value[i] == job.objective_value
+        for name in ("effective_throughput", "normalized_throughput", "objective_value"):
+            assert getattr(plan, name)[i] == np.float32(getattr(job, name))  # single precision
         assert duals.get(i, 0.0) == job.dual
         assert reasons.get(i, "") == job.reason
         for name in ("cumulative_isolated_time_s", "isolated_throughput", "remaining_steps"):
@@ -103,7 +103,7 @@ def test_columnar_plan_holds_what_the_rows_hold(policy: str) -> None:
         elif len(plan.slo_shortfall):
             assert math.isnan(plan.slo_shortfall[i])
     assert columns.plan.accelerator_prices == rows.plan.accelerator_prices
-    assert columns.plan.ByteSize() < rows.plan.ByteSize()
+    assert columns.plan.ByteSize() < 0.7 * rows.plan.ByteSize()
 
 
 @pytest.mark.parametrize("policy", ["allox", "sia", "fisher_market"])

@@ -1951,7 +1951,10 @@ class PlanColumns(_message.Message):
     def time_share(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
     @_builtins.property
     def status(self) -> _containers.RepeatedScalarFieldContainer[Global___JobStatus.ValueType]:
-        """Per job, as the JobAllocation fields of the same names."""
+        """Per job, as the JobAllocation fields of the same names. The three reported values are
+        single precision (7 significant digits; the time shares above are exact doubles), which
+        keeps a 100,000-job plan within a client's default 4 MiB message limit.
+        """
 
     @_builtins.property
     def effective_throughput(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
