@@ -32,8 +32,6 @@ from apportion.v1 import allocation_service_pb2 as service_pb
 
 __all__ = ["plan_to_response", "request_to_model"]
 
-
-
 _ROOTS = {"snapshot": 0, "policy": 1, "options": 2}
 _PART = re.compile(r"\[(\d+)\]|[^.\[]+|\[[^\]]*\]")
 
@@ -116,7 +114,7 @@ def request_to_model(
     resolved = policy_to_model(request.policy, violations)
     options = options_to_model(request.options, violations)
     if resolved is None:
-        raise ValidationError(violations)
+        raise ValidationError(sorted(violations, key=_path_order))
     spec, policy = resolved
     policy = with_stages(request.policy, policy, spec, problem, violations)
     context = RequestContext(problem, policy, spec, options, request, paths)
