@@ -69,6 +69,9 @@ def test_the_examples_take_the_fast_route(name: str) -> None:
         ('"snapshot": {', '"snapshot": {"timeS": 1, "timeS": 2, '),
         ('"snapshot": {', '"snapshot": {"timeS": "1:2:3", '),
         ('"id": "resnet50"', '"id": "a\\":b"'),  # a colon and a quote inside a string
+        ('"id": "resnet50"', '"id": "a:b", "id": "c"'),  # a colon in a string, a duplicate
+        ('"id": "resnet50"', '"id": "a\\u003ab", "id": "c"'),  # an escaped colon, a duplicate
+        ('"v100": 3.1', '"v100": 3.1, "v:100": 1, "v:100": 2'),
     ],
 )
 def test_same_error_or_message_on_edited_text(old: str, new: str) -> None:
