@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from apportion.server.fairness_inputs import fairness_parameters
 from apportion.server.gavel_inputs import (
     cost_parameters,
     ftf_parameters,
@@ -18,6 +19,7 @@ from apportion.server.gavel_inputs import (
 )
 from apportion.server.market_inputs import fisher_parameters, shockwave_parameters
 from apportion.server.sia_inputs import pollux_parameters, sia_parameters
+from apportion.server.topology_inputs import tiresias_parameters
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import Compat, PolicyRequest
 from apportion.solver.parameters import (
@@ -35,6 +37,7 @@ _COMPAT = {
     policy_pb.COMPAT_GAVEL: Compat.GAVEL,
     policy_pb.COMPAT_SHOCKWAVE: Compat.SHOCKWAVE,
     policy_pb.COMPAT_SIA: Compat.SIA,
+    policy_pb.COMPAT_TIRESIAS: Compat.TIRESIAS,
 }
 _CANONICALIZATION = {
     policy_pb.CANONICALIZATION_UNSPECIFIED: Canonicalization.NONE,
@@ -86,6 +89,8 @@ PARAMETERS: dict[str, ParameterConverter] = {
     policy_pb.ShockwaveParameters.DESCRIPTOR.full_name: shockwave_parameters,
     policy_pb.SiaParameters.DESCRIPTOR.full_name: sia_parameters,
     policy_pb.PolluxParameters.DESCRIPTOR.full_name: pollux_parameters,
+    **fairness_parameters,
+    **tiresias_parameters,
 }
 """Full name of a parameter message (`PolicySpec.parameters_message`) -> its converter."""
 

@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 
+from apportion.server.fairness_inputs import fill_fairness_response
+from apportion.server.topology_inputs import fill_placement_response
 from apportion.solver.model import FloatArray, PolicyRequest, Problem
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -48,15 +50,20 @@ def plan_to_response(
     out = response.plan
     if columnar:
         fill_columns(plan, problem, out)
-    else:
+    if not columnar or any(getattr(plan, section) is not None for section in _ROW_SECTIONS):
         fill_jobs(plan, problem, out)
         fill_share_state(plan, out)
     fill_share_response(plan, problem, out)
     fill_queue_response(plan, problem, out)
     fill_market_response(plan, problem, out)
     fill_configuration_response(plan, problem, out)
+    fill_fairness_response(plan, problem, out)
+    fill_placement_response(plan, problem, out)  # after the rounds: it adds their devices
     return response
 
+
+_ROW_SECTIONS = ("auction", "usage", "stride", "admission", "placement")
+"""Plan sections written into the `JobAllocation`s only (a columnar plan keeps them too)."""
 
 _WITH_PLAN = (
     Termination.OPTIMAL,

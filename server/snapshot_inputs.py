@@ -14,10 +14,12 @@ from dataclasses import replace
 import numpy as np
 
 from apportion.server.colocation_inputs import colocations
+from apportion.server.fairness_inputs import fairness_inputs
 from apportion.server.history_inputs import history_to_model
 from apportion.server.job_inputs import read_jobs
 from apportion.server.market_inputs import epoch_columns
 from apportion.server.sia_inputs import configuration_columns
+from apportion.server.topology_inputs import with_topology
 from apportion.solver import limits
 from apportion.solver.errors import Violation, echo
 from apportion.solver.model import (
@@ -190,12 +192,15 @@ def snapshot_to_problem(
     violations += snapshot_violations(cluster, jobs, msg.time_s, msg.round_duration_s, paths)
     cluster = _clean_cluster(cluster)
     jobs = _clean_jobs(jobs, cluster)
-    return Problem(
+    history = history_to_model(msg, cluster, jobs, violations)
+    problem = Problem(
         cluster=cluster,
         jobs=jobs,
-        history=history_to_model(msg, cluster, jobs, violations),
+        history=history,
         time_s=msg.time_s if time_ok(msg.time_s) else 0.0,
         round_duration_s=msg.round_duration_s if duration_ok(msg.round_duration_s) else 0.0,
         tenants=_tenants(msg, violations),
         colocations=colocations(msg, cluster, jobs, violations),
-    ), paths
+        fairness=fairness_inputs(msg, cluster, jobs, history, violations),
+    )
+    return with_topology(msg, problem, violations), paths

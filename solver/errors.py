@@ -6,9 +6,6 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-MAX_ECHO_CHARS = 64
-"""Longest quoted input value a violation repeats (longer ones are cut, with "...")."""
-
 
 @dataclass(frozen=True)
 class Violation:
@@ -33,9 +30,9 @@ class ValidationError(ValueError):
 
 
 def echo(value: str) -> str:
-    """`value` quoted for a message: control characters escaped, cut at MAX_ECHO_CHARS."""
-    text = repr(value[:MAX_ECHO_CHARS])
-    return text + "..." if len(value) > MAX_ECHO_CHARS else text
+    """`value` quoted for a message, control characters escaped (the text that leaves the
+    process is cut to its bounds by `apportion.server.error_text`)."""
+    return repr(value)
 
 
 MAX_LISTED_NAMES = 12
@@ -51,7 +48,5 @@ def listing(names: Iterable[str]) -> str:
 
 
 def key(name: str) -> str:
-    """A map key in a field path, `["v100"]`: JSON-quoted (control characters escaped) and cut
-    at MAX_ECHO_CHARS."""
-    cut = name[:MAX_ECHO_CHARS]
-    return f"[{json.dumps(cut, ensure_ascii=False)}{'...' if len(name) > len(cut) else ''}]"
+    """A map key in a field path, `["v100"]`: JSON-quoted (control characters escaped)."""
+    return f"[{json.dumps(name, ensure_ascii=False)}]"

@@ -20,7 +20,7 @@ from apportion.solver.capabilities import (
     Reporting,
 )
 from apportion.solver.deadline import Deadline
-from apportion.solver.errors import ValidationError, Violation, echo
+from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import Compat, Problem, SolveOptions
 from apportion.solver.parameters import (
     AlloxParameters,
@@ -944,7 +944,7 @@ def lookup(name: str, field_path: str = "policy.name") -> PolicySpec:
     """The policy registered under `name` (canonical or alias); ValidationError otherwise."""
     spec = _BY_NAME.get(name)
     if spec is None:
-        what = "is required" if not name else f"unknown policy {echo(name)}"
+        what = "is required" if not name else f"unknown policy {name!r}"
         raise ValidationError(
             [Violation(field_path, f"{what}; known policies: {', '.join(known_names())}")]
         )

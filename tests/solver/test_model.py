@@ -133,7 +133,7 @@ def test_derived_arrays_are_computed_once_and_right() -> None:
     np.testing.assert_allclose(prop, [(1.0 * 4 + 3.0 * 1) / 5, (2.0 * 1) / 5])
     assert problem.jobs.scale_factor_float.dtype == np.float64
     assert problem.cluster.count_float.tolist() == [4.0, 1.0]
-    assert problem.history.running.tolist() == [False, False]
+    assert problem.history.running().tolist() == [False, False]
     changed = replace(problem, jobs=replace(problem.jobs, scale_factor=np.array([1, 1])))
     assert changed.usable.tolist() == [[True, True], [False, True]]  # a new model, recomputed
 

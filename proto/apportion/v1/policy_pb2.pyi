@@ -1333,9 +1333,11 @@ class SolveOptions(_message.Message):
     """
     columnar_plan: _builtins.bool
     """Return the jobs' allocations as columns (Plan.columns: sparse time shares and per-job
-    arrays) instead of one JobAllocation per job (Plan.jobs is then empty): about a third of
-    the bytes, and much less work on both sides, for large snapshots (a 100,000-job max-min
-    plan fits a client's default 4 MiB message limit this way). Policies whose plans carry
+    arrays) instead of one JobAllocation per job (Plan.jobs is then empty, unless the plan
+    has per-job sections with no columnar form: leases, auction outcomes, stride passes,
+    device time, admission or placement results, which then come in Plan.jobs too): about
+    half the bytes, and much less work on both sides, for large snapshots (a 100,000-job
+    max-min plan fits a client's default 4 MiB message limit this way). Policies whose plans carry
     queues, configurations, market spending or planning windows (allox, sia, pollux,
     fisher_market, shockwave) have no columnar form: setting it for them is an error.
     """
