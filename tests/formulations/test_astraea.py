@@ -49,8 +49,9 @@ def tenants_problem(seed: int, jobs_per_tenant: int = 6, whole: bool = False) ->
     T = rng.uniform(1.0, 5.0, (m, 2))
     counts = [4 * int(rng.integers(1, 3)), 4] if whole else \
         [int(rng.integers(3, 9)), int(rng.integers(2, 6))]
+    # a gang larger than every type is not a valid snapshot (make_problem validates)
     problem = make_problem(["a", "b"], counts, T,
-                           scale_factor=rng.choice([1, 1, 2, 4], m),
+                           scale_factor=np.minimum(rng.choice([1, 1, 2, 4], m), max(counts)),
                            priority_weight=rng.choice([1.0, 2.0], m))
     jobs = replace(problem.jobs, tenant=tuple(f"t{u}" for u in owner),
                    arrival_time_s=rng.uniform(0.0, 100.0, m))

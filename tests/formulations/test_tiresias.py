@@ -212,7 +212,6 @@ def test_running_jobs_stay_ahead_inside_a_queue_and_lower_queues_wait() -> None:
 
 def test_history_defaults_when_no_state_is_given() -> None:
     problem = make_problem(["gpu"], [2], np.ones((3, 1)), [1, 1, 1])
-    problem = replace(problem, history=History(np.zeros((3, 1)), np.zeros(3),
-                                               np.zeros(3, np.int64)))
+    problem = replace(problem, history=History.default(3, 1))
     plan = solve_policy(problem, TiresiasParameters(), Compat.NONE, SolveOptions(), NO_DEADLINE)
     assert plan.time_share[:, 0].sum() == 2
