@@ -16,6 +16,7 @@ import re
 
 import numpy as np
 
+from apportion.server.elastic_inputs import elastic_problem, partition_options
 from apportion.server.fairness_inputs import fairness_input_violations
 from apportion.server.options_inputs import options_to_model
 from apportion.server.policy_inputs import policy_to_model
@@ -65,6 +66,9 @@ def capability_violations(context: RequestContext, known: list[Violation]) -> li
     if caps.reads_configurations:
         skip |= np.array([bool(g) or p is not None
                           for g, p in zip(jobs.given_goodput, jobs.pollux, strict=True)], bool)
+    elastic = problem.elastic
+    if elastic is not None and elastic.speed_model:  # a speed model stands for throughput
+        skip |= np.array([any(row) for row in elastic.speed_model], bool)
     out = flagged(
         ~problem.usable.any(axis=1) & ~skip,
         lambda i: context.paths.field(i, "throughput"),
@@ -117,6 +121,8 @@ def request_to_model(
         raise ValidationError(sorted(violations, key=_path_order))
     spec, policy = resolved
     policy = with_stages(request.policy, policy, spec, problem, violations)
+    problem = elastic_problem(request, problem, policy, violations)
+    options = partition_options(request.options, problem, policy, options, violations)
     context = RequestContext(problem, policy, spec, options, request, paths)
     policy_level = capability_violations(context, violations)
     policy_level += fairness_input_violations(problem, policy)

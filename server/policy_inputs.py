@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from apportion.server.elastic_inputs import elastic_parameters
 from apportion.server.fairness_inputs import fairness_parameters
 from apportion.server.gavel_inputs import (
     cost_parameters,
@@ -91,6 +92,7 @@ PARAMETERS: dict[str, ParameterConverter] = {
     policy_pb.PolluxParameters.DESCRIPTOR.full_name: pollux_parameters,
     **fairness_parameters,
     **tiresias_parameters,
+    **elastic_parameters,
 }
 """Full name of a parameter message (`PolicySpec.parameters_message`) -> its converter."""
 

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from apportion.server.elastic_inputs import fill_elastic_response, fill_partition_stats
 from apportion.server.fairness_inputs import fill_fairness_response
 from apportion.server.topology_inputs import fill_placement_response
 from apportion.solver.model import FloatArray, PolicyRequest, Problem
@@ -45,6 +46,7 @@ def plan_to_response(
     sections of the plan's kind."""
     response = service_pb.SolveResponse()
     fill_stats(response.stats, plan.certificate, policy, wall_time_s, time_limit_s)
+    fill_partition_stats(plan, response.stats)
     if plan.certificate.termination not in _WITH_PLAN:
         return response
     out = response.plan
@@ -57,6 +59,7 @@ def plan_to_response(
     fill_queue_response(plan, problem, out)
     fill_market_response(plan, problem, out)
     fill_configuration_response(plan, problem, out)
+    fill_elastic_response(plan, problem, response)
     fill_fairness_response(plan, problem, out)
     fill_placement_response(plan, problem, out)  # after the rounds: it adds their devices
     return response

@@ -47,7 +47,8 @@ def elastic_problem(
         min_devices=np.asarray(min_devices if min_devices is not None else [1] * m, np.int64),
         max_devices=np.asarray(max_devices if max_devices is not None else [0] * m, np.int64),
         scale_unit=np.ones((m, n), np.int64),
-        given_goodput=tuple(tuple(c) for c in configurations) if configurations else (),
+        given_goodput=(tuple(tuple(c) for c in configurations) if configurations
+                       else problem.jobs.given_goodput),
     )
     cluster = problem.cluster
     if nodes:
