@@ -1324,7 +1324,9 @@ class ConfigurationGoodput(_message.Message):
     devices: _builtins.int
     """Total devices (>= 1)."""
     goodput: _builtins.float
-    """Goodput at this configuration (useful samples/s, in [1e-9, 1e12])."""
+    """Goodput at this configuration (useful samples/s, 0 or in [1e-9, 1e12]; 0 = invalid
+    configuration: the job cannot run there).
+    """
     def __init__(
         self,
         *,
