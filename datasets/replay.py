@@ -49,11 +49,11 @@ from apportion.solver.model import (
     Problem,
     ReferenceFinishState,
     SolveOptions,
-    make_problem,
 )
 from apportion.solver.parameters import ShockwaveParameters
 from apportion.solver.result import Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 DEFAULT_ROUND_S = 120.0
 """Shockwave's round length Delta (s)."""

@@ -50,7 +50,7 @@ def load_request(path: str) -> service_pb.SolveRequest:
     """
     from google.protobuf import json_format
 
-    from apportion.v1 import allocation_service_pb2 as service_pb
+    from apportion.server.snapshot_json import parse_request
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -58,7 +58,7 @@ def load_request(path: str) -> service_pb.SolveRequest:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InputError(f"{path}: cannot read file: {reason}") from exc
     try:
-        return json_format.Parse(text, service_pb.SolveRequest(), ignore_unknown_fields=False)
+        return parse_request(text)
     except json_format.ParseError as exc:
         raise InputError(f"{path}: not a valid SolveRequest JSON: {exc}") from exc
 

@@ -27,11 +27,11 @@ from apportion.solver.model import (
     Problem,
     SolveOptions,
     SolverPreference,
-    make_problem,
 )
 from apportion.solver.parameters import Canonicalization, MaxMinFairnessParameters
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 from .reference_max_min import (
     Instance,

@@ -53,11 +53,11 @@ from apportion.solver.model import (
     PolicyRequest,
     Problem,
     SolveOptions,
-    make_problem,
 )
 from apportion.solver.parameters import SiaParameters
 from apportion.solver.result import JobStatus, Termination, relative_gap
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 
@@ -137,13 +137,8 @@ def problems(draw: st.DrawFn, max_jobs: int = 5) -> Problem:
         restart_penalty_s=np.full(m, 30.0),
         priority_weight=np.asarray([draw(st.sampled_from([1.0, 1.0, 2.0])) for _ in range(m)]),
     )
-    history = History(
-        received_time_s=np.zeros((m, n)),
-        cumulative_isolated_time_s=np.zeros(m),
-        restarts=restarts,
-        current_type=current_type,
-        current_devices=current_devices,
-    )
+    history = replace(History.default(m, n), restarts=restarts, current_type=current_type,
+                      current_devices=current_devices)
     return Problem(cluster=cluster, jobs=jobs, history=history, time_s=1000.0)
 
 
