@@ -262,7 +262,7 @@ def build_request(
         profile = None
         if epoch_profiles is not None:
             profile = epoch_profiles.get(job_id)
-            problem = _profile_problem(profile, float(job_gpus), s)
+            problem = profile_problem(profile, float(job_gpus), s)
             if problem:
                 report.excluded[problem] += 1
                 continue
@@ -272,7 +272,7 @@ def build_request(
             if rows is None:
                 report.excluded["no goodput table for the job"] += 1
                 continue
-            configurations = [r for r in rows if _fits(r, layout)]
+            configurations = [r for r in rows if configuration_fits(r, layout)]
             if not configurations:
                 report.excluded["no goodput configuration fits the cluster"] += 1
                 continue
@@ -395,7 +395,7 @@ def epochs_done(durations_s: Sequence[float], run_time_s: float) -> int:
     return int(np.searchsorted(np.cumsum(durations_s), run_time_s, side="right"))
 
 
-def _profile_problem(profile: EpochProfile | None, gpus: float, scale: int) -> str:
+def profile_problem(profile: EpochProfile | None, gpus: float, scale: int) -> str:
     """Why `profile` cannot describe a job with `gpus` GPUs at scale factor `scale` ("" = ok)."""
     if profile is None:
         return "no epoch profile for the job"
@@ -422,7 +422,7 @@ def node_sizes(cluster: ClusterSpec, include_nodes: bool = True) -> dict[str, li
     return sizes
 
 
-def _fits(row: GoodputRow, layout: Mapping[str, list[int]]) -> bool:
+def configuration_fits(row: GoodputRow, layout: Mapping[str, list[int]]) -> bool:
     """`row` is a configuration the snapshot's validation accepts on `layout`."""
     acc_type, nodes, devices, goodput = row
     sizes = layout.get(acc_type)

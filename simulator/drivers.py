@@ -1,0 +1,278 @@
+"""How each plan kind becomes the grants of a round. The engine asks the policy's driver for
+every round's grants; the driver decides when to solve (through `RoundContext.solve`) and
+reads the answer as a `plans.Decision`. Which driver runs is the policy's plan kind
+(`Capabilities.plan_kind`), so a newly registered policy of a known kind needs no change here.
+
+* TIME_SHARE, MARKET (`TimeShareDriver`): the time shares X go through Gavel's round
+  mechanism (`apportion.formulations.rounds.round_schedule`, the function the service uses
+  for `schedule_rounds`): priorities from the time received since the last solve, placement
+  on nodes with lease extensions. X is recomputed when the set of active jobs changes (an
+  arrival or a completion) and, with `resolve_every`, every that many rounds; the received
+  time restarts at every recompute (Gavel's reset).
+* WINDOW (`WindowDriver`): round t of the planning window runs its jobs on their gangs;
+  re-planned on any change, every `resolve_every` rounds (default 8, Shockwave's) and when
+  the window runs out.
+* QUEUE (`QueueDriver`): non-preemptive. Jobs the plan starts now run until they finish
+  (start/finish events); re-solved when jobs arrive or finish (and every `resolve_every`).
+* CONFIGURATION (`ConfigurationDriver`): each job runs in its chosen configuration (type,
+  devices, nodes); re-solved every round by default (Sia's scheduling interval); a changed
+  configuration is a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from apportion.simulator.errors import SimulationError
+from apportion.simulator.placement import DevicePool
+from apportion.simulator.plans import Decision, NodeDevices
+from apportion.simulator.problems import with_round_history
+from apportion.simulator.state import JobState
+from apportion.solver.capabilities import PlanKind
+from apportion.solver.model import FloatArray, IntArray, Problem
+
+WINDOW_RESOLVE_ROUNDS = 8
+"""A planning window is re-planned at the latest every 8 rounds (Shockwave's REOPT_ROUNDS)."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A job's devices for one round."""
+
+    job: int
+    """Global job index."""
+    type_index: int
+    devices: int
+    nodes: NodeDevices = ()
+    partner: int = -1
+    """Global index of the job sharing these devices (space sharing); -1 = alone."""
+    lease_extended: bool = False
+
+
+@dataclass
+class RoundContext:
+    """What a driver sees before a round."""
+
+    index: int
+    now_s: float
+    round_s: float
+    active: IntArray
+    """Arrived, unfinished jobs (global indices, ascending)."""
+    changed: bool
+    """The active set differs from the previous simulated round's."""
+    state: JobState
+    make_problem: Callable[[], Problem]
+    solve_problem: Callable[[Problem], Decision]
+    new_pool: Callable[[], DevicePool]
+    _problem: Problem | None = None
+
+    def problem(self) -> Problem:
+        """The snapshot of this round (built once)."""
+        if self._problem is None:
+            self._problem = self.make_problem()
+        return self._problem
+
+    def solve(self) -> Decision:
+        return self.solve_problem(self.problem())
+
+
+class Driver(Protocol):
+    def grants(self, ctx: RoundContext) -> list[Grant]: ...
+
+
+def driver_for(kind: PlanKind, resolve_every: int | None) -> Driver:
+    """The driver of a plan kind; `resolve_every` (rounds, 0 = only on changes, None = the
+    kind's default)."""
+    if kind in (PlanKind.TIME_SHARE, PlanKind.MARKET):
+        return TimeShareDriver(resolve_every or 0)
+    if kind is PlanKind.WINDOW:
+        return WindowDriver(WINDOW_RESOLVE_ROUNDS if resolve_every is None else resolve_every)
+    if kind is PlanKind.QUEUE:
+        return QueueDriver(resolve_every or 0)
+    return ConfigurationDriver(1 if resolve_every is None else resolve_every)
+
+
+def _due(changed: bool, index: int, solved_at: int, every: int) -> bool:
+    return changed or solved_at < 0 or (every > 0 and index - solved_at >= every)
+
+
+@dataclass
+class TimeShareDriver:
+    resolve_every: int = 0
+    solved_at: int = -1
+    problem: Problem | None = None
+    shares: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    colocated: tuple[tuple[int, int, int, float], ...] = ()
+    received: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
+    elapsed_s: float = 0.0
+
+    def grants(self, ctx: RoundContext) -> list[Grant]:
+        from apportion.formulations.rounds import round_schedule
+
+        if _due(ctx.changed, ctx.index, self.solved_at, self.resolve_every):
+            self.problem = ctx.problem()
+            decision = ctx.solve()
+            k, n = self.problem.jobs.num_jobs, self.problem.cluster.num_types
+            self.shares, self.colocated = np.zeros((k, n)), ()
+            if decision.has_plan and decision.time_share is not None:
+                self.shares, self.colocated = decision.time_share, decision.colocated
+            self.received = np.zeros((k, n))
+            self.elapsed_s = 0.0
+            self.solved_at = ctx.index
+        assert self.problem is not None
+        problem = with_round_history(
+            self.problem, self.received, self.elapsed_s, ctx.state, ctx.active
+        )
+        rounds = round_schedule(problem, self.shares, 1, self.colocated)
+        names = {name: k for k, name in enumerate(problem.cluster.node_names)}
+        pool = ctx.new_pool()
+        out: list[Grant] = []
+        placed: dict[int, NodeDevices] = {}
+        granted = rounds[0].grants if rounds else ()
+        order = sorted(granted, key=lambda g: (not g.lease_extended, -g.devices, g.job))
+        for g in order:
+            partner = g.colocated_with
+            if partner >= 0 and partner in placed:
+                nodes = placed[partner]  # a pair shares its devices: placed once
+            else:
+                spread = pool.spread(g.type_index, g.devices, [names[x] for x in g.nodes])
+                if spread is None or pool.reserve(g.type_index, g.devices, spread):
+                    raise SimulationError(
+                        f"round {ctx.index}: the round mechanism placed job "
+                        f"{problem.jobs.ids[g.job]!r} beyond the free devices of its nodes"
+                    )
+                nodes = spread
+            placed[g.job] = nodes
+            out.append(
+                Grant(
+                    int(ctx.active[g.job]),
+                    g.type_index,
+                    g.devices,
+                    nodes,
+                    int(ctx.active[partner]) if partner >= 0 else -1,
+                    g.lease_extended,
+                )
+            )
+            self.received[g.job, g.type_index] += ctx.round_s
+        self.elapsed_s += ctx.round_s
+        return out
+
+
+@dataclass
+class WindowDriver:
+    resolve_every: int = WINDOW_RESOLVE_ROUNDS
+    solved_at: int = -1
+    window: np.ndarray | None = None
+    ids: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def grants(self, ctx: RoundContext) -> list[Grant]:
+        offset = ctx.index - self.solved_at
+        if (
+            self.window is None
+            or _due(ctx.changed, ctx.index, self.solved_at, self.resolve_every)
+            or offset >= self.window.shape[0]
+        ):
+            decision = ctx.solve()
+            k = ctx.active.size
+            self.window = decision.window if decision.has_plan else None
+            if self.window is None or self.window.shape[1] != k:
+                self.window = np.zeros((1, k), bool)
+            self.ids = ctx.active.copy()
+            self.solved_at = ctx.index
+            offset = 0
+        problem = ctx.problem()
+        count = problem.cluster.count
+        type_index = int(np.argmax(count))
+        pool = ctx.new_pool()
+        chosen = self.ids[self.window[offset]]
+        scale = problem.jobs.scale_factor
+        row_of = {int(i): r for r, i in enumerate(ctx.active.tolist())}
+        out = []
+        for i in sorted(chosen.tolist(), key=lambda i: (-int(scale[row_of[i]]), i)):
+            devices = int(scale[row_of[i]])
+            before = ctx.state.placement[i]
+            previous = (
+                before.nodes if before is not None and before.type_index == type_index else ()
+            )
+            nodes = pool.choose(type_index, devices, previous)
+            if nodes is None or pool.reserve(type_index, devices, nodes):
+                raise SimulationError(
+                    f"round {ctx.index}: the planning window runs more than the "
+                    f"{int(count[type_index])} devices of the cluster"
+                )
+            out.append(
+                Grant(i, type_index, devices, nodes, -1, bool(previous) and nodes == previous)
+            )
+        return out
+
+
+@dataclass
+class QueueDriver:
+    resolve_every: int = 0
+    solved_at: int = -1
+    running: dict[int, Grant] = field(default_factory=dict)
+
+    def grants(self, ctx: RoundContext) -> list[Grant]:
+        alive = set(ctx.active.tolist())
+        self.running = {i: g for i, g in self.running.items() if i in alive}
+        pool = ctx.new_pool()
+        for g in self.running.values():
+            if pool.reserve(g.type_index, g.devices, g.nodes):
+                raise SimulationError(f"round {ctx.index}: running jobs exceed the cluster")
+        if _due(ctx.changed, ctx.index, self.solved_at, self.resolve_every):
+            decision = ctx.solve()
+            self.solved_at = ctx.index
+            for start in decision.starts if decision.has_plan else ():
+                i = int(ctx.active[start.job])
+                if i in self.running:
+                    continue
+                nodes = start.nodes
+                if pool.has_nodes and not nodes:
+                    chosen = pool.choose(start.type_index, start.devices)
+                    nodes = chosen if chosen is not None else ()
+                why = pool.reserve(start.type_index, start.devices, nodes)
+                if why:
+                    raise SimulationError(
+                        f"round {ctx.index}: the queue plan starts job {i} where it does not "
+                        f"fit ({why})"
+                    )
+                self.running[i] = Grant(i, start.type_index, start.devices, nodes)
+        return [self.running[i] for i in sorted(self.running)]
+
+
+@dataclass
+class ConfigurationDriver:
+    resolve_every: int = 1
+    solved_at: int = -1
+    chosen: dict[int, Grant] = field(default_factory=dict)
+
+    def grants(self, ctx: RoundContext) -> list[Grant]:
+        if _due(ctx.changed, ctx.index, self.solved_at, self.resolve_every):
+            decision = ctx.solve()
+            self.solved_at = ctx.index
+            self.chosen = {}
+            pool = ctx.new_pool()
+            configured = decision.configurations if decision.has_plan else ()
+            for row, conf in enumerate(configured):
+                if conf is None:
+                    continue
+                i = int(ctx.active[row])
+                nodes = conf.nodes
+                if pool.has_nodes and not nodes:
+                    before = ctx.state.placement[i]
+                    chosen = pool.choose(
+                        conf.type_index, conf.devices, before.nodes if before is not None else ()
+                    )
+                    nodes = chosen if chosen is not None else ()
+                why = pool.reserve(conf.type_index, conf.devices, nodes)
+                if why:
+                    raise SimulationError(
+                        f"round {ctx.index}: the configuration of job {i} does not fit ({why})"
+                    )
+                self.chosen[i] = Grant(i, conf.type_index, conf.devices, nodes)
+        alive = set(ctx.active.tolist())
+        return [g for i, g in sorted(self.chosen.items()) if i in alive]
