@@ -54,7 +54,14 @@ from apportion.simulator.state import JobState, Placement
 from apportion.simulator.workload import Workload, check_fits
 from apportion.solver.capabilities import PlanKind
 from apportion.solver.errors import ValidationError
-from apportion.solver.model import Compat, IntArray, PolicyRequest, Problem, SolveOptions
+from apportion.solver.model import (
+    Cluster,
+    Compat,
+    IntArray,
+    PolicyRequest,
+    Problem,
+    SolveOptions,
+)
 from apportion.solver.registry import PolicySpec, lookup, resolve_parameters
 
 MAX_ROUNDS = 1_000_000
@@ -123,6 +130,8 @@ class RoundLog:
     grant_job: list[int] = field(default_factory=list)
     grant_type: list[int] = field(default_factory=list)
     grant_devices: list[int] = field(default_factory=list)
+    grant_nodes: list[str] = field(default_factory=list)
+    """"node:devices;node:devices" ("" without a node layout)."""
 
 
 @dataclass
@@ -209,6 +218,49 @@ def simulate(
         lease_extensions=loop.lease_extensions,
         wall_s=time.perf_counter() - started,
     )
+
+
+def check_grants(
+    r: int,
+    active: IntArray,
+    grants: list[Grant],
+    workload: Workload,
+    cluster: Cluster,
+    kind: PlanKind,
+) -> None:
+    """The invariants of round `r` (SimulationError when a driver breaks one): only active
+    jobs run, each once, gangs whole (configurations may choose their device count), a pair
+    on the same devices, never more devices than a type or a node has."""
+    alive = set(active.tolist())
+    seen: set[int] = set()
+    pool = DevicePool(cluster)
+    placed: dict[int, Grant] = {}
+    scale = workload.scale_factor
+    for g in grants:
+        ident = workload.ids[g.job] if 0 <= g.job < workload.num_jobs else str(g.job)
+        if g.job not in alive:
+            raise SimulationError(f"round {r}: job {ident!r} runs but is not active")
+        if g.job in seen:
+            raise SimulationError(f"round {r}: job {ident!r} is granted twice")
+        seen.add(g.job)
+        if kind is not PlanKind.CONFIGURATION and g.devices != scale[g.job]:
+            raise SimulationError(
+                f"round {r}: job {ident!r} got {g.devices} devices, its gang is {int(scale[g.job])}"
+            )
+        if g.partner >= 0 and g.partner in placed:
+            other = placed[g.partner]
+            same = (other.type_index, other.devices, other.nodes) == (
+                g.type_index,
+                g.devices,
+                g.nodes,
+            )
+            if not same or other.partner != g.job:
+                raise SimulationError(f"round {r}: pair {ident!r} is not on shared devices")
+            continue
+        why = pool.reserve(g.type_index, g.devices, g.nodes)
+        if why:
+            raise SimulationError(f"round {r}: granting job {ident!r} exceeds the cluster: {why}")
+        placed[g.job] = g
 
 
 class _Loop:
@@ -338,43 +390,8 @@ class _Loop:
             new_pool=lambda: DevicePool(self.cluster),
         )
         grants = self.driver.grants(ctx)
-        self._check(r, active, grants)
+        check_grants(r, active, grants, self.w, self.cluster, self.kind)
         return grants
-
-    def _check(self, r: int, active: IntArray, grants: list[Grant]) -> None:
-        """The invariants of a round (raise SimulationError when a driver breaks one)."""
-        alive = set(active.tolist())
-        seen: set[int] = set()
-        pool = DevicePool(self.cluster)
-        placed: dict[int, Grant] = {}
-        scale = self.w.scale_factor
-        for g in grants:
-            ident = self.w.ids[g.job] if 0 <= g.job < self.w.num_jobs else str(g.job)
-            if g.job not in alive:
-                raise SimulationError(f"round {r}: job {ident!r} runs but is not active")
-            if g.job in seen:
-                raise SimulationError(f"round {r}: job {ident!r} is granted twice")
-            seen.add(g.job)
-            if self.kind is not PlanKind.CONFIGURATION and g.devices != scale[g.job]:
-                raise SimulationError(
-                    f"round {r}: job {ident!r} got {g.devices} devices, its gang is "
-                    f"{int(scale[g.job])}"
-                )
-            if g.partner >= 0 and g.partner in placed:
-                other = placed[g.partner]
-                if (other.type_index, other.devices, other.nodes) != (
-                    g.type_index,
-                    g.devices,
-                    g.nodes,
-                ) or other.partner != g.job:
-                    raise SimulationError(f"round {r}: pair {ident!r} is not on shared devices")
-                continue
-            why = pool.reserve(g.type_index, g.devices, g.nodes)
-            if why:
-                raise SimulationError(
-                    f"round {r}: granting job {ident!r} exceeds the cluster: {why}"
-                )
-            placed[g.job] = g
 
     def _rate(self, g: Grant) -> float:
         i, j = g.job, g.type_index
@@ -469,6 +486,7 @@ class _Loop:
         solved: list[tuple[float, Decision]],
     ) -> None:
         log = self.log
+        names = self.cluster.node_names
         log.index.append(r)
         log.start_s.append(now)
         log.active.append(int(active.size))
@@ -483,3 +501,4 @@ class _Loop:
             log.grant_job.append(g.job)
             log.grant_type.append(g.type_index)
             log.grant_devices.append(g.devices)
+            log.grant_nodes.append(";".join(f"{names[k]}:{d}" for k, d in g.nodes))

@@ -111,6 +111,7 @@ def run_result(outcome: Outcome, load: float | None = None) -> RunResult:
         "job": np.array(log.grant_job, np.int64),
         "type": np.array(log.grant_type, np.int64),
         "devices": np.array(log.grant_devices, np.int64),
+        "nodes": np.array(log.grant_nodes, dtype=object),
     }
     summary = summarize(jobs, rounds, float(busy.sum()), devices)
     summary.update(
