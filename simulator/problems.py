@@ -174,7 +174,9 @@ def _history(state: JobState, active: IntArray, n: int, now_s: float) -> History
     current_nodes: list[tuple[int, ...]] = [()] * k
     for row, i in enumerate(active.tolist()):
         placed = state.placement[i]
-        if placed is not None:
+        # a pair's shared devices are reported once, by its first job: the service counts
+        # every current placement against the type's devices
+        if placed is not None and not 0 <= placed.partner < i:
             current_type[row] = placed.type_index
             current_devices[row] = placed.devices
             current_nodes[row] = tuple(node for node, _ in placed.nodes)

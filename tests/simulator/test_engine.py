@@ -166,6 +166,12 @@ def test_hand_computed_jcts_with_a_move() -> None:
     np.testing.assert_allclose(result.jobs["finish_s"], [300.0, 300.0 + 200.0 / 3.0])
     assert result.jobs["restarts"].tolist() == [0, 1]
     check_invariants(result, w, cluster, 100.0)
+    # devices are busy only until a job finishes: round 3 uses fast for 200/3 s
+    np.testing.assert_allclose(result.rounds["utilization_fast"], [1, 1, 1, 2 / 3])
+    np.testing.assert_allclose(result.rounds["utilization_slow"], [1, 1, 1, 0])
+    np.testing.assert_allclose(result.rounds["utilization"], [1, 1, 1, 1 / 3])
+    busy = 600.0 + 200.0 / 3.0
+    assert result.summary["utilization"] == pytest.approx(busy / (2 * (300.0 + 200.0 / 3.0)))
 
 
 def test_hand_computed_jcts_with_restart_overhead() -> None:
