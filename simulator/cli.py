@@ -535,6 +535,8 @@ def _write_json(results: Sequence[RunResult], path: str) -> None:
             "seed": r.run["seed"],
             "load": r.run["load"],
             "metrics": r.summary,
+            "arrival_s": [float(x) for x in r.jobs["arrival_s"]],
+            "standalone_s": [float(x) for x in r.jobs["standalone_s"]],
             "finish_s": [float(x) for x in r.jobs["finish_s"]],
             "rounds": r.summary["rounds"],
             "parameters": r.run,
