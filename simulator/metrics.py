@@ -125,6 +125,7 @@ def run_result(outcome: Outcome, load: float | None = None) -> RunResult:
     )
     policy = outcome.policy
     run: dict[str, Any] = {
+        "label": policy.requested_name or policy.name,
         "policy": policy.requested_name or policy.name,
         "canonical_policy": policy.name,
         "plan_kind": str(outcome.kind),

@@ -112,16 +112,10 @@ def _run_ray(tasks: Sequence[Task], address: str, progress: bool) -> list[RunRes
         raise SimulationInputError("--ray needs Ray: pip install 'apportion[ray]'") from exc
     started_here = not ray.is_initialized()
     if started_here:
-        env = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
-        if address == "local":
-            ray.init(
-                include_dashboard=False,
-                log_to_driver=False,
-                runtime_env=env,
-                num_cpus=os.cpu_count() or 1,
-            )
-        else:
-            ray.init(address=address, log_to_driver=False, runtime_env=env)
+        if address == "local":  # workers inherit this process's environment
+            ray.init(include_dashboard=False, log_to_driver=False, num_cpus=os.cpu_count() or 1)
+        else:  # the cluster's nodes must have apportion installed
+            ray.init(address=address, log_to_driver=False)
     bar = SweepProgress(len(tasks), progress)
     try:
         remote: Any = ray.remote(_quiet_task)

@@ -1,0 +1,127 @@
+"""Sweeps: the same grid run in this process, in worker processes and on Ray (local mode)
+gives the same tables in the same order; the aggregate over seeds is the mean with a
+Student-t 95% half-width; `--server` against a real `apportion serve` gives the same run as
+solving in this process."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import selectors
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from apportion.datasets.generators import builtin_throughputs, gavel_workload
+from apportion.simulator.cluster import parse_cluster
+from apportion.simulator.engine import SimulationConfig
+from apportion.simulator.metrics import RunResult
+from apportion.simulator.sweep import aggregate, grid, run_tasks
+from apportion.simulator.workload import Workload, workload_from_table
+from tests.simulator.tiny import run
+
+CLUSTER = parse_cluster("v100:2:2,k80:2:2")
+
+
+def build(seed: int, load: float | None) -> Workload:
+    thr = builtin_throughputs(CLUSTER.types)
+    table = gavel_workload(5, seed=seed, table=thr, jobs_per_hour=load or 10.0,
+                           scale_probabilities=(0.6, 0.4, 0, 0))
+    return workload_from_table(table, CLUSTER, thr, seed=seed)[0]
+
+
+def tasks() -> list:  # type: ignore[type-arg]
+    labels = [(name, SimulationConfig(policy=name, round_s=600.0))
+              for name in ("max_min_fairness_perf", "finish_time_fairness_perf")]
+    return grid(labels, [0, 1], [10.0, 20.0], build, CLUSTER)
+
+
+def same_results(a: list[RunResult], b: list[RunResult]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert (x.run["label"], x.run["seed"], x.run["load"]) == (
+            y.run["label"], y.run["seed"], y.run["load"])
+        for table in ("jobs", "rounds", "grants"):
+            tx, ty = getattr(x, table), getattr(y, table)
+            for name in tx:
+                if name in ("solve_wall_s", "solver_s"):
+                    continue
+                np.testing.assert_array_equal(tx[name], ty[name], err_msg=f"{table}.{name}")
+
+
+def test_processes_give_the_in_process_results() -> None:
+    grid_tasks = tasks()
+    assert len(grid_tasks) == 8
+    same_results(run_tasks(grid_tasks, workers=1), run_tasks(grid_tasks, workers=2))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                    reason="Ray is not installed (optional extra apportion[ray])")
+def test_ray_local_gives_the_process_results() -> None:
+    grid_tasks = tasks()[:4]
+    same_results(run_tasks(grid_tasks, workers=2), run_tasks(grid_tasks, ray_address="local"))
+
+
+def test_aggregate_is_the_mean_with_a_student_t_half_width() -> None:
+    results = run_tasks(tasks(), workers=1)
+    table = aggregate(results)
+    assert table["seeds"].tolist() == [2, 2, 2, 2]
+    for k, (label, load) in enumerate(zip(table["label"], table["load"], strict=True)):
+        values = np.array([r.summary["avg_jct_s"] for r in results
+                           if r.run["label"] == label and r.run["load"] == load])
+        assert table["avg_jct_s"][k] == pytest.approx(values.mean())
+        # t(0.975, 1) = 12.706: half-width = 12.706 * s / sqrt(2)
+        half = 12.706204736 * values.std(ddof=1) / math.sqrt(2)
+        assert table["avg_jct_s_ci95"][k] == pytest.approx(half, rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """A real `apportion serve` on an ephemeral port of 127.0.0.1."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "apportion.server.cli", "serve", "--host", "127.0.0.1",
+         "--port", "0", "--workers", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert process.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + 120
+    line = ""
+    while time.monotonic() < deadline and not line:
+        if selector.select(timeout=0.5):
+            line = process.stdout.readline()
+        elif process.poll() is not None:
+            break
+    selector.close()
+    try:
+        assert "listening on" in line, f"server did not start: {line!r}"
+        yield line.strip().rsplit(" ", 1)[-1]
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.mark.parametrize(
+    "policy", ["max_min_fairness_perf", "finish_time_fairness_perf", "allox", "sia"]
+)
+def test_server_gives_the_in_process_run(server: str, policy: str) -> None:
+    w = build(0, 10.0)
+    w = dataclasses.replace(w, total_steps=w.total_steps / 50.0)  # a few dozen rounds
+    if policy == "allox":
+        w = w.take(np.flatnonzero(w.scale_factor == 1))
+    local = run(w, CLUSTER, policy=policy, round_s=600.0)
+    remote = run(w, CLUSTER, policy=policy, round_s=600.0, server=server)
+    assert remote.run["server"] == server
+    same_results([local], [remote])
+    assert local.summary["solves"] == remote.summary["solves"] > 0
