@@ -90,11 +90,7 @@ def test_queue_plans_run_without_preemption() -> None:
 def test_configuration_plans_keep_the_invariants(policy: str) -> None:
     """Configurations only at each job's gang (so the work check applies)."""
     jobs = mixed_jobs()
-    configs = [
-        [(t, 1, s, float(thr[t])) for t in range(2)] if s == 1
-        else [(t, 1, s, float(thr[t])) for t in range(2)]
-        for _, _, s, _, thr in jobs
-    ]
+    configs = [[(t, 1, s, float(thr[t])) for t in range(2)] for _, _, s, _, thr in jobs]
     w = workload(jobs, configurations=configs)
     result = run(w, TWO_TYPES, policy=policy, round_s=100.0)
     check_invariants(result, w, TWO_TYPES, 100.0)
@@ -286,7 +282,8 @@ def test_min_makespan_follows_its_closed_form() -> None:
 def test_max_sum_throughput_prefers_one_device_jobs() -> None:
     w = epoch_workload([("A", 0.0, 2, [100.0]), ("B", 0.0, 1, [200.0]), ("C", 0.0, 1, [200.0])])
     result = run(w, single_type(2), policy="max_sum_throughput", round_s=100.0)
-    pairs = sorted(zip(result.grants["round"].tolist(), result.grants["job"].tolist()))
+    pairs = sorted(zip(result.grants["round"].tolist(), result.grants["job"].tolist(),
+                       strict=True))
     assert pairs == [(0, 1), (0, 2), (1, 1), (1, 2), (2, 0)]
     np.testing.assert_allclose(result.jobs["finish_s"], [300.0, 200.0, 200.0])
 

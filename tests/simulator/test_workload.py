@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from apportion.datasets.generators import builtin_throughputs, gavel_workload
 from apportion.datasets.gavel_trace import read_gavel_trace
+from apportion.datasets.generators import builtin_throughputs, gavel_workload
 from apportion.datasets.philly import read_philly_csv
 from apportion.datasets.snapshot import build_request
 from apportion.datasets.table import Categorical
@@ -155,12 +155,13 @@ def test_cluster_specs_and_files(tmp_path: Path) -> None:
         with pytest.raises(SimulationInputError, match=message):
             parse_cluster(bad)
     good = tmp_path / "cluster.json"
+    node = {"name": "n0", "acceleratorType": "a100", "devices": 4}
     good.write_text(json.dumps({"acceleratorTypes": [{"name": "a100", "count": 4}],
-                                "nodes": [{"name": "n0", "acceleratorType": "a100", "devices": 4}]}))
+                                "nodes": [node]}))
     assert read_cluster_file(good).count == {"a100": 4}
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps({"acceleratorTypes": [{"name": "a100", "count": 5}],
-                                 "nodes": [{"name": "n0", "acceleratorType": "a100", "devices": 4}]}))
+                                 "nodes": [node]}))
     with pytest.raises(SimulationInputError, match=r"acceleratorTypes\[0\].count"):
         read_cluster_file(wrong)
     with pytest.raises(SimulationInputError, match="cannot read"):

@@ -85,7 +85,7 @@ def check_invariants(result: RunResult, w: Workload, cluster: ClusterSpec, round
         runs.sort()
         finish = float(jobs["finish_s"][i])
         work = 0.0
-        for t, j, _ in runs[:-1]:
+        for _, j, _ in runs[:-1]:
             work += w.throughput[i, j] * round_s
         last_t, last_j, _ = runs[-1]
         work += w.throughput[i, last_j] * (finish - last_t)
