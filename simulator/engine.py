@@ -470,10 +470,7 @@ class _Loop:
             key = min(g.job, g.partner) if g.partner >= 0 else -1
             if key in pair_used:
                 busy[g.type_index] += g.devices * pair_used.pop(key)
-        state.placement = [None] * w.num_jobs
-        for i, placed in new_placement.items():
-            if math.isnan(state.finish_s[i]):
-                state.placement[i] = placed
+        state.place({i: p for i, p in new_placement.items() if math.isnan(state.finish_s[i])})
         return busy
 
     def _record(

@@ -83,7 +83,11 @@ def build_problem(ctx: ProblemContext, state: JobState, active: IntArray, now_s:
     batches = (
         tuple(w.epoch_batch_size[i] for i in pick) if profiled else (np.zeros(0, np.int64),) * k
     )
-    epochs = np.array([epochs_done(d, x) for d, x in zip(durations, done, strict=True)], np.int64)
+    epochs = (
+        np.array([epochs_done(d, x) for d, x in zip(durations, done, strict=True)], np.int64)
+        if profiled
+        else np.zeros(k, np.int64)
+    )
     measured_time = np.zeros(k)
     measured_epochs = np.zeros(k)
     if ctx.recalibrate and profiled:
@@ -169,17 +173,6 @@ def _with_configurations(ctx: ProblemContext, jobs: Jobs, pick: list[int]) -> Jo
 
 def _history(state: JobState, active: IntArray, n: int, now_s: float) -> History:
     k = active.size
-    current_type = np.full(k, -1, np.int64)
-    current_devices = np.zeros(k, np.int64)
-    current_nodes: list[tuple[int, ...]] = [()] * k
-    for row, i in enumerate(active.tolist()):
-        placed = state.placement[i]
-        # a pair's shared devices are reported once, by its first job: the service counts
-        # every current placement against the type's devices
-        if placed is not None and not 0 <= placed.partner < i:
-            current_type[row] = placed.type_index
-            current_devices[row] = placed.devices
-            current_nodes[row] = tuple(node for node, _ in placed.nodes)
     ref = state.reference_state[active]
     has_state = np.isfinite(ref[:, 0])
     reference_state = None
@@ -198,10 +191,10 @@ def _history(state: JobState, active: IntArray, n: int, now_s: float) -> History
         cumulative_isolated_time_s=state.isolated_time_s[active],
         restarts=state.restarts[active],
         elapsed_since_reset_s=0.0,
-        current_type=current_type,
-        current_devices=current_devices,
+        current_type=state.current_type[active],
+        current_devices=state.current_devices[active],
         busy_until_s=np.zeros(k),
-        current_nodes=tuple(current_nodes),
+        current_nodes=tuple(state.current_nodes[i] for i in active.tolist()),
         previous_isolated_throughput=state.previous_iso[active],
         previous_remaining_steps=state.previous_remaining[active],
         reference_finish_time_s=state.reference_finish_s[active],
@@ -226,15 +219,14 @@ def with_round_history(
 ) -> Problem:
     """`problem` with the round mechanism's bookkeeping (time received per type since the last
     reset, time elapsed since it) and the placements of the previous round."""
-    history = _history(state, active, problem.cluster.num_types, problem.time_s)
     return replace(
         problem,
         history=replace(
             problem.history,
             received_time_s=received_s,
             elapsed_since_reset_s=float(elapsed_s),
-            current_type=history.current_type,
-            current_devices=history.current_devices,
-            current_nodes=history.current_nodes,
+            current_type=state.current_type[active],
+            current_devices=state.current_devices[active],
+            current_nodes=tuple(state.current_nodes[i] for i in active.tolist()),
         ),
     )

@@ -56,6 +56,12 @@ class JobState:
     """(m, 5) Shockwave's F* bookkeeping (estimate NaN = none)."""
     partner: IntArray
     """(m,) the job each job shared devices with in the last plan (-1 = none)."""
+    current_type: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """(m,) the type of the placement a snapshot reports for the job (-1 = none): its
+    placement in the previous round, except the second job of a co-located pair (the pair's
+    shared devices are reported once, by its first job)."""
+    current_devices: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    current_nodes: list[tuple[int, ...]] = field(default_factory=list)
     contention_sum: FloatArray = field(default_factory=lambda: np.zeros(0))
     """(m,) sum over the rounds the job was active of the number of active jobs."""
     active_rounds: FloatArray = field(default_factory=lambda: np.zeros(0))
@@ -77,9 +83,27 @@ class JobState:
             reference_finish_s=np.zeros(m),
             reference_state=np.full((m, 5), math.nan),
             partner=np.full(m, -1, np.int64),
+            current_type=np.full(m, -1, np.int64),
+            current_devices=np.zeros(m, np.int64),
+            current_nodes=[()] * m,
             contention_sum=np.zeros(m),
             active_rounds=np.zeros(m),
         )
+
+    def place(self, placements: dict[int, Placement]) -> None:
+        """The placements of the round just simulated (jobs not in it did not run)."""
+        m = len(self.placement)
+        self.placement = [None] * m
+        self.current_type[:] = -1
+        self.current_devices[:] = 0
+        self.current_nodes = [()] * m
+        for i, placed in placements.items():
+            self.placement[i] = placed
+            if 0 <= placed.partner < i and placed.partner in placements:
+                continue  # reported by the pair's first job
+            self.current_type[i] = placed.type_index
+            self.current_devices[i] = placed.devices
+            self.current_nodes[i] = tuple(node for node, _ in placed.nodes)
 
     def apply(self, active: IntArray, carry: Carry) -> None:
         """Keep what a response returned for the snapshot jobs `active` (global indices)."""
