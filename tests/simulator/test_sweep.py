@@ -22,7 +22,7 @@ from apportion.datasets.generators import builtin_throughputs, gavel_workload
 from apportion.simulator.cluster import parse_cluster
 from apportion.simulator.engine import SimulationConfig
 from apportion.simulator.metrics import RunResult
-from apportion.simulator.sweep import aggregate, grid, run_tasks
+from apportion.simulator.sweep import Task, aggregate, grid, run_tasks
 from apportion.simulator.workload import Workload, workload_from_table
 from tests.simulator.tiny import run
 
@@ -36,10 +36,15 @@ def build(seed: int, load: float | None) -> Workload:
     return workload_from_table(table, CLUSTER, thr, seed=seed)[0]
 
 
-def tasks() -> list:  # type: ignore[type-arg]
+def tasks() -> list[Task]:
     labels = [(name, SimulationConfig(policy=name, round_s=600.0))
               for name in ("max_min_fairness_perf", "finish_time_fairness_perf")]
-    return grid(labels, [0, 1], [10.0, 20.0], build, CLUSTER)
+    return grid(labels, [0, 1], [10.0], build, CLUSTER)
+
+
+@pytest.fixture(scope="module")
+def in_process() -> list[RunResult]:
+    return run_tasks(tasks(), workers=1)
 
 
 def same_results(a: list[RunResult], b: list[RunResult]) -> None:
@@ -55,25 +60,22 @@ def same_results(a: list[RunResult], b: list[RunResult]) -> None:
                 np.testing.assert_array_equal(tx[name], ty[name], err_msg=f"{table}.{name}")
 
 
-def test_processes_give_the_in_process_results() -> None:
-    grid_tasks = tasks()
-    assert len(grid_tasks) == 8
-    same_results(run_tasks(grid_tasks, workers=1), run_tasks(grid_tasks, workers=2))
+def test_processes_give_the_in_process_results(in_process: list[RunResult]) -> None:
+    assert len(in_process) == 4
+    same_results(in_process, run_tasks(tasks(), workers=2))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,
                     reason="Ray is not installed (optional extra apportion[ray])")
-def test_ray_local_gives_the_process_results() -> None:
-    grid_tasks = tasks()[:4]
-    same_results(run_tasks(grid_tasks, workers=2), run_tasks(grid_tasks, ray_address="local"))
+def test_ray_local_gives_the_process_results(in_process: list[RunResult]) -> None:
+    same_results(in_process, run_tasks(tasks(), ray_address="local"))
 
 
-def test_aggregate_is_the_mean_with_a_student_t_half_width() -> None:
-    results = run_tasks(tasks(), workers=1)
-    table = aggregate(results)
-    assert table["seeds"].tolist() == [2, 2, 2, 2]
+def test_aggregate_is_the_mean_with_a_student_t_half_width(in_process: list[RunResult]) -> None:
+    table = aggregate(in_process)
+    assert table["seeds"].tolist() == [2, 2]
     for k, (label, load) in enumerate(zip(table["label"], table["load"], strict=True)):
-        values = np.array([r.summary["avg_jct_s"] for r in results
+        values = np.array([r.summary["avg_jct_s"] for r in in_process
                            if r.run["label"] == label and r.run["load"] == load])
         assert table["avg_jct_s"][k] == pytest.approx(values.mean())
         # t(0.975, 1) = 12.706: half-width = 12.706 * s / sqrt(2)
