@@ -20,6 +20,8 @@ import numpy as np
 
 from apportion.simulator.metrics import RunResult
 
+MAX_POINTS = 400
+"""Utilization curves are averaged over bins of rounds to at most this many points."""
 MAX_HEATMAP_CELLS = 4_000_000
 """Larger heatmaps are subsampled (every k-th round) to stay below this many cells."""
 
@@ -74,6 +76,22 @@ def plot_all(results: Sequence[RunResult], directory: str | Path) -> list[Path]:
     return files
 
 
+def _finish_cdf(plt: Any, fig: Any, ax: Any, xlabel: str, path: Path, legend: str) -> Path:
+    """Label, grid, legend and save a CDF figure."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("fraction of jobs")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend)
+    return _save(plt, fig, path)
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def jct_cdf(results: Sequence[RunResult], path: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -82,14 +100,7 @@ def jct_cdf(results: Sequence[RunResult], path: Path) -> Path:
         x, y = _cdf(r.jobs["jct_s"][mask] / 3600.0)
         ax.step(x, y, where="post", label=_label(r))
     ax.set_xscale("log")
-    ax.set_xlabel("job completion time (h)")
-    ax.set_ylabel("fraction of jobs")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish_cdf(plt, fig, ax, "job completion time (h)", path, "small")
 
 
 def rho_cdf(results: Sequence[RunResult], path: Path) -> Path:
@@ -103,38 +114,46 @@ def rho_cdf(results: Sequence[RunResult], path: Path) -> Path:
         x, y = _cdf(r.jobs["rho_themis"][mask])
         ax.step(x, y, where="post", color=color, linestyle="--", label=f"{_label(r)} (Themis)")
     ax.axvline(1.0, color="grey", linewidth=0.8)
-    ax.set_xlabel("finish-time fairness rho")
-    ax.set_ylabel("fraction of jobs")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="x-small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _finish_cdf(plt, fig, ax, "finish-time fairness rho", path, "x-small")
+
+
+def _binned(values: np.ndarray, width: int) -> np.ndarray:
+    """Means over consecutive bins of `width` values (the last bin may be shorter)."""
+    if width <= 1:
+        return values
+    bins = np.arange(0, values.size, width)
+    return np.add.reduceat(values, bins) / np.diff(np.append(bins, values.size))
 
 
 def utilization(results: Sequence[RunResult], path: Path) -> Path:
+    """Utilization per round, averaged over bins so that at most MAX_POINTS are drawn."""
     plt = _pyplot()
     runs = _first_per_label(results)
     fig, axes = plt.subplots(
         len(runs), 1, figsize=(7.0, 1.9 * len(runs) + 0.6), sharex=True, squeeze=False
     )
     for ax, r in zip(axes[:, 0], runs, strict=True):
-        hours = (
-            r.rounds["start_s"] - (r.rounds["start_s"][0] if r.rounds["start_s"].size else 0)
-        ) / 3600
+        start = r.rounds["start_s"]
+        width = max(1, int(np.ceil(start.size / MAX_POINTS)))
+        hours = _binned((start - (start[0] if start.size else 0.0)) / 3600.0, width)
         for name in r.type_names:
-            ax.plot(hours, r.rounds[f"utilization_{name}"], linewidth=0.8, label=name)
-        ax.plot(hours, r.rounds["utilization"], color="black", linewidth=1.0, label="all")
+            ax.plot(
+                hours, _binned(r.rounds[f"utilization_{name}"], width), linewidth=0.8, label=name
+            )
+        ax.plot(
+            hours,
+            _binned(r.rounds["utilization"], width),
+            color="black",
+            linewidth=1.0,
+            label="all",
+        )
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("utilization")
-        ax.set_title(_label(r), fontsize="small")
+        title = f" (mean of {width} rounds per point)" if width > 1 else ""
+        ax.set_title(_label(r) + title, fontsize="small")
         ax.legend(fontsize="x-small", ncol=4, loc="lower right")
     axes[-1, 0].set_xlabel("simulated time (h)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def allocation_heatmap(result: RunResult, path: Path) -> Path:
@@ -158,7 +177,4 @@ def allocation_heatmap(result: RunResult, path: Path) -> Path:
     ax.set_title(f"{_label(result)}: accelerator type per job and round", fontsize="small")
     handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{k % 10}") for k in range(n)]
     ax.legend(handles, result.type_names, fontsize="x-small", loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)

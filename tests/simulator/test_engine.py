@@ -29,21 +29,10 @@ from apportion.simulator.fidelity import Fidelity
 from apportion.simulator.problems import model_cluster
 from apportion.solver.capabilities import PlanKind
 from apportion.solver.parameters import ShockwaveParameters
-from tests.simulator.tiny import check_invariants, epoch_workload, run, workload
+from tests.simulator.tiny import check_invariants, epoch_workload, mixed_jobs, run, workload
 
 TWO_TYPES = parse_cluster("fast:4:2,slow:4:2")
 """Two types of 4 devices on 2-device nodes."""
-
-
-def mixed_jobs() -> list[tuple[str, float, int, float, list[float]]]:
-    return [
-        ("a", 0.0, 1, 900.0, [3.0, 1.0]),
-        ("b", 0.0, 2, 1200.0, [4.0, 2.0]),
-        ("c", 50.0, 1, 400.0, [1.0, 1.0]),
-        ("d", 130.0, 2, 600.0, [2.0, 1.5]),
-        ("e", 260.0, 1, 700.0, [2.0, 0.5]),
-        ("f", 400.0, 2, 500.0, [3.0, 3.0]),
-    ]
 
 
 TIME_SHARE_POLICIES = [

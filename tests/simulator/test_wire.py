@@ -23,7 +23,7 @@ from apportion.simulator.wire import policy_message, request_message
 from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import ShockwaveParameters, SiaParameters
 from apportion.solver.registry import policies, resolve_parameters
-from tests.simulator.tiny import epoch_workload, run, workload
+from tests.simulator.tiny import epoch_workload, mixed_jobs, run, workload
 
 
 def same(a: Any, b: Any, path: str = "") -> None:
@@ -74,15 +74,6 @@ def assert_round_trips(seen: list[tuple[Problem, PolicyRequest, SolveOptions]]) 
         same(options_back, options, "options")
 
 
-def mixed() -> list[tuple[str, float, int, float, list[float]]]:
-    return [
-        ("a", 0.0, 1, 900.0, [3.0, 1.0]),
-        ("b", 0.0, 2, 1200.0, [4.0, 2.0]),
-        ("c", 50.0, 1, 400.0, [1.0, 1.0]),
-        ("d", 130.0, 2, 600.0, [2.0, 1.5]),
-    ]
-
-
 NODES = parse_cluster("fast:4:2,slow:4:2")
 
 
@@ -93,7 +84,7 @@ NODES = parse_cluster("fast:4:2,slow:4:2")
 )
 def test_time_share_snapshots_round_trip(monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
     seen = recorded(monkeypatch)
-    run(workload(mixed()), NODES, policy=policy, round_s=100.0, resolve_every=2,
+    run(workload(mixed_jobs()[:4]), NODES, policy=policy, round_s=100.0, resolve_every=2,
         fidelity=Fidelity(estimate_error=0.3, seed=1))
     assert_round_trips(seen)
     if policy == "finish_time_fairness_perf":  # later snapshots carry C_i, iso_i and R_i
@@ -102,7 +93,7 @@ def test_time_share_snapshots_round_trip(monkeypatch: pytest.MonkeyPatch, policy
 
 def test_queue_snapshots_with_running_jobs_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = recorded(monkeypatch)
-    jobs = [(j, a, 1, t, thr) for j, a, _, t, thr in mixed()]
+    jobs = [(j, a, 1, t, thr) for j, a, _, t, thr in mixed_jobs()[:4]]
     run(workload(jobs), NODES, policy="allox", round_s=100.0)
     assert_round_trips(seen)
     assert any((p.history.current_type >= 0).any() for p, _, _ in seen)
@@ -110,7 +101,7 @@ def test_queue_snapshots_with_running_jobs_round_trip(monkeypatch: pytest.Monkey
 
 def test_configuration_snapshots_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = recorded(monkeypatch)
-    jobs = mixed()
+    jobs = mixed_jobs()[:4]
     configs = [[(t, n, d, float(thr[t]) * d / s) for t in range(2) for n, d in ((1, 1), (1, 2))]
                for _, _, s, _, thr in jobs]
     run(workload(jobs, configurations=configs), NODES, policy="sia", round_s=100.0,

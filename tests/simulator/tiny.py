@@ -38,6 +38,18 @@ def workload(
     )
 
 
+def mixed_jobs() -> list[tuple[str, float, int, float, list[float]]]:
+    """Six jobs of gangs 1 and 2 arriving over 400 s, on two types of different speeds."""
+    return [
+        ("a", 0.0, 1, 900.0, [3.0, 1.0]),
+        ("b", 0.0, 2, 1200.0, [4.0, 2.0]),
+        ("c", 50.0, 1, 400.0, [1.0, 1.0]),
+        ("d", 130.0, 2, 600.0, [2.0, 1.5]),
+        ("e", 260.0, 1, 700.0, [2.0, 0.5]),
+        ("f", 400.0, 2, 500.0, [3.0, 3.0]),
+    ]
+
+
 def epoch_workload(
     jobs: Sequence[tuple[str, float, int, Sequence[float]]], types: int = 1
 ) -> Workload:
