@@ -9,9 +9,9 @@ reads the answer as a `plans.Decision`. Which driver runs is the policy's plan k
   on nodes with lease extensions. X is recomputed when the set of active jobs changes (an
   arrival or a completion) and, with `resolve_every`, every that many rounds; the received
   time restarts at every recompute (Gavel's reset).
-* WINDOW (`WindowDriver`): round t of the planning window runs its jobs on their gangs;
-  re-planned on any change, every `resolve_every` rounds (default 8, Shockwave's) and when
-  the window runs out.
+* WINDOW (`WindowDriver`): round t of the planning window runs its planned grants (on the
+  nodes the plan names, else placed here with lease preference); re-planned on any change,
+  every `resolve_every` rounds (default 8, Shockwave's) and when the window runs out.
 * QUEUE (`QueueDriver`): non-preemptive. Jobs the plan starts now run until they finish
   (start/finish events); re-solved when jobs arrive or finish (and every `resolve_every`).
 * CONFIGURATION (`ConfigurationDriver`): each job runs in its chosen configuration (type,
@@ -29,7 +29,7 @@ import numpy as np
 
 from apportion.simulator.errors import SimulationError
 from apportion.simulator.placement import DevicePool
-from apportion.simulator.plans import Decision, NodeDevices
+from apportion.simulator.plans import Decision, NodeDevices, Planned
 from apportion.simulator.problems import with_round_history
 from apportion.simulator.state import JobState
 from apportion.solver.capabilities import PlanKind
@@ -166,47 +166,52 @@ class TimeShareDriver:
 class WindowDriver:
     resolve_every: int = WINDOW_RESOLVE_ROUNDS
     solved_at: int = -1
-    window: np.ndarray | None = None
+    window: tuple[tuple[Planned, ...], ...] = ()
     ids: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def grants(self, ctx: RoundContext) -> list[Grant]:
         offset = ctx.index - self.solved_at
         if (
-            self.window is None
+            not self.window
             or _due(ctx.changed, ctx.index, self.solved_at, self.resolve_every)
-            or offset >= self.window.shape[0]
+            or offset >= len(self.window)
         ):
             decision = ctx.solve()
-            k = ctx.active.size
-            self.window = decision.window if decision.has_plan else None
-            if self.window is None or self.window.shape[1] != k:
-                self.window = np.zeros((1, k), bool)
+            self.window = (decision.window or ()) if decision.has_plan else ()
             self.ids = ctx.active.copy()
             self.solved_at = ctx.index
             offset = 0
-        problem = ctx.problem()
-        count = problem.cluster.count
-        type_index = int(np.argmax(count))
+        if offset >= len(self.window):
+            return []
         pool = ctx.new_pool()
-        chosen = self.ids[self.window[offset]]
-        scale = problem.jobs.scale_factor
-        row_of = {int(i): r for r, i in enumerate(ctx.active.tolist())}
+        placed: dict[int, NodeDevices] = {}
         out = []
-        for i in sorted(chosen.tolist(), key=lambda i: (-int(scale[row_of[i]]), i)):
-            devices = int(scale[row_of[i]])
-            before = ctx.state.placement[i]
-            previous = (
-                before.nodes if before is not None and before.type_index == type_index else ()
-            )
-            nodes = pool.choose(type_index, devices, previous)
-            if nodes is None or pool.reserve(type_index, devices, nodes):
-                raise SimulationError(
-                    f"round {ctx.index}: the planning window runs more than the "
-                    f"{int(count[type_index])} devices of the cluster"
+        planned = sorted(self.window[offset], key=lambda p: (not p.nodes, -p.devices, p.job))
+        for p in planned:
+            i = int(self.ids[p.job])
+            partner = int(self.ids[p.partner]) if p.partner >= 0 else -1
+            if partner >= 0 and p.partner in placed:
+                nodes = placed[p.partner]
+            else:
+                before = ctx.state.placement[i]
+                previous = (
+                    before.nodes if before is not None and before.type_index == p.type_index else ()
                 )
-            out.append(
-                Grant(i, type_index, devices, nodes, -1, bool(previous) and nodes == previous)
-            )
+                found = (
+                    pool.spread(p.type_index, p.devices, p.nodes)
+                    if p.nodes
+                    else pool.choose(p.type_index, p.devices, previous)
+                )
+                if found is None or pool.reserve(p.type_index, p.devices, found):
+                    raise SimulationError(
+                        f"round {ctx.index}: the planned round runs job {i} beyond the free "
+                        f"devices of type {p.type_index}"
+                    )
+                nodes = found
+            placed[p.job] = nodes
+            before = ctx.state.placement[i]
+            kept = before is not None and (before.type_index, before.nodes) == (p.type_index, nodes)
+            out.append(Grant(i, p.type_index, p.devices, nodes, partner, kept and bool(nodes)))
         return out
 
 

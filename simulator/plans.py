@@ -7,7 +7,9 @@ either shape touches this module only. What is read depends on the policy's plan
 
 * TIME_SHARE and MARKET: the time shares X (jobs x types) and the co-located pairs, run
   through Gavel's round mechanism by the simulator;
-* WINDOW: the 0/1 schedule of the planning window (rounds x jobs);
+* WINDOW: the planned rounds of the window, each a list of grants (job, type, devices, nodes
+  when the plan names them); a 0/1 schedule (rounds x jobs) runs each job on its gang of the
+  type with the most devices, as the service writes it;
 * QUEUE: the pending jobs to start now, with their type, device count and nodes;
 * CONFIGURATION: each job's configuration (type, devices, devices per node).
 
@@ -68,6 +70,18 @@ class Start:
 
 
 @dataclass(frozen=True)
+class Planned:
+    """A job's grant in a planned round (planning-window plans)."""
+
+    job: int
+    type_index: int
+    devices: int
+    nodes: tuple[int, ...] = ()
+    """Nodes named by the plan (indices; empty = the simulator places the job)."""
+    partner: int = -1
+
+
+@dataclass(frozen=True)
 class Configured:
     """A job's configuration (configuration plans)."""
 
@@ -109,8 +123,8 @@ class Decision:
     """(k, n) time shares (TIME_SHARE, MARKET)."""
     colocated: tuple[tuple[int, int, int, float], ...] = ()
     """(job a, job b, type index, share) of each co-located pair."""
-    window: NDArray[np.bool_] | None = None
-    """(T, k) planning-window schedule (WINDOW)."""
+    window: tuple[tuple[Planned, ...], ...] | None = None
+    """The planned rounds, first = the next one (WINDOW)."""
     starts: tuple[Start, ...] = ()
     """Pending jobs to start now (QUEUE)."""
     configurations: tuple[Configured | None, ...] = ()
@@ -142,8 +156,22 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
             colocated=tuple(plan.colocated),
         )
     if kind is PlanKind.WINDOW:
-        window = plan.round_schedule
-        return replace(base, window=None if window is None else np.asarray(window, bool))
+        if plan.round_schedule is not None:
+            return replace(base, window=_window_from_matrix(plan.round_schedule, problem))
+        planned = tuple(
+            tuple(
+                Planned(
+                    g.job,
+                    g.type_index,
+                    g.devices,
+                    tuple(nodes[name] for name in g.nodes if name in nodes),
+                    g.colocated_with,
+                )
+                for g in scheduled.grants
+            )
+            for scheduled in plan.rounds
+        )
+        return replace(base, window=planned or None)
     if kind is PlanKind.QUEUE:
         starts = []
         for i, placed in enumerate(plan.job_queue):
@@ -162,6 +190,18 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
         placement = tuple((nodes[name], d) for name, d in choice.node_devices if name in nodes)
         configured.append(Configured(choice.type_index, choice.devices, placement))
     return replace(base, configurations=tuple(configured))
+
+
+def _window_from_matrix(
+    schedule: NDArray[np.bool_], problem: Problem
+) -> tuple[tuple[Planned, ...], ...]:
+    """A (T, k) 0/1 schedule as grants: each job on its gang of the type with most devices."""
+    type_index = int(np.argmax(problem.cluster.count))
+    scale = problem.jobs.scale_factor
+    return tuple(
+        tuple(Planned(int(i), type_index, int(scale[i])) for i in np.flatnonzero(row))
+        for row in np.asarray(schedule, bool)
+    )
 
 
 def _count_nodes(names: Sequence[str], index: Mapping[str, int]) -> NodeDevices:
@@ -238,12 +278,20 @@ def decision_from_response(
         )
         return replace(base, time_share=shares, colocated=colocated)
     if kind is PlanKind.WINDOW:
-        rounds = list(response.plan.rounds)
-        window = np.zeros((len(rounds), k), bool)
-        for t, round_msg in enumerate(rounds):
-            for grant in round_msg.grants:
-                window[t, job_index[grant.job_id]] = True
-        return replace(base, window=window if rounds else None)
+        planned = tuple(
+            tuple(
+                Planned(
+                    job_index[g.job_id],
+                    type_index[g.accelerator_type],
+                    g.devices,
+                    tuple(node_index[name] for name in g.nodes if name in node_index),
+                    job_index.get(g.colocated_with, -1),
+                )
+                for g in round_msg.grants
+            )
+            for round_msg in response.plan.rounds
+        )
+        return replace(base, window=planned or None)
     if kind is PlanKind.QUEUE:
         starts = []
         for i, entry in entries:

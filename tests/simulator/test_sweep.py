@@ -127,3 +127,18 @@ def test_server_gives_the_in_process_run(server: str, policy: str) -> None:
     assert remote.run["server"] == server
     same_results([local], [remote])
     assert local.summary["solves"] == remote.summary["solves"] > 0
+
+
+def test_server_gives_the_in_process_run_for_a_planning_window(server: str) -> None:
+    from apportion.simulator.cluster import single_type
+    from apportion.solver.parameters import ShockwaveParameters
+    from tests.simulator.tiny import epoch_workload
+
+    w = epoch_workload([("a", 0.0, 1, [100.0, 80.0, 60.0]), ("b", 0.0, 2, [90.0, 90.0]),
+                        ("c", 150.0, 1, [200.0]), ("d", 300.0, 2, [50.0, 50.0, 50.0])])
+    params = ShockwaveParameters(planning_rounds=4)
+    local = run(w, single_type(4), policy="shockwave", parameters=params, round_s=60.0)
+    remote = run(w, single_type(4), policy="shockwave", parameters=params, round_s=60.0,
+                 server=server)
+    same_results([local], [remote])
+    assert local.summary["solves"] == remote.summary["solves"] > 1
