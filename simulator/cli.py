@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from apportion.simulator.workload import Workload
 
 FORMATS = ("helios", "philly-csv", "philly-json", "pai", "openb", "gavel", "shockwave", "sia")
+"""`apportion.datasets.readers.FORMATS`, spelled here so that building the parser stays cheap."""
 DEFAULT_CLUSTER = "v100:36,p100:36,k80:36"
 DEFAULT_PROFILE_GPUS = 32
 SHOCKWAVE_FLAGS = {

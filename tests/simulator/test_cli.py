@@ -135,3 +135,11 @@ def test_bad_input_exits_2_with_a_message(tmp_path: Path,
         assert "Traceback" not in err
     result = run_cli("simulate", str(tmp_path / "x.trace"), "--format", "nope")
     assert result.returncode == 2 and "invalid choice: 'nope'" in result.stderr
+
+
+def test_the_format_choices_are_the_readers_formats() -> None:
+    """The command line lists the formats without importing the readers (numpy)."""
+    from apportion.datasets.readers import FORMATS
+    from apportion.simulator.cli import FORMATS as CHOICES
+
+    assert set(CHOICES) == set(FORMATS)
