@@ -153,11 +153,11 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
         return replace(
             base,
             time_share=np.asarray(plan.time_share, np.float64),
-            colocated=tuple(plan.colocated),
+            colocated=tuple(plan.shares.colocated),
         )
     if kind is PlanKind.WINDOW:
-        if plan.round_schedule is not None:
-            return replace(base, window=_window_from_matrix(plan.round_schedule, problem))
+        if plan.window is not None:
+            return replace(base, window=_window_from_matrix(plan.window.schedule, problem))
         planned = tuple(
             tuple(
                 Planned(
@@ -169,12 +169,12 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
                 )
                 for g in scheduled.grants
             )
-            for scheduled in plan.rounds
+            for scheduled in plan.shares.rounds
         )
         return replace(base, window=planned or None)
     if kind is PlanKind.QUEUE:
         starts = []
-        for i, placed in enumerate(plan.job_queue):
+        for i, placed in enumerate(plan.queues.job_queue if plan.queues is not None else ()):
             if placed is not None and placed.start_now and not placed.running:
                 starts.append(
                     Start(
@@ -183,7 +183,7 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
                 )
         return replace(base, starts=tuple(starts))
     configured: list[Configured | None] = []
-    for choice in plan.configuration:
+    for choice in plan.configurations.choices if plan.configurations is not None else ():
         if choice is None or not choice.placed or choice.devices <= 0:
             configured.append(None)
             continue
@@ -214,9 +214,10 @@ def _count_nodes(names: Sequence[str], index: Mapping[str, int]) -> NodeDevices:
 
 
 def _carry_from_plan(plan: Plan, k: int) -> Carry:
-    state = plan.reference_state
+    shares, window = plan.shares, plan.window
     packed = None
-    if state is not None:
+    if window is not None:
+        state = window.reference_state
         packed = np.column_stack(
             [
                 state.estimate_s,
@@ -227,17 +228,17 @@ def _carry_from_plan(plan: Plan, k: int) -> Carry:
             ]
         )
     partner: tuple[int, ...] = ()
-    if plan.colocated:
+    if shares.colocated:
         pairs = np.full(k, -1, np.int64)
-        for a, b, _, share in plan.colocated:
+        for a, b, _, share in shares.colocated:
             if share > 0:
                 pairs[a], pairs[b] = b, a
         partner = tuple(int(x) for x in pairs)
     return Carry(
-        isolated_time_s=_opt(plan.cumulative_isolated_time_s),
-        isolated_throughput=_opt(plan.isolated_throughput),
-        remaining_steps=_opt(plan.remaining_steps),
-        reference_finish_s=_opt(plan.reference_finish_time_s),
+        isolated_time_s=_opt(shares.cumulative_isolated_time_s),
+        isolated_throughput=_opt(shares.isolated_throughput),
+        remaining_steps=_opt(shares.remaining_steps),
+        reference_finish_s=_opt(window.reference_finish_time_s) if window is not None else None,
         reference_state=packed,
         partner=partner,
     )
