@@ -152,12 +152,22 @@ def add_simulate(sub: Any) -> argparse.ArgumentParser:
         metavar="POLICY.FIELD=VALUE",
         help="a policy parameter, e.g. shockwave.planning_rounds=30 (repeatable)",
     )
-    pol.add_argument("--shockwave-k", type=float, help="Shockwave's k (makespan weight)")
     pol.add_argument(
-        "--shockwave-lambda", type=float, help="Shockwave's lambda (fairness exponent)"
+        "--shockwave-k", type=float, metavar="K", help="Shockwave's k (makespan weight)"
     )
-    pol.add_argument("--shockwave-window", type=int, help="Shockwave's planning window (rounds)")
-    pol.add_argument("--shockwave-rho-max", type=float, help="Shockwave's rho_max")
+    pol.add_argument(
+        "--shockwave-lambda",
+        type=float,
+        metavar="LAMBDA",
+        help="Shockwave's lambda (fairness exponent)",
+    )
+    pol.add_argument(
+        "--shockwave-window",
+        type=int,
+        metavar="ROUNDS",
+        help="Shockwave's planning window (rounds)",
+    )
+    pol.add_argument("--shockwave-rho-max", type=float, metavar="RHO", help="Shockwave's rho_max")
     pol.add_argument(
         "--time-limit",
         type=float,
@@ -165,7 +175,9 @@ def add_simulate(sub: Any) -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="per-solve time limit (default 15)",
     )
-    pol.add_argument("--threads", type=int, default=0, help="solver threads (0 = default)")
+    pol.add_argument(
+        "--threads", type=int, default=0, metavar="N", help="solver threads (0 = default)"
+    )
     pol.add_argument(
         "--resolve-every",
         type=int,
