@@ -46,6 +46,7 @@ from apportion.simulator.engine import SimulationConfig
 from apportion.simulator.output import write_outputs
 from apportion.simulator.sweep import Task, run_tasks
 from apportion.simulator.workload import workload_from_table
+from apportion.solver.model import SolverPreference
 
 REFERENCE = Path(
     os.environ.get("APPORTION_REFERENCE")
@@ -75,6 +76,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, nargs=2, default=(2000, 2500))
     parser.add_argument("--jobs", type=int, default=3000, help="jobs generated per run")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--solver", default="auto", choices=("auto", "clarabel", "highs"),
+                        help="the policies' solve path (clarabel: an interior point, as Gavel's "
+                        "ECOS, where the optimum is not unique)")
     parser.add_argument("--out", help="write the simulator's tables, plots and report here")
     args = parser.parse_args()
     cluster = parse_cluster("v100:36,p100:36,k80:36")
@@ -91,7 +95,8 @@ def main() -> None:
                 pair = [
                     Task(f"{figure}/{policy}", workload, cluster,
                          SimulationConfig(policy=policy, round_s=360.0, seed=seed,
-                                          window=(args.window[0], args.window[1])), rate)
+                                          window=(args.window[0], args.window[1]),
+                                          solver=SolverPreference(args.solver)), rate)
                     for policy in (agnostic, aware)
                 ]
                 groups.append((figure, rate, seed, pair))

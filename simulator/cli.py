@@ -179,6 +179,14 @@ def add_simulate(sub: Any) -> argparse.ArgumentParser:
         "--threads", type=int, default=0, metavar="N", help="solver threads (0 = default)"
     )
     pol.add_argument(
+        "--solver",
+        default="auto",
+        choices=("auto", "clarabel", "highs"),
+        help="the policy's solve path: auto = its fastest exact method; clarabel = an interior "
+        "point on the full model (spreads shares where the optimum is not unique, as Gavel's "
+        "ECOS does); highs = simplex on the full model",
+    )
+    pol.add_argument(
         "--resolve-every",
         type=int,
         metavar="N",

@@ -61,6 +61,7 @@ from apportion.solver.model import (
     PolicyRequest,
     Problem,
     SolveOptions,
+    SolverPreference,
 )
 from apportion.solver.registry import PolicySpec, lookup, resolve_parameters
 
@@ -85,6 +86,10 @@ class SimulationConfig:
     time_limit_s: float = 15.0
     """Per-solve time limit (s); 0 = none."""
     threads: int = 0
+    solver: SolverPreference = SolverPreference.AUTO
+    """Which solve path the policy takes (`SolveOptions.solver`): AUTO = its fastest exact one;
+    CLARABEL = an interior point on the full model (Gavel's ECOS-like answers where the optimum
+    is not unique)."""
     seed: int = 0
     """Seed of the policy (SolveOptions.seed) and of every random draw of the run."""
     resolve_every: int | None = None
@@ -184,7 +189,10 @@ def simulate(
         recalibrate=fid.recalibrate,
     )
     options = SolveOptions(
-        time_limit_s=config.time_limit_s, threads=config.threads, seed=config.seed
+        time_limit_s=config.time_limit_s,
+        threads=config.threads,
+        seed=config.seed,
+        solver=config.solver,
     )
     solver: Solver = (
         RemoteSolver(config.server, request, options)

@@ -20,7 +20,13 @@ from apportion.simulator.cluster import parse_cluster, single_type
 from apportion.simulator.fidelity import Fidelity
 from apportion.simulator.solvers import InProcessSolver
 from apportion.simulator.wire import policy_message, request_message
-from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
+from apportion.solver.model import (
+    Compat,
+    PolicyRequest,
+    Problem,
+    SolveOptions,
+    SolverPreference,
+)
 from apportion.solver.parameters import ShockwaveParameters, SiaParameters
 from apportion.solver.registry import policies, resolve_parameters
 from tests.simulator.tiny import epoch_workload, mixed_jobs, run, workload
@@ -84,9 +90,13 @@ NODES = parse_cluster("fast:4:2,slow:4:2")
 )
 def test_time_share_snapshots_round_trip(monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
     seen = recorded(monkeypatch)
+    solver = SolverPreference.AUTO
+    if policy == "max_min_fairness_perf":
+        solver = SolverPreference.CLARABEL
     run(workload(mixed_jobs()[:4]), NODES, policy=policy, round_s=100.0, resolve_every=2,
-        fidelity=Fidelity(estimate_error=0.3, seed=1))
+        fidelity=Fidelity(estimate_error=0.3, seed=1), solver=solver)
     assert_round_trips(seen)
+    assert all(options.solver is solver for _, _, options in seen)
     if policy == "finish_time_fairness_perf":  # later snapshots carry C_i, iso_i and R_i
         assert any(np.isfinite(p.history.previous_isolated_throughput).any() for p, _, _ in seen)
 
