@@ -101,15 +101,18 @@ def main() -> None:
     tasks = grid(labels, [0, 1, 2], [None], build, CLUSTER)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    run_tasks(tasks, workers=args.workers)
+    results = run_tasks(tasks, workers=args.workers)
     parallel = time.perf_counter() - started
+    busy = sum(r.summary["wall_s"] for r in results)
+    processes = len({r.run["process"] for r in results})
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     started, cpu_started = time.perf_counter(), time.process_time()
     run_tasks(tasks, workers=1)
     serial, serial_cpu = time.perf_counter() - started, time.process_time() - cpu_started
     print(f"sweep: 3 policies x 3 seeds of {args.sweep_jobs} jobs: {parallel:.1f} s on "
-          f"{args.workers} workers, worker CPU {cpu:.1f} s = {cpu / parallel:.2f} cores busy; "
+          f"{args.workers} workers ({processes} processes, {busy / parallel:.2f} runs at once on "
+          f"average), worker CPU {cpu:.1f} s = {cpu / parallel:.2f} cores busy; "
           f"one after the other in this process {serial:.1f} s ({serial_cpu:.1f} s CPU = "
           f"{serial_cpu / serial:.2f} cores); speed-up {serial / parallel:.2f}x; load average "
           f"during the run {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")

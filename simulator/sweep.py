@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
@@ -68,6 +69,8 @@ def run_task(task: Task, progress: bool = False) -> RunResult:
         bar.close()
     result = run_result(outcome, task.load)
     result.run["label"] = task.label
+    result.run["process"] = os.getpid()
+    result.run["finished_at"] = time.time()
     return result
 
 
