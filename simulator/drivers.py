@@ -8,7 +8,9 @@ reads the answer as a `plans.Decision`. Which driver runs is the policy's plan k
   for `schedule_rounds`): priorities from the time received since the last solve, placement
   on nodes with lease extensions. X is recomputed when the set of active jobs changes (an
   arrival or a completion) and, with `resolve_every`, every that many rounds; the received
-  time restarts at every recompute (Gavel's reset).
+  time restarts at every recompute (Gavel's reset). A plan that comes with rounds of its own
+  (Gandiva_fair's stride quanta) is followed round by round instead, and re-solved when they
+  run out.
 * WINDOW (`WindowDriver`): round t of the planning window runs its planned grants (on the
   nodes the plan names, else placed here with lease preference); re-planned on any change,
   every `resolve_every` rounds (default 8, Shockwave's) and when the window runs out.
@@ -21,7 +23,7 @@ reads the answer as a `plans.Decision`. Which driver runs is the policy's plan k
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -100,8 +102,53 @@ def _due(changed: bool, index: int, solved_at: int, every: int) -> bool:
     return changed or solved_at < 0 or (every > 0 and index - solved_at >= every)
 
 
+def place_planned(
+    ctx: RoundContext, planned: Sequence[Planned], ids: IntArray, keep_order: bool = False
+) -> list[Grant]:
+    """The grants of one planned round (`ids` maps the plan's job indices to global ones):
+    each on the nodes the plan names (its devices spread over them in order), else placed
+    here preferring the nodes the job held in the previous round; a pair shares one set of
+    devices. Named nodes and larger gangs are placed first, unless `keep_order` (the order in
+    which the plan placed them)."""
+    pool = ctx.new_pool()
+    placed: dict[int, NodeDevices] = {}
+    out = []
+    order = (
+        list(planned)
+        if keep_order
+        else sorted(planned, key=lambda p: (not p.nodes, -p.devices, p.job))
+    )
+    for p in order:
+        i = int(ids[p.job])
+        before = ctx.state.placement[i]
+        if p.partner >= 0 and p.partner in placed:
+            nodes = placed[p.partner]
+        else:
+            previous = (
+                before.nodes if before is not None and before.type_index == p.type_index else ()
+            )
+            found = (
+                pool.spread(p.type_index, p.devices, p.nodes)
+                if p.nodes
+                else pool.choose(p.type_index, p.devices, previous)
+            )
+            if found is None or pool.reserve(p.type_index, p.devices, found):
+                raise SimulationError(
+                    f"round {ctx.index}: the plan runs job {i} beyond the free "
+                    f"devices of type {p.type_index}"
+                )
+            nodes = found
+        placed[p.job] = nodes
+        kept = before is not None and (before.type_index, before.nodes) == (p.type_index, nodes)
+        partner = int(ids[p.partner]) if p.partner >= 0 else -1
+        out.append(Grant(i, p.type_index, p.devices, nodes, partner, kept and bool(nodes)))
+    return out
+
+
 @dataclass
 class TimeShareDriver:
+    """Gavel's round mechanism on the plan's time shares, or the plan's own rounds."""
+
     resolve_every: int = 0
     solved_at: int = -1
     problem: Problem | None = None
@@ -109,110 +156,71 @@ class TimeShareDriver:
     colocated: tuple[tuple[int, int, int, float], ...] = ()
     received: FloatArray = field(default_factory=lambda: np.zeros((0, 0)))
     elapsed_s: float = 0.0
+    planned: tuple[tuple[Planned, ...], ...] = ()
 
     def grants(self, ctx: RoundContext) -> list[Grant]:
         from apportion.formulations.rounds import round_schedule
 
-        if _due(ctx.changed, ctx.index, self.solved_at, self.resolve_every):
+        offset = ctx.index - self.solved_at
+        if _due(ctx.changed, ctx.index, self.solved_at, self.resolve_every) or (
+            self.planned and offset >= len(self.planned)
+        ):
             self.problem = ctx.problem()
             decision = ctx.solve()
             k, n = self.problem.jobs.num_jobs, self.problem.cluster.num_types
-            self.shares, self.colocated = np.zeros((k, n)), ()
+            self.shares, self.colocated, self.planned = np.zeros((k, n)), (), ()
             if decision.has_plan and decision.time_share is not None:
                 self.shares, self.colocated = decision.time_share, decision.colocated
+                self.planned = decision.planned or ()
             self.received = np.zeros((k, n))
             self.elapsed_s = 0.0
             self.solved_at = ctx.index
+            offset = 0
+        if self.planned:
+            return place_planned(ctx, self.planned[offset], ctx.active)
         assert self.problem is not None
         problem = with_round_history(
             self.problem, self.received, self.elapsed_s, ctx.state, ctx.active
         )
         rounds = round_schedule(problem, self.shares, 1, self.colocated)
         names = {name: k for k, name in enumerate(problem.cluster.node_names)}
-        pool = ctx.new_pool()
-        out: list[Grant] = []
-        placed: dict[int, NodeDevices] = {}
         granted = rounds[0].grants if rounds else ()
-        order = sorted(granted, key=lambda g: (not g.lease_extended, -g.devices, g.job))
-        for g in order:
-            partner = g.colocated_with
-            if partner >= 0 and partner in placed:
-                nodes = placed[partner]  # a pair shares its devices: placed once
-            else:
-                spread = pool.spread(g.type_index, g.devices, [names[x] for x in g.nodes])
-                if spread is None or pool.reserve(g.type_index, g.devices, spread):
-                    raise SimulationError(
-                        f"round {ctx.index}: the round mechanism placed job "
-                        f"{problem.jobs.ids[g.job]!r} beyond the free devices of its nodes"
-                    )
-                nodes = spread
-            placed[g.job] = nodes
-            out.append(
-                Grant(
-                    int(ctx.active[g.job]),
-                    g.type_index,
-                    g.devices,
-                    nodes,
-                    int(ctx.active[partner]) if partner >= 0 else -1,
-                    g.lease_extended,
-                )
-            )
+        for g in granted:
             self.received[g.job, g.type_index] += ctx.round_s
         self.elapsed_s += ctx.round_s
-        return out
+        # in the order the mechanism placed them: kept leases first, then larger gangs
+        ordered = sorted(granted, key=lambda g: (not g.lease_extended, -g.devices, g.job))
+        planned = [
+            Planned(
+                g.job, g.type_index, g.devices, tuple(names[x] for x in g.nodes), g.colocated_with
+            )
+            for g in ordered
+        ]
+        return place_planned(ctx, planned, ctx.active, keep_order=True)
 
 
 @dataclass
 class WindowDriver:
     resolve_every: int = WINDOW_RESOLVE_ROUNDS
     solved_at: int = -1
-    window: tuple[tuple[Planned, ...], ...] = ()
+    planned: tuple[tuple[Planned, ...], ...] = ()
     ids: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def grants(self, ctx: RoundContext) -> list[Grant]:
         offset = ctx.index - self.solved_at
         if (
-            not self.window
+            not self.planned
             or _due(ctx.changed, ctx.index, self.solved_at, self.resolve_every)
-            or offset >= len(self.window)
+            or offset >= len(self.planned)
         ):
             decision = ctx.solve()
-            self.window = (decision.window or ()) if decision.has_plan else ()
+            self.planned = (decision.planned or ()) if decision.has_plan else ()
             self.ids = ctx.active.copy()
             self.solved_at = ctx.index
             offset = 0
-        if offset >= len(self.window):
+        if offset >= len(self.planned):
             return []
-        pool = ctx.new_pool()
-        placed: dict[int, NodeDevices] = {}
-        out = []
-        planned = sorted(self.window[offset], key=lambda p: (not p.nodes, -p.devices, p.job))
-        for p in planned:
-            i = int(self.ids[p.job])
-            partner = int(self.ids[p.partner]) if p.partner >= 0 else -1
-            if partner >= 0 and p.partner in placed:
-                nodes = placed[p.partner]
-            else:
-                before = ctx.state.placement[i]
-                previous = (
-                    before.nodes if before is not None and before.type_index == p.type_index else ()
-                )
-                found = (
-                    pool.spread(p.type_index, p.devices, p.nodes)
-                    if p.nodes
-                    else pool.choose(p.type_index, p.devices, previous)
-                )
-                if found is None or pool.reserve(p.type_index, p.devices, found):
-                    raise SimulationError(
-                        f"round {ctx.index}: the planned round runs job {i} beyond the free "
-                        f"devices of type {p.type_index}"
-                    )
-                nodes = found
-            placed[p.job] = nodes
-            before = ctx.state.placement[i]
-            kept = before is not None and (before.type_index, before.nodes) == (p.type_index, nodes)
-            out.append(Grant(i, p.type_index, p.devices, nodes, partner, kept and bool(nodes)))
-        return out
+        return place_planned(ctx, self.planned[offset], self.ids)
 
 
 @dataclass

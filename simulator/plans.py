@@ -6,7 +6,8 @@ either shape touches this module only. What is read depends on the policy's plan
 (`Capabilities.plan_kind`), never on its name:
 
 * TIME_SHARE and MARKET: the time shares X (jobs x types) and the co-located pairs, run
-  through Gavel's round mechanism by the simulator;
+  through Gavel's round mechanism by the simulator, or the rounds the policy plans itself
+  when it returns them unasked (Gandiva_fair's stride quanta);
 * WINDOW: the planned rounds of the window, each a list of grants (job, type, devices, nodes
   when the plan names them); a 0/1 schedule (rounds x jobs) runs each job on its gang of the
   type with the most devices, as the service writes it;
@@ -15,7 +16,9 @@ either shape touches this module only. What is read depends on the policy's plan
 
 Besides, every kind may return state a client sends back with the next snapshot (`Carry`):
 finish-time fairness's C_i with the iso_i and R_i it used, Shockwave's reference finish
-times and their bookkeeping, and the pairs of the previous plan (Gandiva's pairing).
+times and their bookkeeping, Gandiva_fair's stride passes, and the pairs of the previous plan
+(Gandiva's pairing). Leases (Themis's auction, Astraea) and Astraea's device-time bookkeeping
+are not carried: each solve sees the jobs without them.
 """
 
 from __future__ import annotations
@@ -108,6 +111,8 @@ class Carry:
     partner: tuple[int, ...] = ()
     """Per snapshot job, the job it shares devices with in the plan (-1 = none); empty = no
     pairs."""
+    stride_pass: FloatArray | None = None
+    """(k,) Gandiva_fair's stride pass after the planned quanta; NaN = none."""
 
 
 @dataclass(frozen=True)
@@ -123,8 +128,9 @@ class Decision:
     """(k, n) time shares (TIME_SHARE, MARKET)."""
     colocated: tuple[tuple[int, int, int, float], ...] = ()
     """(job a, job b, type index, share) of each co-located pair."""
-    window: tuple[tuple[Planned, ...], ...] | None = None
-    """The planned rounds, first = the next one (WINDOW)."""
+    planned: tuple[tuple[Planned, ...], ...] | None = None
+    """Rounds the policy planned itself, first = the next one (WINDOW; time shares that come
+    with their own rounds)."""
     starts: tuple[Start, ...] = ()
     """Pending jobs to start now (QUEUE)."""
     configurations: tuple[Configured | None, ...] = ()
@@ -149,29 +155,18 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
     if not base.has_plan:
         return base
     nodes = {name: k for k, name in enumerate(problem.cluster.node_names)}
+    planned = _own_rounds(plan, problem, nodes)
     if kind in (PlanKind.TIME_SHARE, PlanKind.MARKET):
         return replace(
             base,
             time_share=np.asarray(plan.time_share, np.float64),
             colocated=tuple(plan.shares.colocated),
+            planned=planned,
         )
     if kind is PlanKind.WINDOW:
         if plan.window is not None:
-            return replace(base, window=_window_from_matrix(plan.window.schedule, problem))
-        planned = tuple(
-            tuple(
-                Planned(
-                    g.job,
-                    g.type_index,
-                    g.devices,
-                    tuple(nodes[name] for name in g.nodes if name in nodes),
-                    g.colocated_with,
-                )
-                for g in scheduled.grants
-            )
-            for scheduled in plan.shares.rounds
-        )
-        return replace(base, window=planned or None)
+            return replace(base, planned=_window_from_matrix(plan.window.schedule, problem))
+        return replace(base, planned=planned)
     if kind is PlanKind.QUEUE:
         starts = []
         for i, placed in enumerate(plan.queues.job_queue if plan.queues is not None else ()):
@@ -190,6 +185,27 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
         placement = tuple((nodes[name], d) for name, d in choice.node_devices if name in nodes)
         configured.append(Configured(choice.type_index, choice.devices, placement))
     return replace(base, configurations=tuple(configured))
+
+
+def _own_rounds(
+    plan: Plan, problem: Problem, nodes: Mapping[str, int]
+) -> tuple[tuple[Planned, ...], ...] | None:
+    """The rounds a plan carries (the simulator never asks for `schedule_rounds`, so these are
+    the policy's own); None = none."""
+    planned = tuple(
+        tuple(
+            Planned(
+                g.job,
+                g.type_index,
+                g.devices,
+                tuple(nodes[name] for name in g.nodes if name in nodes),
+                g.colocated_with,
+            )
+            for g in scheduled.grants
+        )
+        for scheduled in plan.shares.rounds
+    )
+    return planned or None
 
 
 def _window_from_matrix(
@@ -241,6 +257,7 @@ def _carry_from_plan(plan: Plan, k: int) -> Carry:
         reference_finish_s=_opt(window.reference_finish_time_s) if window is not None else None,
         reference_state=packed,
         partner=partner,
+        stride_pass=_opt(plan.stride.stride_pass) if plan.stride is not None else None,
     )
 
 
@@ -268,6 +285,19 @@ def decision_from_response(
     base = replace(base, carry=_carry_from_response(entries, response, job_index, k))
     if not base.has_plan:
         return base
+    planned = tuple(
+        tuple(
+            Planned(
+                job_index[g.job_id],
+                type_index[g.accelerator_type],
+                g.devices,
+                tuple(node_index[name] for name in g.nodes if name in node_index),
+                job_index.get(g.colocated_with, -1),
+            )
+            for g in round_msg.grants
+        )
+        for round_msg in response.plan.rounds
+    )
     if kind in (PlanKind.TIME_SHARE, PlanKind.MARKET):
         shares = np.zeros((k, n))
         for i, entry in entries:
@@ -277,22 +307,9 @@ def decision_from_response(
             (job_index[c.job_a], job_index[c.job_b], type_index[c.accelerator_type], c.time_share)
             for c in response.plan.colocated
         )
-        return replace(base, time_share=shares, colocated=colocated)
+        return replace(base, time_share=shares, colocated=colocated, planned=planned or None)
     if kind is PlanKind.WINDOW:
-        planned = tuple(
-            tuple(
-                Planned(
-                    job_index[g.job_id],
-                    type_index[g.accelerator_type],
-                    g.devices,
-                    tuple(node_index[name] for name in g.nodes if name in node_index),
-                    job_index.get(g.colocated_with, -1),
-                )
-                for g in round_msg.grants
-            )
-            for round_msg in response.plan.rounds
-        )
-        return replace(base, window=planned or None)
+        return replace(base, planned=planned or None)
     if kind is PlanKind.QUEUE:
         starts = []
         for i, entry in entries:
@@ -369,4 +386,5 @@ def _carry_from_response(
         reference_finish_s=column("reference_finish_time_s"),
         reference_state=state,
         partner=partner,
+        stride_pass=column("stride_pass"),
     )

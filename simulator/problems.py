@@ -23,6 +23,7 @@ from apportion.datasets.cluster import ClusterSpec
 from apportion.simulator.state import JobState
 from apportion.simulator.workload import Workload, epochs_done
 from apportion.solver.capabilities import Capabilities
+from apportion.solver.fairness_model import FairnessInputs
 from apportion.solver.model import (
     Cluster,
     Colocations,
@@ -134,7 +135,17 @@ def build_problem(ctx: ProblemContext, state: JobState, active: IntArray, now_s:
         time_s=float(now_s),
         round_duration_s=float(ctx.round_s),
         colocations=colocations,
+        fairness=_fairness(state, active),
     )
+
+
+def _fairness(state: JobState, active: IntArray) -> FairnessInputs | None:
+    """Gandiva_fair's stride passes carried from the previous plans (None when no job has
+    one, as the service reads a snapshot that names none)."""
+    passes = state.stride_pass[active]
+    if not np.isfinite(passes).any():
+        return None
+    return replace(FairnessInputs.empty(active.size), stride_pass=passes)
 
 
 def _fractional_epochs(durations: FloatArray, work_done: float) -> float:

@@ -56,6 +56,8 @@ class JobState:
     """(m, 5) Shockwave's F* bookkeeping (estimate NaN = none)."""
     partner: IntArray
     """(m,) the job each job shared devices with in the last plan (-1 = none)."""
+    stride_pass: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) Gandiva_fair's stride pass of the last plan that included the job (NaN = none)."""
     current_type: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
     """(m,) the type of the placement a snapshot reports for the job (-1 = none): its
     placement in the previous round, except the second job of a co-located pair (the pair's
@@ -83,6 +85,7 @@ class JobState:
             reference_finish_s=np.zeros(m),
             reference_state=np.full((m, 5), math.nan),
             partner=np.full(m, -1, np.int64),
+            stride_pass=np.full(m, math.nan),
             current_type=np.full(m, -1, np.int64),
             current_devices=np.zeros(m, np.int64),
             current_nodes=[()] * m,
@@ -119,6 +122,9 @@ class JobState:
         if carry.reference_state is not None:
             has = np.isfinite(carry.reference_state[:, 0])
             self.reference_state[active[has]] = carry.reference_state[has]
+        if carry.stride_pass is not None:
+            given = np.isfinite(carry.stride_pass)
+            self.stride_pass[active[given]] = carry.stride_pass[given]
         if carry.partner:
             partner = np.asarray(carry.partner, np.int64)
             self.partner[active] = np.where(partner >= 0, active[np.maximum(partner, 0)], -1)

@@ -21,7 +21,7 @@ import numpy as np
 from apportion.simulator.errors import SimulationInputError
 from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import ShockwaveParameters, SiaParameters
-from apportion.solver.registry import lookup
+from apportion.solver.registry import lookup, resolve_parameters
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import policy_pb2 as policy_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
@@ -62,15 +62,19 @@ def options_message(options: SolveOptions) -> policy_pb.SolveOptions:
 
 
 def policy_message(policy: PolicyRequest) -> policy_pb.Policy:
-    """The policy by the name the client used, with its parameters (fields matched by name;
-    enums by value; Shockwave's fill and Sia's node caps have their own wire form)."""
+    """The policy by the name the client used, with its parameters when they differ from what
+    that name implies (its defaults and an alias's forced values): fields matched by name,
+    enums by value; Shockwave's fill and Sia's node caps have their own wire form; optional
+    fields are sent only when they differ."""
     spec = lookup(policy.name)
-    msg = policy_pb.Policy(name=policy.requested_name or policy.name, compat=_COMPAT[policy.compat])
-    if not spec.parameters_field:
+    name = policy.requested_name or policy.name
+    msg = policy_pb.Policy(name=name, compat=_COMPAT[policy.compat])
+    params = policy.parameters
+    implied = resolve_parameters(spec, name, None)
+    if not spec.parameters_field or params == implied:
         return msg
     target = getattr(msg, spec.parameters_field)
     target.SetInParent()
-    params = policy.parameters
     if isinstance(params, ShockwaveParameters):
         target.disable_fill = not params.work_conserving_fill
     if isinstance(params, SiaParameters):
@@ -79,19 +83,26 @@ def policy_message(policy: PolicyRequest) -> policy_pb.Policy:
         if params.max_nodes_per_type == ():
             target.no_node_caps = True
         elif params.max_nodes_per_type:
-            for name, cap in params.max_nodes_per_type:
-                target.max_nodes_per_type[name] = cap
+            for node_type, cap in params.max_nodes_per_type:
+                target.max_nodes_per_type[node_type] = cap
     fields = target.DESCRIPTOR.fields_by_name
     for item in dataclasses.fields(params):  # type: ignore[arg-type]
         value = getattr(params, item.name)
         desc = fields.get(item.name)
         if desc is None or item.name == "max_nodes_per_type":
             continue
+        if desc.has_presence and value == getattr(implied, item.name):
+            continue  # an optional field left unset: the service applies the same value
         if isinstance(value, StrEnum):
-            enum = desc.enum_type
             wanted = f"_{value.value.upper()}"
-            matches = [v.number for v in enum.values if v.name.endswith(wanted)]
+            matches = [v.number for v in desc.enum_type.values if v.name.endswith(wanted)]
             setattr(target, item.name, matches[0])
+        elif isinstance(value, tuple | list):  # repeated field (a map as (key, value) pairs)
+            repeated = getattr(target, item.name)
+            if desc.message_type is not None and desc.message_type.GetOptions().map_entry:
+                repeated.update(dict(value))
+            else:
+                repeated.extend(value)
         else:
             setattr(target, item.name, value)
     return msg
@@ -227,6 +238,16 @@ def _history_entry(problem: Problem, i: int) -> snapshot_pb.JobHistory | None:
         entry.reference_job_count = int(state.job_count[i])
     if hist.colocated_with.size and hist.colocated_with[i] >= 0:
         entry.colocated_with = jobs.ids[int(hist.colocated_with[i])]
+    fairness = problem.fairness
+    if fairness is not None:
+        if math.isfinite(fairness.stride_pass[i]):
+            entry.stride_pass = float(fairness.stride_pass[i])
+        if (
+            any(b is not None for b in fairness.bids)
+            or fairness.tenant_usage
+            or (fairness.lease_expires_s.any() or fairness.gpu_time_s.any())
+        ):
+            raise SimulationInputError("bids, leases and device-time cannot be sent yet")
     if entry == snapshot_pb.JobHistory(job_id=jobs.ids[i]):
         return None
     return entry

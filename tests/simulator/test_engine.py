@@ -48,6 +48,11 @@ TIME_SHARE_POLICIES = [
     "fisher_market",
     "hierarchical_max_min_fairness",
     "cost_normalized_throughput",
+    "themis_auction",
+    "gandiva_fair",
+    "gandiva_fair_equal_split",
+    "astraea",
+    "tiresias",
 ]
 
 
@@ -57,6 +62,36 @@ def test_time_share_and_market_plans_keep_the_invariants(policy: str) -> None:
     result = run(w, TWO_TYPES, policy=policy, round_s=100.0)
     check_invariants(result, w, TWO_TYPES, 100.0)
     assert np.all(result.jobs["jct_s"] >= result.jobs["standalone_s"] - 1e-9)
+
+
+def test_a_plan_with_rounds_of_its_own_is_followed() -> None:
+    """Gandiva_fair plans its own rounds (stride quanta): the simulation runs exactly them
+    while the job set stays the same, and solves again when they run out."""
+    from apportion.simulator.problems import ProblemContext, build_problem, model_cluster
+    from apportion.simulator.state import JobState
+    from apportion.solver.model import PolicyRequest, SolveOptions
+    from apportion.solver.parameters import GandivaFairParameters
+    from apportion.solver.registry import lookup
+    from apportion.solver.solve import solve
+
+    jobs = [(f"j{k}", 0.0, 1 + k % 2, 5000.0, [2.0, 1.0]) for k in range(7)]
+    w = workload(jobs)
+    params = GandivaFairParameters(quanta=4)
+    result = run(w, TWO_TYPES, policy="gandiva_fair", parameters=params, round_s=100.0)
+    spec = lookup("gandiva_fair")
+    context = ProblemContext(w, model_cluster(TWO_TYPES), spec.capabilities, 100.0,
+                             w.throughput, np.ones_like(w.throughput))
+    first = build_problem(context, JobState.start(w), np.arange(w.num_jobs), 0.0)
+    plan = solve(first, PolicyRequest(spec.name, params), SolveOptions())
+    assert len(plan.shares.rounds) == 4
+    for r, scheduled in enumerate(plan.shares.rounds):
+        planned = sorted((g.job, g.type_index) for g in scheduled.grants)
+        ran = sorted(zip(result.grants["job"][result.grants["round"] == r].tolist(),
+                         result.grants["type"][result.grants["round"] == r].tolist(),
+                         strict=True))
+        assert ran == planned, r
+    assert result.rounds["solves"][:5].tolist() == [1, 0, 0, 0, 1]
+    check_invariants(result, w, TWO_TYPES, 100.0)
 
 
 def test_queue_plans_run_without_preemption() -> None:

@@ -115,7 +115,8 @@ def server() -> Iterator[str]:
 
 
 @pytest.mark.parametrize(
-    "policy", ["max_min_fairness_perf", "finish_time_fairness_perf", "allox", "sia"]
+    "policy", ["max_min_fairness_perf", "finish_time_fairness_perf", "allox", "sia",
+               "gandiva_fair"]
 )
 def test_server_gives_the_in_process_run(server: str, policy: str) -> None:
     w = build(0, 10.0)

@@ -29,6 +29,7 @@ from apportion.solver.model import (
 )
 from apportion.solver.parameters import ShockwaveParameters, SiaParameters
 from apportion.solver.registry import policies, resolve_parameters
+from apportion.v1 import policy_pb2 as policy_pb
 from tests.simulator.tiny import epoch_workload, mixed_jobs, run, workload
 
 
@@ -86,7 +87,8 @@ NODES = parse_cluster("fast:4:2,slow:4:2")
 @pytest.mark.parametrize(
     "policy",
     ["max_min_fairness_perf", "finish_time_fairness_perf", "fifo", "fisher_market",
-     "min_makespan", "hierarchical_max_min_fairness"],
+     "min_makespan", "hierarchical_max_min_fairness", "gandiva_fair", "themis_auction",
+     "astraea", "tiresias"],
 )
 def test_time_share_snapshots_round_trip(monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
     seen = recorded(monkeypatch)
@@ -97,6 +99,8 @@ def test_time_share_snapshots_round_trip(monkeypatch: pytest.MonkeyPatch, policy
         fidelity=Fidelity(estimate_error=0.3, seed=1), solver=solver)
     assert_round_trips(seen)
     assert all(options.solver is solver for _, _, options in seen)
+    if policy == "gandiva_fair":  # later snapshots carry the stride passes
+        assert any(p.fairness is not None for p, _, _ in seen)
     if policy == "finish_time_fairness_perf":  # later snapshots carry C_i, iso_i and R_i
         assert any(np.isfinite(p.history.previous_isolated_throughput).any() for p, _, _ in seen)
 
@@ -158,7 +162,13 @@ def test_every_registered_policy_round_trips(spec: Any) -> None:
     for name in [spec.name, *spec.aliases]:
         request = PolicyRequest(spec.name, resolve_parameters(spec, name, None), Compat.GAVEL,
                                 requested_name=name)
-        back = _policy(policy_message(request), [])
+        violations: list[Any] = []
+        back = _policy(policy_message(request), violations)
+        # defaults that need data from the user (2D-Gittins's service samples) are refused
+        # the same way when the request names the policy alone
+        alone: list[Any] = []
+        _policy(policy_pb.Policy(name=name, compat=policy_pb.COMPAT_GAVEL), alone)
+        assert violations == alone, (name, violations)
         same(back, request, name)
 
 
@@ -177,4 +187,6 @@ def test_non_default_parameters_round_trip() -> None:
                       requested_name="sia"),
         PolicyRequest("sia", SiaParameters(max_nodes_per_type=()), requested_name="sia"),
     ):
-        same(_policy(policy_message(request), []), request, request.name)
+        violations: list[Any] = []
+        same(_policy(policy_message(request), violations), request, request.name)
+        assert violations == []
