@@ -26,9 +26,10 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from apportion.datasets.synthetic import DEFAULT_TYPES, cluster_counts
-from apportion.solver.model import PolicyRequest, Problem, make_problem
+from apportion.solver.model import PolicyRequest, Problem
 from apportion.solver.parameters import AlloxParameters
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 NOW = 3600.0
 

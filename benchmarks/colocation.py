@@ -41,7 +41,7 @@ from apportion.datasets.colocation_profiles import read_muri_trace, read_synergy
 from apportion.formulations import antman, iadeep, lucid, muri, synergy
 from apportion.formulations.matching import greedy_matching, matching_weight, max_weight_matching
 from apportion.solver.deadline import Deadline
-from apportion.solver.model import Compat, History, Problem, SolveOptions, make_problem
+from apportion.solver.model import Compat, History, Problem, SolveOptions
 from apportion.solver.parameters import (
     AntmanParameters,
     IadeepParameters,
@@ -57,6 +57,7 @@ from apportion.solver.sharing import (
     SharedDevices,
     SharingInputs,
 )
+from apportion.solver.validation import make_problem
 
 DEFAULT_REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 OPTIONS = SolveOptions(relative_gap=1e-4)

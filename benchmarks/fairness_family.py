@@ -92,7 +92,6 @@ from apportion.solver.model import (
     Problem,
     SolveOptions,
     Tenant,
-    make_problem,
 )
 from apportion.solver.parameters import (
     AstraeaParameters,
@@ -105,6 +104,7 @@ from apportion.solver.parameters import (
     ThemisAuctionParameters,
 )
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 T = TypeVar("T")
 GPUS_PER_NODE = 8

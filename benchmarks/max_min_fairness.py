@@ -22,9 +22,10 @@ import numpy as np
 
 from apportion.datasets.synthetic import catalog_problem, distinct_problem
 from apportion.formulations.max_min_fairness import level_coefficients
-from apportion.solver.model import Compat, PolicyRequest, Problem, make_problem
+from apportion.solver.model import Compat, PolicyRequest, Problem
 from apportion.solver.parameters import MaxMinFairnessParameters
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 
 def congested_problem(num_jobs: int, seed: int = 0) -> Problem:

@@ -37,7 +37,7 @@ from apportion.formulations.placement.demands import Grant, round_grants
 from apportion.formulations.placement.stage import place_grants
 from apportion.formulations.rounds import round_schedule
 from apportion.solver.deadline import Deadline
-from apportion.solver.model import PolicyRequest, Problem, make_problem
+from apportion.solver.model import PolicyRequest, Problem
 from apportion.solver.parameters import MaxMinFairnessParameters
 from apportion.solver.solve import solve
 from apportion.solver.stages import PlacementParameters, PlacementWeights, Placer
@@ -47,6 +47,7 @@ from apportion.solver.topology import (
     PlacementInputs,
     PlacementJobs,
 )
+from apportion.solver.validation import make_problem
 
 LIMIT_S = 10.0
 """Time limit of each placer call (s): the stage's default when a request sets none."""

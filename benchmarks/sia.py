@@ -40,7 +40,7 @@ import numpy as np
 
 from apportion.datasets.sia import read_sia_workload
 from apportion.datasets.sia_models import AppProfiles, read_profile_library
-from apportion.formulations.pollux_model import PerfParams, best_goodput, job_inputs
+from apportion.formulations.pollux_model import best_goodput, job_inputs
 from apportion.formulations.sia import (
     build_instance,
     current_configuration,
@@ -60,13 +60,14 @@ from apportion.solver.model import (
     Cluster,
     Compat,
     GivenGoodput,
+    PerfParams,
     PolicyRequest,
     Problem,
     SolveOptions,
-    make_problem,
 )
 from apportion.solver.parameters import SiaParameters
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 TYPES = ("aws", "dgx-ext", "rtx")
 NODES = ((192, 4), (64, 8), (96, 8))

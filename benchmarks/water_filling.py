@@ -32,9 +32,10 @@ import cvxpy as cp
 import numpy as np
 
 from apportion.datasets.generators import builtin_throughputs, gavel_workload
-from apportion.solver.model import PolicyRequest, Problem, Tenant, make_problem
+from apportion.solver.model import PolicyRequest, Problem, Tenant
 from apportion.solver.parameters import WaterFillingParameters
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 
 def capped(num_jobs: int, seed: int = 1) -> Problem:

@@ -29,8 +29,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import Bounds, minimize
 
-from apportion.formulations.pollux_model import PerfParams
-from apportion.solver.model import FloatArray, PolluxJobModel
+from apportion.solver.model import FloatArray, PerfParams, PolluxJobModel
 
 SEED_TYPE_ALIASES: Mapping[str, str] = {"aws": "t4", "azure": "v100", "dgx-ext": "dgx"}
 """Sia profile GPU keys -> the `gpu_type` names of the 1-GPU seed profiles (T2.3, docs/datasets.md:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apportion.solver.model import FloatArray, IntArray, Problem, make_problem
+from apportion.solver.model import FloatArray, IntArray, Problem
+from apportion.solver.validation import make_problem
 
 DEFAULT_TYPES: tuple[str, ...] = ("v100", "p100", "k80")
 SCALE_FACTORS: tuple[int, ...] = (1, 2, 4, 8)

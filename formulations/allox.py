@@ -365,12 +365,12 @@ def _devices(problem: Problem) -> _Devices:
     for i in np.nonzero(running)[0]:
         t = int(hist.current_type[i])
         want = int(hist.current_devices[i]) or int(jobs.scale_factor[i])
-        until = float(hist.busy_until_s[i]) if hist.busy_until_s.size else 0.0
+        until = float(hist.busy_until_s[i])
         if until <= now:
             thr = jobs.throughput[i, t]
             known = jobs.total_steps[i] > 0 and remaining[i] > 0 and thr > 0
             until = now + remaining[i] / thr if known else now
-        wanted_nodes = set(hist.current_nodes[i]) if hist.current_nodes else set()
+        wanted_nodes = set(hist.current_nodes[i])
         mine = [
             g
             for g in range(offsets[t], offsets[t] + counts[t])

@@ -74,7 +74,6 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from apportion.formulations.normalizers import proportional_throughput
 from apportion.solver.backends.clarabel import Cone, ConeKind, ConicModel, solve_clarabel
 from apportion.solver.backends.lp import solve_lp
 from apportion.solver.backends.status import SolverStatus
@@ -429,9 +428,9 @@ def market_inputs(
     """(a, s, W, budgets, servable): a[i,j] = T[i,j]/prop_i on usable cells (B4), 0 elsewhere;
     servable = the job has a usable cell on a type with devices."""
     jobs = problem.jobs
-    W = problem.cluster.count.astype(np.float64)
+    W = problem.cluster.count_float
     thr = jobs.throughput
-    prop = proportional_throughput(thr, W)
+    prop = problem.proportional_throughput
     usable = problem.usable & (W[None, :] > 0)
     a = np.where(usable, thr / np.where(prop > 0, prop, 1.0)[:, None], 0.0)
     budgets = (
@@ -440,7 +439,7 @@ def market_inputs(
         else np.ones(jobs.num_jobs)
     )
     servable = np.asarray(usable.any(axis=1), dtype=bool)
-    return a, jobs.scale_factor.astype(np.float64), W, budgets, servable
+    return a, jobs.scale_factor_float, W, budgets, servable
 
 
 def solve_policy(

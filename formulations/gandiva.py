@@ -57,8 +57,6 @@ def form_pairs(problem: Problem, rates: PairRates, seed: int,
     m = jobs.num_jobs
     partner = np.full(m, -1, np.int64)
     previous = problem.history.colocated_with
-    if previous.size != m:
-        previous = np.full(m, -1, np.int64)
     for a in np.flatnonzero(previous > np.arange(m)):
         b = int(previous[a])
         if previous[b] == a and compatible(problem, rates, int(a), np.array([b]))[0]:
@@ -90,8 +88,8 @@ def solve_policy(
     started = time.perf_counter()
     jobs, cluster = problem.jobs, problem.cluster
     m, n = jobs.num_jobs, cluster.num_types
-    s = jobs.scale_factor.astype(np.float64)
-    W = cluster.count.astype(np.float64)
+    s = jobs.scale_factor_float
+    W = cluster.count_float
     if s.sum() <= W.sum():
         plan = solve_isolated(problem, parameters, compat, options, deadline)
         cert = plan.certificate

@@ -130,8 +130,8 @@ def policy_throughput(problem: Problem, reference_type: str) -> FloatArray:
 
 def make_cells(problem: Problem, T: FloatArray, compat: Compat, active: BoolArray) -> Cells:
     """Usable cells: T > 0 and (B4, not in compat-gavel) s_i <= W[j]; only active jobs."""
-    s = problem.jobs.scale_factor.astype(np.float64)
-    W = problem.cluster.count.astype(np.float64)
+    s = problem.jobs.scale_factor_float
+    W = problem.cluster.count_float
     ok = T > 0
     if compat is not Compat.GAVEL:
         ok &= s[:, None] <= W[None, :]
@@ -313,7 +313,7 @@ def max_sum_weights(
     """(m,) per-job multiplier of thr_i in the objective (1 or 1/prop_i)."""
     m = problem.jobs.num_jobs
     if normalize is ThroughputNormalization.PROPORTIONAL:
-        prop = proportional_throughput(T, problem.cluster.count.astype(np.float64))
+        prop = proportional_throughput(T, problem.cluster.count_float)
         return np.divide(1.0, prop, out=np.zeros(m), where=prop > 0)
     return np.ones(m)
 
@@ -763,12 +763,11 @@ def ftf_data(problem: Problem, T: FloatArray, compat: Compat) -> FtfData:
     R = np.maximum(jobs.remaining_steps, 0.0)
     active = R > 0
     C = hist.cumulative_isolated_time_s.astype(np.float64).copy()
-    if hist.previous_isolated_throughput.size == m and m:
-        prev_iso, prev_r = hist.previous_isolated_throughput, hist.previous_remaining_steps
-        given = ~np.isnan(prev_iso) & ~np.isnan(prev_r) & (prev_iso > 0)
-        C[given] += (prev_r[given] - R[given]) / prev_iso[given]
-    s = jobs.scale_factor.astype(np.float64)
-    W = problem.cluster.count.astype(np.float64)
+    prev_iso, prev_r = hist.previous_isolated_throughput, hist.previous_remaining_steps
+    given = ~np.isnan(prev_iso) & ~np.isnan(prev_r) & (prev_iso > 0)
+    C[given] += (prev_r[given] - R[given]) / prev_iso[given]
+    s = jobs.scale_factor_float
+    W = problem.cluster.count_float
     iso = np.zeros(m)
     iso[active] = isolated_throughput(T[active], s[active], W)
     w = np.ones(m) if compat is Compat.GAVEL else jobs.priority_weight.astype(np.float64)

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from apportion.formulations.normalizers import isolated_time_share, proportional_throughput
+from apportion.formulations.normalizers import isolated_time_share
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, Problem, SolveOptions
 from apportion.solver.parameters import NoParameters
@@ -25,7 +25,7 @@ def solve_policy(
     started = time.perf_counter()
     share = isolated_time_share(problem, block_unusable=compat is not Compat.GAVEL)
     thr = np.einsum("ij,ij->i", problem.jobs.throughput, share)
-    prop = proportional_throughput(problem.jobs.throughput, problem.cluster.count.astype(float))
+    prop = problem.proportional_throughput
     normalized = np.divide(thr, prop, out=np.zeros_like(thr), where=prop > 0)
     m, n = share.shape
     cert = Certificate(

@@ -117,12 +117,13 @@ def level_coefficients(
     Allowed cells: T > 0, and s_i <= W[j] unless compat is gavel (A1.2 B4). The agnostic variant
     uses T = 1 on every type the job can run on."""
     jobs = problem.jobs
-    count = problem.cluster.count.astype(np.float64)
     thr = (jobs.throughput > 0).astype(np.float64) if agnostic else jobs.throughput
-    allowed = thr > 0
-    if compat is not Compat.GAVEL:
-        allowed &= jobs.scale_factor[:, None] <= problem.cluster.count[None, :]
-    prop = proportional_throughput(thr, count)
+    allowed = thr > 0 if compat is Compat.GAVEL else problem.usable  # thr > 0 iff T > 0
+    prop = (
+        proportional_throughput(thr, problem.cluster.count_float)
+        if agnostic
+        else problem.proportional_throughput
+    )
     scale = jobs.scale_factor / (jobs.priority_weight * np.where(prop > 0, prop, 1.0))
     a = np.where(allowed, scale[:, None] * thr, 0.0)
     return a, prop, thr
@@ -666,8 +667,8 @@ def solve_policy(
         )
         return Plan.empty(0, n, cert)
     a, prop, thr = level_coefficients(problem, params.heterogeneity_agnostic, compat)
-    s = problem.jobs.scale_factor.astype(np.float64)
-    W = problem.cluster.count.astype(np.float64)
+    s = problem.jobs.scale_factor_float
+    W = problem.cluster.count_float
     ca, cs, ck, inverse = aggregate(a, s)
     build_time = time.perf_counter() - started
     lp = LevelProblem(ca, cs, W, ck)

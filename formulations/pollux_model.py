@@ -18,27 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from apportion.solver.model import FloatArray, PolluxJobModel
-
-
-@dataclass(frozen=True)
-class PerfParams:
-    """Throughput-model parameters theta (Pollux `PerfParams`)."""
-
-    alpha_c: float
-    """Compute time per micro-step, intercept (s)."""
-    beta_c: float
-    """Compute time per sample of the atomic batch (s/sample)."""
-    alpha_n: float
-    """Multi-node all-reduce time, intercept (s)."""
-    beta_n: float
-    """Multi-node all-reduce time per replica beyond 2 (s)."""
-    alpha_r: float
-    """Single-node all-reduce time, intercept (s)."""
-    beta_r: float
-    """Single-node all-reduce time per replica beyond 2 (s)."""
-    gamma: float
-    """Compute/network overlap exponent in [1, 10] (1 = no overlap, large = full overlap)."""
+from apportion.solver.model import FloatArray, PerfParams, PolluxJobModel
 
 
 @dataclass(frozen=True)

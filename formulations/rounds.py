@@ -91,12 +91,9 @@ class Combinations:
 def combinations(problem: Problem, X: FloatArray, colocated: Colocated = ()) -> Combinations:
     """Singles and pairs with their shares and attributed history (see module docstring)."""
     m, n = X.shape
-    T = problem.jobs.throughput
     s = problem.jobs.scale_factor.astype(np.int64)
     W = problem.cluster.count.astype(np.int64)
     received = problem.history.received_time_s
-    if received.shape != (m, n):
-        received = np.zeros((m, n))
     pair_rows: dict[tuple[int, int], FloatArray] = {}
     orientation: dict[tuple[int, int], tuple[int, int]] = {}
     for a, b, j, share in colocated:
@@ -107,7 +104,7 @@ def combinations(problem: Problem, X: FloatArray, colocated: Colocated = ()) -> 
             pair_rows[key] = np.zeros(n)
             orientation[key] = (int(a), int(b))
         pair_rows[key][j] += share
-    eligible = (X > 0) & (T > 0) & (s[:, None] <= W[None, :])
+    eligible = (X > 0) & problem.usable
     if not pair_rows:
         return Combinations(X, received, eligible, tuple((i,) for i in range(m)), s)
     pairs = [orientation[key] for key in pair_rows]
@@ -244,10 +241,8 @@ def round_schedule(
     deficit = Xc * problem.history.elapsed_since_reset_s - comb.received
     order = np.argsort(-problem.jobs.throughput.sum(axis=0), kind="stable")
     hist = problem.history
-    last_type = hist.current_type.copy() if hist.current_type.size == m else np.full(m, -1)
-    last_nodes: list[tuple[int, ...]] = (
-        list(hist.current_nodes) if len(hist.current_nodes) == m else [()] * m
-    )
+    last_type = hist.current_type.copy()
+    last_nodes: list[tuple[int, ...]] = list(hist.current_nodes)
     names = problem.cluster.node_names
     out: list[ScheduledRound] = []
     for r in range(rounds):

@@ -412,14 +412,8 @@ def update_reference(
     estimate since now: kept until the job set changes."""
     n = active.size
     hist = problem.history
-    prior = (
-        hist.reference_state.take(active)
-        if hist.reference_state is not None
-        else ReferenceFinishState.empty(n)
-    )
-    given = (
-        hist.reference_finish_time_s[active] if hist.reference_finish_time_s.size else np.zeros(n)
-    )
+    prior = hist.reference_state.take(active)
+    given = hist.reference_finish_time_s[active]
     has = ~np.isnan(prior.estimate_s)
     legacy = ~has & (given > 0)
     if legacy.any():
@@ -452,13 +446,11 @@ def prepare(
     E = jobs.total_epochs[active].astype(np.float64)
     e = jobs.epochs_done[active].astype(np.float64)
     durations = [jobs.epoch_duration_s[i] for i in active]
-    if jobs.measured_run_time_s.size and jobs.measured_epochs.size:
-        durations = [
-            recalibrated_durations(
-                d, float(jobs.measured_run_time_s[i]), float(jobs.measured_epochs[i])
-            )
-            for d, i in zip(durations, active, strict=True)
-        ]
+    measured_s, measured_epochs = jobs.measured_run_time_s, jobs.measured_epochs
+    durations = [
+        recalibrated_durations(d, float(measured_s[i]), float(measured_epochs[i]))
+        for d, i in zip(durations, active, strict=True)
+    ]
     batches = [jobs.epoch_batch_size[i] for i in active]
     delta = np.array([interpolated_epoch_s(d, int(k)) for d, k in zip(durations, e, strict=True)])
     P = np.array(
@@ -584,21 +576,13 @@ def solve_policy(
     jobs = problem.jobs
     m, ntypes = jobs.num_jobs, problem.cluster.num_types
     T = params.planning_rounds
-    finished = jobs.epochs_done >= jobs.total_epochs if jobs.total_epochs.size else np.ones(m, bool)
+    finished = jobs.epochs_done >= jobs.total_epochs
     active = np.flatnonzero(~finished)
     status = tuple(JobStatus.FINISHED if f else JobStatus.ALLOCATED for f in finished)
     reasons = tuple("all epochs done" if f else "" for f in finished)
     formulation = "Shockwave planning window (A4.2)"
-    reference = (
-        problem.history.reference_finish_time_s.copy()
-        if problem.history.reference_finish_time_s.size
-        else np.zeros(m)
-    )
-    ref_state = (
-        problem.history.reference_state
-        if problem.history.reference_state is not None
-        else ReferenceFinishState.empty(m)
-    )
+    reference = problem.history.reference_finish_time_s.copy()
+    ref_state = problem.history.reference_state
     schedule = np.zeros((T, m), bool)
     if active.size == 0:
         cert = Certificate(
@@ -687,7 +671,7 @@ def window_problem(
 ) -> Problem:
     """Convenience constructor (tests, benchmarks): one accelerator type with `gpus` devices,
     one job per profile (total epochs = profile length). No validation beyond shapes."""
-    from apportion.solver.model import make_problem
+    from apportion.solver.validation import make_problem
 
     m = len(durations)
     base = make_problem(["gpu"], [gpus], np.ones((m, 1)), scale_factor=list(scale_factor))

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from apportion.formulations.pollux_model import (
-    PerfParams,
     best_goodput,
     bootstrap_best,
     job_inputs,
@@ -61,6 +60,7 @@ from apportion.solver.model import (
     Compat,
     FloatArray,
     IntArray,
+    PerfParams,
     PolluxJobModel,
     Problem,
     SolveOptions,
@@ -75,8 +75,6 @@ from apportion.solver.result import (
     Termination,
     relative_gap,
 )
-
-DEFAULT_RESTART_PENALTY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -125,12 +123,10 @@ def goodput_table(
     raw = np.zeros((m, len(configs)))
     atomic = np.zeros((m, len(configs)), np.int64)
     accum = np.zeros((m, len(configs)), np.int64)
-    unit_t = jobs.scale_unit if jobs.scale_unit.shape == (m, n) else np.ones((m, n), np.int64)
-    unit = unit_t[:, c_type].astype(np.float64) if configs else np.zeros((m, 0))
+    unit = jobs.scale_unit[:, c_type].astype(np.float64) if configs else np.zeros((m, 0))
     unused, example = 0, ""
     for i in range(m):
-        given = jobs.given_goodput[i] if len(jobs.given_goodput) == m else ()
-        model = jobs.pollux[i] if len(jobs.pollux) == m else None
+        given, model = jobs.given_goodput[i], jobs.pollux[i]
         if given:
             for entry in given:
                 k = index.get((entry.type_index, entry.nodes, entry.devices))
@@ -167,8 +163,7 @@ def goodput_table(
             for k, conf in enumerate(configs):
                 if conf.devices == s:
                     raw[i, k] = jobs.throughput[i, conf.type_index]
-    lo = jobs.min_devices if jobs.min_devices.size == m else np.ones(m, np.int64)
-    hi = jobs.max_devices if jobs.max_devices.size == m else np.zeros(m, np.int64)
+    lo, hi = jobs.min_devices, jobs.max_devices
     fits = (c_dev[None, :] >= np.maximum(lo, 1)[:, None]) & (
         (hi[:, None] <= 0) | (c_dev[None, :] <= hi[:, None])
     )
@@ -183,7 +178,7 @@ def bootstrap_sources(model: PolluxJobModel) -> IntArray:
     a model and a seed; we take the one whose seed throughput is closest to the target's
     (smallest |log ratio|, the most similar device for this job; ties: the lower index)."""
     n = model.perf_params.shape[0]
-    seed = model.seed_throughput if model.seed_throughput.size == n else np.zeros(n)
+    seed = model.seed_throughput
     modelled = np.all(np.isfinite(model.perf_params), axis=1) & (seed > 0)
     out = np.full(n, -1, dtype=np.int64)
     if not modelled.any():
@@ -203,15 +198,13 @@ def current_configuration(
     m = problem.jobs.num_jobs
     out = np.full(m, -1, np.int64)
     hist = problem.history
-    if hist.current_type.size != m:
-        return out
     index = {(c.type_index, c.nodes, c.devices): k for k, c in enumerate(configs)}
     for i in range(m):
         t = int(hist.current_type[i])
         if t < 0:
             continue
         devices = int(hist.current_devices[i]) or int(problem.jobs.scale_factor[i])
-        nodes = len(hist.current_nodes[i]) if len(hist.current_nodes) == m else 0
+        nodes = len(hist.current_nodes[i])
         if nodes == 0:
             g = layout.gpus_per_node(t)
             nodes = max(1, math.ceil(devices / g)) if g else 1
@@ -221,11 +214,8 @@ def current_configuration(
 
 def job_restart_factor(problem: Problem, running: np.ndarray) -> FloatArray:
     """(m,) r_i from age, restarts and delta_i; 1 for jobs not running (module docstring)."""
-    m = problem.jobs.num_jobs
     age = np.maximum(problem.time_s - problem.jobs.arrival_time_s, 0.0)
     delta = problem.jobs.restart_penalty_s
-    if delta.size != m:
-        delta = np.full(m, DEFAULT_RESTART_PENALTY_S)
     r = restart_factor(age, problem.history.restarts, delta)
     return np.asarray(np.where(running, r, 1.0))
 

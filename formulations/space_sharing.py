@@ -384,7 +384,7 @@ def build_cells(problem: Problem, groups: Groups, thr: FloatArray) -> PackedLP:
         q_coef=cat("coef", np.float64), q_same=cat("same", np.int64),
         level_q=cat("level", np.float64), real_q=cat("real", np.float64),
         s_row=np.array(s_rows, dtype=np.int64), s_upper=np.array(s_upper, dtype=np.float64),
-        k=k, s=s, W=problem.cluster.count.astype(np.float64),
+        k=k, s=s, W=problem.cluster.count_float,
         level_rows=np.ones(rep.size, dtype=bool),
     )
 
@@ -713,8 +713,8 @@ def decode(problem: Problem, groups: Groups, base: PackedLP, raw: RawSolution) -
 def repair(problem: Problem, plan: JobPlan) -> JobPlan:
     """Scale onto the feasible set: each job's time <= 1 (a pair by the smaller factor of its
     two jobs), then each type's devices <= W[j] (a pair holds s devices once)."""
-    s = problem.jobs.scale_factor.astype(np.float64)
-    W = problem.cluster.count.astype(np.float64)
+    s = problem.jobs.scale_factor_float
+    W = problem.cluster.count_float
     m = s.size
     used = plan.single.sum(axis=1) + np.bincount(plan.pa, plan.share, minlength=m)
     used += np.bincount(plan.pb, plan.share, minlength=m)

@@ -523,8 +523,8 @@ def solve_water_filling(problem: Problem, params: WaterFillingParameters, compat
     group = st.groups.group
     cells = st.model.cells
     job_plan, u_jobs = realize(st.cell_problem, st.groups, cells, split_raw(cells, filling.x))
-    s = problem.jobs.scale_factor.astype(np.float64)
-    W = problem.cluster.count.astype(np.float64)
+    s = problem.jobs.scale_factor_float
+    W = problem.cluster.count_float
     # the returned plan against the base constraints (after the repair)
     used = job_plan.single.sum(axis=1) + np.bincount(job_plan.pa, job_plan.share, minlength=m)
     used += np.bincount(job_plan.pb, job_plan.share, minlength=m)

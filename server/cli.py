@@ -50,7 +50,7 @@ def load_request(path: str) -> service_pb.SolveRequest:
     """
     from google.protobuf import json_format
 
-    from apportion.v1 import allocation_service_pb2 as service_pb
+    from apportion.server.snapshot_json import parse_request
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -58,7 +58,7 @@ def load_request(path: str) -> service_pb.SolveRequest:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InputError(f"{path}: cannot read file: {reason}") from exc
     try:
-        return json_format.Parse(text, service_pb.SolveRequest(), ignore_unknown_fields=False)
+        return parse_request(text)
     except json_format.ParseError as exc:
         raise InputError(f"{path}: not a valid SolveRequest JSON: {exc}") from exc
 
@@ -462,12 +462,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
     snapshot = _add_snapshot(sub)
 
-    from apportion.server.replay_cli import add_replay, cmd_replay
+    from apportion.simulator.cli import add_simulate
 
-    replay = add_replay(sub)
-    replay.set_defaults(handler=cmd_replay)
+    simulate = add_simulate(sub)
 
-    for subparser in (solve, validate, listing, serve, snapshot, replay):
+    for subparser in (solve, validate, listing, serve, snapshot, simulate):
         _add_common(subparser)
     return parser, serve
 

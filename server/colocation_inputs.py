@@ -1,25 +1,18 @@
 """Co-location (space-sharing) inputs: `Snapshot.colocations` and `type_colocations` into
 `Colocations`, with field-path validation (A1.1, docs/policies/common.md: only pairs with equal
-scale factors; an unordered pair listed once)."""
+scale factors; an unordered pair listed once; at most MAX_COLOCATIONS entries each)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import replace
 
 import numpy as np
 
-from apportion.solver.errors import Violation
+from apportion.solver import limits
+from apportion.solver.errors import Violation, echo, key
 from apportion.solver.model import Cluster, Colocations, FloatArray, IntArray, Jobs
+from apportion.solver.validation import RATE_RULE, rate_ok
 from apportion.v1 import snapshot_pb2 as snapshot_pb
-
-
-def with_job_types(msg: snapshot_pb.Snapshot, jobs: Jobs) -> Jobs:
-    """`jobs` with `job_type` filled when any job names one."""
-    if any(job.job_type for job in msg.jobs):
-        return replace(jobs, job_type=tuple(job.job_type for job in msg.jobs))
-    return jobs
 
 
 def _row(values: Mapping[str, float], type_index: dict[str, int], n: int, path: str,
@@ -27,11 +20,11 @@ def _row(values: Mapping[str, float], type_index: dict[str, int], n: int, path: 
     """(n,) throughputs (steps/s) from a per-type map: known types, finite values >= 0."""
     row = np.zeros(n)
     for name, value in values.items():
-        field = f'{path}["{name}"]'
+        field = f"{path}{key(name)}"
         if name not in type_index:
-            violations.append(Violation(field, f"unknown accelerator type {name!r}"))
-        elif not (math.isfinite(value) and value >= 0):
-            violations.append(Violation(field, f"must be finite and >= 0, got {value}"))
+            violations.append(Violation(field, f"unknown accelerator type {echo(name)}"))
+        elif not rate_ok(value):
+            violations.append(Violation(field, f"{RATE_RULE} steps/s, got {value}"))
         else:
             row[type_index[name]] = value
     return row
@@ -43,6 +36,12 @@ def colocations(
     """The snapshot's pair throughputs, or None when it gives none."""
     if not msg.colocations and not msg.type_colocations:
         return None
+    for name in ("colocations", "type_colocations"):
+        if len(getattr(msg, name)) > limits.MAX_COLOCATIONS:
+            got = len(getattr(msg, name))
+            violations.append(Violation(f"snapshot.{name}",
+                                        f"{got} entries is more than {limits.MAX_COLOCATIONS}"))
+            return None
     n = cluster.num_types
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
     job_index = {job_id: i for i, job_id in enumerate(jobs.ids)}
@@ -57,7 +56,7 @@ def colocations(
         ok = True
         for name, idx, job_id in (("job_a", ia, entry.job_a), ("job_b", ib, entry.job_b)):
             if idx is None:
-                violations.append(Violation(f"{p}.{name}", f"unknown job {job_id!r}"))
+                violations.append(Violation(f"{p}.{name}", f"unknown job {echo(job_id)}"))
                 ok = False
         row_a = _row(entry.throughput_a, type_index, n, f"{p}.throughput_a", violations)
         row_b = _row(entry.throughput_b, type_index, n, f"{p}.throughput_b", violations)
@@ -107,22 +106,27 @@ def colocations(
     return Colocations(
         job_a=np.array(pair_a, dtype=np.int64),
         job_b=np.array(pair_b, dtype=np.int64),
-        throughput_a=np.array(rows_a, dtype=np.float64).reshape(-1, n),
-        throughput_b=np.array(rows_b, dtype=np.float64).reshape(-1, n),
+        throughput_a=_matrix(rows_a, n),
+        throughput_b=_matrix(rows_b, n),
         type_a=tuple(type_a),
         type_b=tuple(type_b),
-        type_throughput_a=np.array(type_rows_a, dtype=np.float64).reshape(-1, n),
-        type_throughput_b=np.array(type_rows_b, dtype=np.float64).reshape(-1, n),
+        type_throughput_a=_matrix(type_rows_a, n),
+        type_throughput_b=_matrix(type_rows_b, n),
     )
+
+
+def _matrix(rows: list[FloatArray], n: int) -> FloatArray:
+    """(len(rows), n), also for no rows or no types."""
+    return np.array(rows, dtype=np.float64).reshape(len(rows), n)
 
 
 def history_partners(msg: snapshot_pb.Snapshot, jobs: Jobs, violations: list[Violation]
                      ) -> IntArray:
-    """(m,) `history.jobs[].colocated_with` as job indices (-1 = none), or empty when no job
-    names a partner. The partner must be another known job with the same scale factor that
-    names this job back (or names no one)."""
+    """(m,) `history.jobs[].colocated_with` as job indices (-1 = none). The partner must be
+    another known job with the same scale factor that names this job back (or names no
+    one)."""
     if not any(entry.colocated_with for entry in msg.history.jobs):
-        return np.zeros(0, np.int64)
+        return np.full(jobs.num_jobs, -1, np.int64)
     job_index = {job_id: i for i, job_id in enumerate(jobs.ids)}
     partner = np.full(jobs.num_jobs, -1, np.int64)
     paths: dict[int, str] = {}
@@ -134,13 +138,13 @@ def history_partners(msg: snapshot_pb.Snapshot, jobs: Jobs, violations: list[Vio
         if i is None:
             continue  # the unknown job_id is reported with its own field path
         if j is None:
-            violations.append(Violation(p, f"unknown job {entry.colocated_with!r}"))
+            violations.append(Violation(p, f"unknown job {echo(entry.colocated_with)}"))
         elif j == i:
             violations.append(Violation(p, "a job cannot be paired with itself"))
         elif jobs.scale_factor[i] != jobs.scale_factor[j]:
             violations.append(Violation(
-                p, f"{entry.colocated_with!r} has scale factor {jobs.scale_factor[j]}, "
-                   f"{entry.job_id!r} {jobs.scale_factor[i]}: pairs need equal scale factors"))
+                p, f"{echo(entry.colocated_with)} has scale factor {jobs.scale_factor[j]}, "
+                   f"{echo(entry.job_id)} {jobs.scale_factor[i]}: pairs need equal scale factors"))
         else:
             partner[i] = j
             paths[i] = p
@@ -148,8 +152,8 @@ def history_partners(msg: snapshot_pb.Snapshot, jobs: Jobs, violations: list[Vio
         b = int(partner[a])
         if b >= 0 and int(partner[b]) not in (-1, a):
             violations.append(Violation(
-                paths[a], f"{jobs.ids[b]!r} is paired with {jobs.ids[int(partner[b])]!r}, not "
-                          f"with {jobs.ids[a]!r}"))
+                paths[a], f"{echo(jobs.ids[b])} is paired with {echo(jobs.ids[int(partner[b])])}, "
+                          f"not with {echo(jobs.ids[a])}"))
     named = partner.copy()
     for a in range(jobs.num_jobs):
         b = int(named[a])

@@ -1,7 +1,7 @@
 """Conversion and validation for the elastic policies (Optimus B8, SLAQ B9, Lyra B7) and POP's
 options (B10).
 
-* `elastic_parameters` maps a `Policy.parameters` oneof field to a converter of its message.
+* `elastic_parameters` maps a `Policy.parameters` message (full name) to its converter.
 * `elastic_problem` adds loss histories, speed models, per-node holdings and the inference
   cluster's loaned nodes to the model (`Problem.elastic`) for policies that read them
   (capabilities `reads_loss_history`, `reads_inference`), checking each with its field path.
@@ -130,9 +130,9 @@ def _lyra(msg: Any, violations: list[Violation]) -> object:
 
 
 elastic_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {
-    "optimus": _optimus,
-    "slaq": _slaq,
-    "lyra": _lyra,
+    policy_pb.OptimusParameters.DESCRIPTOR.full_name: _optimus,
+    policy_pb.SlaqParameters.DESCRIPTOR.full_name: _slaq,
+    policy_pb.LyraParameters.DESCRIPTOR.full_name: _lyra,
 }
 
 

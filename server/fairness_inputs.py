@@ -1,7 +1,7 @@
 """Wire conversion for the long-run fairness family (B1-B3): Themis's auction, Gandiva_fair,
 Astraea.
 
-* `fairness_parameters` maps a `Policy.parameters` oneof field to a converter of its message.
+* `fairness_parameters` maps a `Policy.parameters` message (full name) to its converter.
 * `fairness_inputs` reads the snapshot's bid tables, leases, stride passes and device-time
   bookkeeping into `FairnessInputs` (validated for every policy: they are snapshot facts).
 * `fairness_input_violations` checks what the resolved policy needs beyond them.
@@ -102,9 +102,9 @@ def _astraea(msg: Any, violations: list[Violation]) -> object:
 
 
 fairness_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {
-    "themis_auction": _themis,
-    "gandiva_fair": _gandiva_fair,
-    "astraea": _astraea,
+    policy_pb.ThemisAuctionParameters.DESCRIPTOR.full_name: _themis,
+    policy_pb.GandivaFairParameters.DESCRIPTOR.full_name: _gandiva_fair,
+    policy_pb.AstraeaParameters.DESCRIPTOR.full_name: _astraea,
 }
 
 

@@ -1,20 +1,19 @@
-"""Validation of the inputs the Gavel LP family reads (A2.5-A2.8, docs/policies/gavel.md).
+"""Parameters and input checks of the Gavel LP family (A2.5-A2.8, docs/policies/gavel.md).
 
-`gavel_parameters` maps a `Policy.parameters` oneof field to a converter of its message;
-`gavel_input_violations` checks the snapshot against what the resolved policy needs. Both
-append `Violation(field_path, description)` like the rest of `apportion.server.convert`.
+`max_sum_parameters`, `cost_parameters`, `makespan_parameters` and `ftf_parameters` convert
+their `Policy.parameters` messages; `check_gavel_lp` is the family's input check (declared on
+its registry entries): the reference type and the SLO rows. Both append
+`Violation(field_path, description)` like the rest of `apportion.server`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from apportion.solver.errors import Violation
-from apportion.solver.model import PolicyRequest, Problem
+from apportion.server.request_context import RequestContext
+from apportion.solver.errors import Violation, echo, listing
 from apportion.solver.parameters import (
     CostThroughputParameters,
     FinishTimeFairnessParameters,
@@ -22,7 +21,6 @@ from apportion.solver.parameters import (
     MinMakespanParameters,
     ThroughputNormalization,
 )
-from apportion.solver.registry import lookup
 from apportion.v1 import policy_pb2 as policy_pb
 
 _NORMALIZATION = {
@@ -32,7 +30,8 @@ _NORMALIZATION = {
 }
 
 
-def _max_sum(msg: Any, violations: list[Violation]) -> object:
+def max_sum_parameters(msg: Any, violations: list[Violation]) -> object:
+    """`MaxSumThroughputParameters` from its message."""
     if msg.normalize not in _NORMALIZATION:
         violations.append(
             Violation("policy.max_sum_throughput.normalize", f"unknown value {msg.normalize}")
@@ -44,7 +43,8 @@ def _max_sum(msg: Any, violations: list[Violation]) -> object:
     )
 
 
-def _cost(msg: Any, violations: list[Violation]) -> object:
+def cost_parameters(msg: Any, violations: list[Violation]) -> object:
+    """`CostThroughputParameters` from its message."""
     return CostThroughputParameters(
         use_slos=msg.use_slos,
         allow_missed_slos=msg.allow_missed_slos,
@@ -52,33 +52,23 @@ def _cost(msg: Any, violations: list[Violation]) -> object:
     )
 
 
-def _makespan(msg: Any, violations: list[Violation]) -> object:
+def makespan_parameters(msg: Any, violations: list[Violation]) -> object:
+    """`MinMakespanParameters` from its message."""
     return MinMakespanParameters(reference_type=msg.reference_type,
                                  space_sharing=msg.space_sharing)
 
 
-def _ftf(msg: Any, violations: list[Violation]) -> object:
+def ftf_parameters(msg: Any, violations: list[Violation]) -> object:
+    """`FinishTimeFairnessParameters` from its message."""
     return FinishTimeFairnessParameters(reference_type=msg.reference_type,
                                         space_sharing=msg.space_sharing)
 
 
-gavel_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {
-    "max_sum_throughput": _max_sum,
-    "cost_throughput": _cost,
-    "min_makespan": _makespan,
-    "finish_time_fairness": _ftf,
-}
-"""`Policy.parameters` oneof field -> converter to the parameter dataclass."""
-
-_NEEDS_REMAINING = ("min_makespan", "themis_finish_time_fairness")
-
-
-def gavel_input_violations(problem: Problem, policy: PolicyRequest) -> list[Violation]:
-    """Inputs the resolved Gavel policy needs but the snapshot lacks or has wrong; [] for
-    other policies."""
-    spec = lookup(policy.name)
-    if spec.parameters_field not in gavel_parameters:
-        return []
+def check_gavel_lp(context: RequestContext) -> list[Violation]:
+    """What a Gavel LP needs beyond the general rules: a known reference type with throughput
+    for every job that fits, and (cost policy with SLOs) the remaining work of every job with
+    a deadline and a deadline after time_s."""
+    problem, policy = context.problem, context.policy
     out: list[Violation] = []
     jobs = problem.jobs
     reference = str(getattr(policy.parameters, "reference_type", ""))
@@ -86,9 +76,9 @@ def gavel_input_violations(problem: Problem, policy: PolicyRequest) -> list[Viol
         if reference not in problem.cluster.type_names:
             out.append(
                 Violation(
-                    f"policy.{spec.parameters_field}.reference_type",
-                    f"unknown accelerator type {reference!r}; the cluster has "
-                    f"{', '.join(problem.cluster.type_names)}",
+                    f"policy.{context.spec.parameters_field}.reference_type",
+                    f"unknown accelerator type {echo(reference)}; the cluster has "
+                    f"{listing(problem.cluster.type_names)}",
                 )
             )
         else:
@@ -97,30 +87,20 @@ def gavel_input_violations(problem: Problem, policy: PolicyRequest) -> list[Viol
             for bad in np.flatnonzero((jobs.throughput[:, j] <= 0) & fits):
                 out.append(
                     Violation(
-                        f"snapshot.jobs[{bad}].throughput",
-                        f"no throughput on the reference type {reference!r} "
+                        context.paths.field(int(bad), "throughput"),
+                        f"no throughput on the reference type {echo(reference)} "
                         "(the heterogeneity-agnostic variant copies that column)",
                     )
                 )
-    unknown = jobs.total_steps <= 0
-    if policy.name in _NEEDS_REMAINING:
-        for bad in np.flatnonzero(unknown):
-            out.append(
-                Violation(
-                    f"snapshot.jobs[{bad}].progress.total_steps",
-                    f"must be > 0: {policy.name} needs the remaining work",
-                )
-            )
     params = policy.parameters
     if isinstance(params, CostThroughputParameters) and params.use_slos:
-        for i in range(jobs.num_jobs):
+        unknown = jobs.total_steps <= 0
+        for i in np.flatnonzero(~np.isnan(jobs.deadline_s)):
             deadline = float(jobs.deadline_s[i])
-            if math.isnan(deadline):
-                continue
             if unknown[i]:
                 out.append(
                     Violation(
-                        f"snapshot.jobs[{i}].progress.total_steps",
+                        context.paths.field(int(i), "progress.total_steps"),
                         "must be > 0 for a job with a deadline: the SLO row needs the "
                         "remaining work",
                     )
@@ -132,7 +112,7 @@ def gavel_input_violations(problem: Problem, policy: PolicyRequest) -> list[Viol
             ):
                 out.append(
                     Violation(
-                        f"snapshot.jobs[{i}].deadline_s",
+                        context.paths.field(int(i), "deadline_s"),
                         f"SLO = deadline_s - time_s = {deadline - problem.time_s} s <= 0 with "
                         f"{jobs.remaining_steps[i]} steps left (set allow_missed_slos to "
                         "report it as missed instead)",

@@ -1,35 +1,45 @@
 """Wire conversion for the market family (A4, docs/policies/market.md): the Fisher market and
 Shockwave.
 
-* `market_parameters` maps a `Policy.parameters` oneof field to a converter of its message.
-* `epoch_inputs` reads the per-epoch fields of every job and the Shockwave history state
-  (validated for every policy: they are snapshot facts, documented in snapshot.proto).
-* `market_input_violations` checks what the resolved policy needs from the snapshot.
-* `fill_market_response` writes spending, reference finish times and the round schedule.
+* `fisher_parameters`, `shockwave_parameters` convert their `Policy.parameters` messages.
+* `epoch_columns` reads the per-epoch fields of every job and `reference_finish_times`
+  Shockwave's history state (validated for every policy: they are snapshot facts,
+  documented in snapshot.proto).
+* `check_shockwave` is the input check of the planning-window policies (declared on their
+  registry entries): what they need from the snapshot beyond the general rules.
 
 Every problem is appended as `Violation(field_path, description)`, like the rest of
-`apportion.server.convert`.
+`apportion.server`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from apportion.solver.errors import Violation
-from apportion.solver.model import History, Jobs, PolicyRequest, Problem, ReferenceFinishState
+from apportion.server.request_context import RequestContext
+from apportion.solver import limits
+from apportion.solver.errors import Violation, listing
+from apportion.solver.model import FloatArray, IntArray, ReferenceFinishState
 from apportion.solver.parameters import (
     BudgetSource,
     FisherMarketParameters,
     RemainingTimePredictor,
     ShockwaveParameters,
 )
-from apportion.solver.result import Plan
-from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.solver.validation import (
+    DURATION_RULE,
+    STEPS_RULE,
+    TIME_RULE,
+    duration_ok,
+    flagged,
+    steps_ok,
+    time_ok,
+    within,
+)
 from apportion.v1 import policy_pb2 as policy_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
 
@@ -45,35 +55,42 @@ _PREDICTOR = {
 }
 
 
-def _fisher(msg: Any, violations: list[Violation]) -> object:
+def fisher_parameters(msg: Any, violations: list[Violation]) -> object:
+    """`FisherMarketParameters` from its message."""
     if msg.budgets not in _BUDGETS:
         violations.append(Violation("policy.fisher_market.budgets", f"unknown value {msg.budgets}"))
     return FisherMarketParameters(budgets=_BUDGETS.get(msg.budgets, BudgetSource.EQUAL),
                                   uncapped=msg.uncapped)
 
 
-def _shockwave(msg: Any, violations: list[Violation]) -> object:
+def shockwave_parameters(msg: Any, violations: list[Violation]) -> object:
+    """`ShockwaveParameters` from its message: planning_rounds in [1, MAX_PLANNING_ROUNDS],
+    makespan_weight in [0, MAX_KNOB], |fairness_exponent| <= MAX_FAIRNESS_POWER, rho_max in
+    (0, MAX_KNOB]."""
     p = "policy.shockwave"
     default = ShockwaveParameters()
     rounds = msg.planning_rounds if msg.HasField("planning_rounds") else default.planning_rounds
-    if rounds < 1:
-        violations.append(Violation(f"{p}.planning_rounds", f"must be >= 1, got {rounds}"))
+    if not 1 <= rounds <= limits.MAX_PLANNING_ROUNDS:
+        violations.append(Violation(f"{p}.planning_rounds",
+                                    f"must be in [1, {limits.MAX_PLANNING_ROUNDS}], got {rounds}"))
         rounds = default.planning_rounds
     kappa = msg.makespan_weight if msg.HasField("makespan_weight") else default.makespan_weight
-    if not (math.isfinite(kappa) and kappa >= 0):
-        violations.append(
-            Violation(f"{p}.makespan_weight", f"must be finite and >= 0, got {kappa}")
-        )
+    if not within(kappa, 0.0, limits.MAX_KNOB):
+        violations.append(Violation(f"{p}.makespan_weight",
+                                    f"must be in [0, {limits.MAX_KNOB:g}], got {kappa}"))
         kappa = default.makespan_weight
     exponent = (
         msg.fairness_exponent if msg.HasField("fairness_exponent") else default.fairness_exponent
     )
-    if not math.isfinite(exponent):
-        violations.append(Violation(f"{p}.fairness_exponent", f"must be finite, got {exponent}"))
+    bound = limits.MAX_FAIRNESS_POWER
+    if not within(exponent, -bound, bound):
+        violations.append(Violation(f"{p}.fairness_exponent",
+                                    f"must be in [{-bound:g}, {bound:g}], got {exponent}"))
         exponent = default.fairness_exponent
     rho_max = msg.rho_max if msg.HasField("rho_max") else default.rho_max
-    if not (math.isfinite(rho_max) and rho_max > 0):
-        violations.append(Violation(f"{p}.rho_max", f"must be finite and > 0, got {rho_max}"))
+    if not (rho_max > 0 and within(rho_max, 0.0, limits.MAX_KNOB)):
+        violations.append(Violation(f"{p}.rho_max",
+                                    f"must be in (0, {limits.MAX_KNOB:g}], got {rho_max}"))
         rho_max = default.rho_max
     if msg.predictor not in _PREDICTOR:
         violations.append(Violation(f"{p}.predictor", f"unknown value {msg.predictor}"))
@@ -87,38 +104,59 @@ def _shockwave(msg: Any, violations: list[Violation]) -> object:
     )
 
 
-market_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {
-    "fisher_market": _fisher,
-    "shockwave": _shockwave,
-}
+@dataclass(frozen=True)
+class EpochColumns:
+    """The per-epoch fields of every job (`Jobs` fields of the same names)."""
+
+    epochs_done: IntArray
+    total_epochs: IntArray
+    epoch_duration_s: tuple[FloatArray, ...]
+    epoch_batch_size: tuple[IntArray, ...]
+    measured_run_time_s: FloatArray
+    measured_epochs: FloatArray
 
 
-def epoch_inputs(
-    msg: snapshot_pb.Snapshot, jobs: Jobs, history: History, violations: list[Violation]
-) -> tuple[Jobs, History]:
-    """`jobs` and `history` with the epoch counts, the per-epoch profile, the measured
-    progress and Shockwave's reference finish times and their state filled in (validated)."""
-    m = len(msg.jobs)
-    done = np.zeros(m, np.int64)
-    total = np.zeros(m, np.int64)
-    durations: list[np.ndarray] = []
-    batches: list[np.ndarray] = []
+_EPOCH_DURATION_RULE = f"must be in [{limits.MIN_DURATION_S:g}, {limits.MAX_TIME_S:g}] s"
+
+
+def epoch_columns(
+    jobs: Sequence[snapshot_pb.Job], epochs_done: IntArray, total_epochs: IntArray,
+    violations: list[Violation],
+) -> EpochColumns:
+    """Epoch counts, per-epoch profiles and measured progress of every job (validated for
+    every policy: they are snapshot facts, documented in snapshot.proto). `epochs_done` and
+    `total_epochs` are the counts as given, one per job (m >= len(jobs): jobs beyond the
+    `jobs` messages, the columnar ones, have no epochs)."""
+    m = epochs_done.size
+    top = limits.MAX_EPOCHS
+    for name, counts in (("epochs_done", epochs_done), ("total_epochs", total_epochs)):
+        violations += [
+            Violation(f"snapshot.jobs[{i}].progress.{name}",
+                      f"must be in [0, {top}], got {counts[i]}")
+            for i in np.flatnonzero((counts < 0) | (counts > top))
+        ]
+    ok = (epochs_done >= 0) & (epochs_done <= top) & (total_epochs >= 0) & (total_epochs <= top)
+    done, total = np.where(ok, epochs_done, 0), np.where(ok, total_epochs, 0)
+    violations += flagged(
+        ok & (total > 0) & (done > total), lambda i: f"snapshot.jobs[{i}].progress.epochs_done",
+        lambda i: f"{done[i]} is more than total_epochs {total[i]}",
+    )
+    none_f, none_i = np.zeros(0), np.zeros(0, np.int64)
+    durations: list[FloatArray] = [none_f] * m
+    batches: list[IntArray] = [none_i] * m
     measured_time = np.zeros(m)
     measured_epochs = np.zeros(m)
-    for i, job in enumerate(msg.jobs):
+    for i, job in enumerate(jobs):
+        if not job.HasField("epoch_profile"):
+            continue
         p = f"snapshot.jobs[{i}]"
-        prog = job.progress
-        done[i], total[i] = max(prog.epochs_done, 0), max(prog.total_epochs, 0)
-        if prog.total_epochs > 0 and prog.epochs_done > prog.total_epochs:
-            violations.append(
-                Violation(
-                    f"{p}.progress.epochs_done",
-                    f"{prog.epochs_done} is more than total_epochs {prog.total_epochs}",
-                )
-            )
         prof = job.epoch_profile
         dur = np.array(prof.epoch_duration_s, dtype=np.float64)
         bs = np.array(prof.batch_size, dtype=np.int64)
+        if max(dur.size, bs.size) > top:
+            violations.append(Violation(f"{p}.epoch_profile.epoch_duration_s",
+                                        f"{max(dur.size, bs.size)} epochs is more than {top}"))
+            dur, bs = none_f, none_i
         if dur.size != bs.size:
             violations.append(
                 Violation(
@@ -126,60 +164,53 @@ def epoch_inputs(
                     f"has {bs.size} entries but epoch_duration_s has {dur.size}",
                 )
             )
-        for e, value in enumerate(prof.epoch_duration_s):
-            if not (math.isfinite(value) and value > 0):
-                violations.append(
-                    Violation(
-                        f"{p}.epoch_profile.epoch_duration_s[{e}]",
-                        f"must be finite and > 0, got {value}",
-                    )
-                )
-        for e, size in enumerate(prof.batch_size):
-            if size <= 0:
-                violations.append(
-                    Violation(f"{p}.epoch_profile.batch_size[{e}]", f"must be > 0, got {size}")
-                )
-        durations.append(dur)
-        batches.append(bs)
-        for name, value, out in (
-            ("measured_run_time_s", prof.measured_run_time_s, measured_time),
-            ("measured_epochs", prof.measured_epochs, measured_epochs),
-        ):
-            if not (math.isfinite(value) and value >= 0):
-                violations.append(
-                    Violation(f"{p}.epoch_profile.{name}", f"must be finite and >= 0, got {value}")
-                )
-            else:
-                out[i] = value
-        if prog.total_epochs > 0 and prof.measured_epochs > prog.total_epochs:
+        violations += [
+            Violation(f"{p}.epoch_profile.epoch_duration_s[{e}]",
+                      f"{_EPOCH_DURATION_RULE}, got {dur[e]}")
+            for e in np.flatnonzero(~within(dur, limits.MIN_DURATION_S, limits.MAX_TIME_S))
+        ]
+        violations += [
+            Violation(f"{p}.epoch_profile.batch_size[{e}]", f"must be > 0, got {bs[e]}")
+            for e in np.flatnonzero(bs <= 0)
+        ]
+        durations[i], batches[i] = dur, bs
+        if duration_ok(prof.measured_run_time_s):
+            measured_time[i] = prof.measured_run_time_s
+        else:
+            violations.append(Violation(f"{p}.epoch_profile.measured_run_time_s",
+                                        f"{DURATION_RULE}, got {prof.measured_run_time_s}"))
+        if not steps_ok(prof.measured_epochs):
+            violations.append(Violation(f"{p}.epoch_profile.measured_epochs",
+                                        f"{STEPS_RULE}, got {prof.measured_epochs}"))
+        elif total_epochs[i] > 0 and prof.measured_epochs > total_epochs[i]:
             violations.append(
                 Violation(
                     f"{p}.epoch_profile.measured_epochs",
-                    f"{prof.measured_epochs} is more than total_epochs {prog.total_epochs}",
+                    f"{prof.measured_epochs} is more than total_epochs {total_epochs[i]}",
                 )
             )
-    index = {job_id: i for i, job_id in enumerate(jobs.ids)}
-    state = _reference_state(msg, index, violations)
+        else:
+            measured_epochs[i] = prof.measured_epochs
+    return EpochColumns(done.astype(np.int64), total.astype(np.int64), tuple(durations),
+                        tuple(batches), measured_time, measured_epochs)
+
+
+def reference_finish_times(
+    msg: snapshot_pb.Snapshot, index: dict[str, int], m: int, violations: list[Violation]
+) -> tuple[FloatArray, ReferenceFinishState]:
+    """Shockwave's reference finish times F*_i and their state from `history.jobs[]`, aligned
+    with the jobs (`index`: job id -> row)."""
     reference = np.zeros(m)
     for k, entry in enumerate(msg.history.jobs):
         row = index.get(entry.job_id)
         value = entry.reference_finish_time_s
-        if not math.isfinite(value):
-            violations.append(
-                Violation(f"snapshot.history.jobs[{k}].reference_finish_time_s", "must be finite")
-            )
+        if not time_ok(value):
+            violations.append(Violation(
+                f"snapshot.history.jobs[{k}].reference_finish_time_s", f"{TIME_RULE}, got {value}"
+            ))
         elif row is not None:
             reference[row] = value
-    jobs = replace(
-        jobs,
-        epochs_done=done,
-        total_epochs=total,
-        epoch_duration_s=tuple(durations),
-        epoch_batch_size=tuple(batches),
-        measured_run_time_s=measured_time,
-        measured_epochs=measured_epochs,
-    )
-    return jobs, replace(history, reference_finish_time_s=reference, reference_state=state)
+    return reference, _reference_state(msg, index, m, violations)
 
 
 def _has_state(entry: snapshot_pb.JobHistory) -> bool:
@@ -194,15 +225,14 @@ def _has_state(entry: snapshot_pb.JobHistory) -> bool:
 
 
 def _reference_state(
-    msg: snapshot_pb.Snapshot, index: dict[str, int], violations: list[Violation]
-) -> ReferenceFinishState | None:
-    """Shockwave's F* state from history.jobs[] (None when no entry has any of it). An entry
-    with state needs reference_estimate_s; times and averages finite, the estimate time not
-    after Snapshot.time_s, the weight >= 0 and the job count >= 1."""
+    msg: snapshot_pb.Snapshot, index: dict[str, int], m: int, violations: list[Violation]
+) -> ReferenceFinishState:
+    """Shockwave's F* state from history.jobs[] (no state for a job without any). An entry
+    with state needs reference_estimate_s; times and averages within the time bound, the
+    estimate time not after Snapshot.time_s, the weight a duration and the job count in
+    [1, MAX_JOBS]."""
+    state = ReferenceFinishState.empty(m)
     entries = [(k, entry) for k, entry in enumerate(msg.history.jobs) if _has_state(entry)]
-    if not entries:
-        return None
-    state = ReferenceFinishState.empty(len(msg.jobs))
     now = msg.time_s
     for k, entry in entries:
         p = f"snapshot.history.jobs[{k}]"
@@ -217,31 +247,29 @@ def _reference_state(
             ok = False
         for name in ("reference_estimate_s", "reference_earlier_average_s"):
             value = getattr(entry, name)
-            if not math.isfinite(value):
-                violations.append(Violation(f"{p}.{name}", f"must be finite, got {value}"))
+            if not time_ok(value):
+                violations.append(Violation(f"{p}.{name}", f"{TIME_RULE}, got {value}"))
                 ok = False
         when = entry.reference_estimate_time_s
-        if not (math.isfinite(when) and when <= now):
+        if not (time_ok(when) and when <= now):
             violations.append(
                 Violation(
                     f"{p}.reference_estimate_time_s",
-                    f"must be finite and <= snapshot.time_s {now}, got {when}",
+                    f"{TIME_RULE} and <= snapshot.time_s {now}, got {when}",
                 )
             )
             ok = False
         weight = entry.reference_earlier_weight_s
-        if not (math.isfinite(weight) and weight >= 0):
+        if not duration_ok(weight):
             violations.append(
-                Violation(
-                    f"{p}.reference_earlier_weight_s", f"must be finite and >= 0, got {weight}"
-                )
+                Violation(f"{p}.reference_earlier_weight_s", f"{DURATION_RULE}, got {weight}")
             )
             ok = False
-        if entry.HasField("reference_job_count") and entry.reference_job_count < 1:
+        count = entry.reference_job_count
+        if entry.HasField("reference_job_count") and not 1 <= count <= limits.MAX_JOBS:
             violations.append(
-                Violation(
-                    f"{p}.reference_job_count", f"must be >= 1, got {entry.reference_job_count}"
-                )
+                Violation(f"{p}.reference_job_count",
+                          f"must be in [1, {limits.MAX_JOBS}], got {count}")
             )
             ok = False
         row = index.get(entry.job_id)
@@ -254,69 +282,42 @@ def _reference_state(
     return state
 
 
-def market_input_violations(problem: Problem, policy: PolicyRequest) -> list[Violation]:
+def check_shockwave(context: RequestContext) -> list[Violation]:
     """What Shockwave needs beyond the general snapshot rules: one accelerator type with
-    devices (a homogeneous cluster), total_epochs >= 1 and one profiled epoch per epoch."""
-    if policy.name != "shockwave":
-        return []
+    devices (a homogeneous cluster), total_epochs >= 1 and one profiled epoch per epoch, and
+    a planning window of at most MAX_WINDOW_CELLS rounds x jobs."""
+    problem, policy = context.problem, context.policy
     violations: list[Violation] = []
-    with_devices = [j for j in range(problem.cluster.num_types) if problem.cluster.count[j] > 0]
+    cluster = problem.cluster
+    with_devices = [j for j in range(cluster.num_types) if cluster.count[j] > 0]
     if len(with_devices) > 1:
-        names = ", ".join(problem.cluster.type_names[j] for j in with_devices)
+        names = listing(cluster.type_names[j] for j in with_devices)
         violations.append(
             Violation(
                 "snapshot.cluster.accelerator_types",
-                f"shockwave plans for a homogeneous cluster: exactly one type may have devices, "
-                f"got {names}",
+                f"{policy.name} plans for a homogeneous cluster: exactly one type may have "
+                f"devices, got {names}",
             )
         )
     jobs = problem.jobs
-    for i in range(jobs.num_jobs):
-        p = f"snapshot.jobs[{i}]"
-        total = int(jobs.total_epochs[i]) if jobs.total_epochs.size else 0
-        if total < 1:
-            violations.append(
-                Violation(f"{p}.progress.total_epochs", f"shockwave needs >= 1, got {total}")
-            )
-            continue
-        got = jobs.epoch_duration_s[i].size if jobs.epoch_duration_s else 0
-        if got != total:
-            violations.append(
-                Violation(
-                    f"{p}.epoch_profile.epoch_duration_s",
-                    f"shockwave needs one profiled epoch per epoch: {total} entries, got {got}",
-                )
-            )
+    params = policy.parameters
+    rounds = params.planning_rounds if isinstance(params, ShockwaveParameters) else 0
+    if rounds * jobs.num_jobs > limits.MAX_WINDOW_CELLS:
+        violations.append(Violation(
+            "policy.shockwave.planning_rounds",
+            f"{rounds} rounds x {jobs.num_jobs} jobs is more than {limits.MAX_WINDOW_CELLS} "
+            "cells of the planning window",
+        ))
+    total = jobs.total_epochs
+    violations += flagged(
+        total < 1, lambda i: context.paths.field(i, "progress.total_epochs"),
+        lambda i: f"{policy.name} needs >= 1, got {total[i]}",
+    )
+    got = np.fromiter((d.size for d in jobs.epoch_duration_s), np.int64, jobs.num_jobs)
+    violations += flagged(
+        (total >= 1) & (got != total),
+        lambda i: context.paths.field(i, "epoch_profile.epoch_duration_s"),
+        lambda i: f"{policy.name} needs one profiled epoch per epoch: {total[i]} entries, "
+                  f"got {got[i]}",
+    )
     return violations
-
-
-def fill_market_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
-    """Spending (market plans), reference finish times and the round schedule (window
-    plans)."""
-    entries = list(out.jobs)
-    market, window = plan.market, plan.window
-    for i, entry in enumerate(entries):
-        if market is not None:
-            entry.spending = float(market.spending[i])
-        if window is None:
-            continue
-        entry.reference_finish_time_s = float(window.reference_finish_time_s[i])
-        state = window.reference_state
-        if not math.isnan(state.estimate_s[i]):
-            entry.reference_estimate_s = float(state.estimate_s[i])
-            entry.reference_estimate_time_s = float(state.estimate_time_s[i])
-            entry.reference_earlier_average_s = float(state.earlier_average_s[i])
-            entry.reference_earlier_weight_s = float(state.earlier_weight_s[i])
-            entry.reference_job_count = int(state.job_count[i])
-    if window is None:
-        return
-    counts = problem.cluster.count
-    type_name = problem.cluster.type_names[int(np.argmax(counts))] if counts.size else ""
-    for t in range(window.schedule.shape[0]):
-        round_msg = out.rounds.add()
-        round_msg.index = t
-        for job in np.flatnonzero(window.schedule[t]).tolist():
-            grant = round_msg.grants.add()
-            grant.job_id = problem.jobs.ids[job]
-            grant.accelerator_type = type_name
-            grant.devices = int(problem.jobs.scale_factor[job])

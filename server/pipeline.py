@@ -81,7 +81,8 @@ def solve_request_typed(
     solver_deadline = Deadline(effective.at - reserve) if effective.bounded else effective
     # the request's own limit is in `solver_deadline` already (counted from the arrival)
     plan = solve(problem, policy, replace(options, time_limit_s=0.0), solver_deadline)
-    response = plan_to_response(plan, problem, policy, 0.0, limit_s)
+    response = plan_to_response(plan, problem, policy, 0.0, limit_s,
+                                columnar=request.options.columnar_plan)
     response.stats.wall_time_s = time.monotonic() - arrived
     return SolvedRequest(problem, policy, options, plan, response)
 

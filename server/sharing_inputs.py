@@ -179,11 +179,11 @@ def _iadeep(msg: Any, violations: list[Violation]) -> object:
 
 
 sharing_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {
-    "synergy": _synergy,
-    "muri": _muri,
-    "antman": _antman,
-    "lucid": _lucid,
-    "iadeep": _iadeep,
+    policy_pb.SynergyParameters.DESCRIPTOR.full_name: _synergy,
+    policy_pb.MuriParameters.DESCRIPTOR.full_name: _muri,
+    policy_pb.AntmanParameters.DESCRIPTOR.full_name: _antman,
+    policy_pb.LucidParameters.DESCRIPTOR.full_name: _lucid,
+    policy_pb.IadeepParameters.DESCRIPTOR.full_name: _iadeep,
 }
 
 

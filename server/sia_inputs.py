@@ -1,41 +1,40 @@
-"""Conversion and validation of the inputs sia and pollux read (A5, docs/policies/sia.md, B4).
+"""Conversion and validation of the inputs the configuration policies read (A5,
+docs/policies/sia.md; B4).
 
-`sia_parameters` maps a `Policy.parameters` oneof field to a converter of its message;
-`sia_problem` adds the per-configuration goodput, elasticity, Pollux models and restart
-penalties to the model and checks them (only when the resolved policy reads configurations:
-sia, pollux and the elastic policies; other policies ignore these fields). Every problem
-becomes `Violation(field_path, description)`.
+* `sia_parameters`, `pollux_parameters` convert their `Policy.parameters` messages.
+* `configuration_columns` reads every job's per-configuration goodput, Pollux model and
+  elasticity (validated for every policy: they are snapshot facts).
+* `check_configuration_policy` is the input check of sia and pollux (declared on their
+  registry entries): node caps by type name, job ages, current configurations.
+
+Every problem becomes `Violation(field_path, description)`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from apportion.solver.errors import Violation
-from apportion.solver.model import GivenGoodput, PolicyRequest, PolluxJobModel, Problem
+from apportion.server.request_context import RequestContext
+from apportion.solver import limits
+from apportion.solver.errors import Violation, echo, key, listing
+from apportion.solver.model import Cluster, GivenGoodput, IntArray, PolluxJobModel
 from apportion.solver.parameters import PolluxParameters, SiaParameters
-from apportion.solver.registry import lookup
-from apportion.solver.result import Plan
-from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.solver.validation import RATE_RULE, rate_ok, within
 from apportion.v1 import snapshot_pb2 as snapshot_pb
 
-SIA_POLICIES = ("sia", "pollux")
 _PERF_FIELDS = ("alpha_c", "beta_c", "alpha_n", "beta_n", "alpha_r", "beta_r", "gamma")
-
-
-def _finite(x: float) -> bool:
-    return math.isfinite(x)
+_DEFAULT_MAX_GPUS = 64
 
 
 def _power(msg: Any, path: str, default: float, violations: list[Violation]) -> float:
     p = msg.fairness_power if msg.HasField("fairness_power") else default
-    if not _finite(p):
-        violations.append(Violation(path, f"must be finite, got {p}"))
+    bound = limits.MAX_FAIRNESS_POWER
+    if not within(p, -bound, bound):
+        violations.append(Violation(path, f"must be in [{-bound:g}, {bound:g}], got {p}"))
         return default
     if p == 0:
         violations.append(
@@ -47,31 +46,37 @@ def _power(msg: Any, path: str, default: float, violations: list[Violation]) -> 
 
 def _max_gpus(msg: Any, path: str, violations: list[Violation]) -> int:
     if not msg.HasField("max_gpus"):
-        return 64
-    if msg.max_gpus < 1:
-        violations.append(Violation(path, f"must be >= 1, got {msg.max_gpus}"))
-        return 64
+        return _DEFAULT_MAX_GPUS
+    if not 1 <= msg.max_gpus <= limits.MAX_DEVICES_PER_TYPE:
+        violations.append(Violation(
+            path, f"must be in [1, {limits.MAX_DEVICES_PER_TYPE}], got {msg.max_gpus}"))
+        return _DEFAULT_MAX_GPUS
     return int(msg.max_gpus)
 
 
-def _sia(msg: Any, violations: list[Violation]) -> object:
+def sia_parameters(msg: Any, violations: list[Violation]) -> object:
+    """`SiaParameters` from its message."""
     p = _power(msg, "policy.sia.fairness_power", -0.5, violations)
     penalty = 1.1 if p < 0 else -1.1
     if msg.HasField("no_allocation_penalty"):
         penalty = msg.no_allocation_penalty
-        if not _finite(penalty) or penalty == 0 or (penalty > 0) == (p > 0):
+        if (
+            not within(penalty, -limits.MAX_KNOB, limits.MAX_KNOB)
+            or penalty == 0
+            or (penalty > 0) == (p > 0)
+        ):
             violations.append(
                 Violation(
                     "policy.sia.no_allocation_penalty",
-                    f"must be finite with the opposite sign of fairness_power ({p:g}), "
-                    f"got {penalty}",
+                    f"must have the opposite sign of fairness_power ({p:g}) and magnitude at "
+                    f"most {limits.MAX_KNOB:g}, got {penalty}",
                 )
             )
             penalty = 1.1 if p < 0 else -1.1
     for name, cap in sorted(msg.max_nodes_per_type.items()):
-        if cap < 1:
-            violations.append(Violation(f'policy.sia.max_nodes_per_type["{name}"]',
-                                        f"must be >= 1, got {cap}"))
+        if not 1 <= cap <= limits.MAX_NODES:
+            violations.append(Violation(f"policy.sia.max_nodes_per_type{key(name)}",
+                                        f"must be in [1, {limits.MAX_NODES}], got {cap}"))
     caps: tuple[tuple[str, int], ...] | None = None
     if msg.no_node_caps:
         caps = ()
@@ -90,17 +95,12 @@ def _sia(msg: Any, violations: list[Violation]) -> object:
     )
 
 
-def _pollux(msg: Any, violations: list[Violation]) -> object:
+def pollux_parameters(msg: Any, violations: list[Violation]) -> object:
+    """`PolluxParameters` from its message."""
     return PolluxParameters(
         fairness_power=_power(msg, "policy.pollux.fairness_power", -1.0, violations),
         max_gpus=_max_gpus(msg, "policy.pollux.max_gpus", violations),
     )
-
-
-sia_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {
-    "sia": _sia,
-    "pollux": _pollux,
-}
 
 
 def _pollux_model(
@@ -110,46 +110,50 @@ def _pollux_model(
     n: int,
     violations: list[Violation],
 ) -> PolluxJobModel | None:
+    """The job's Pollux model (None when invalid): perf params finite, >= 0 and at most
+    MAX_MODEL_PARAMETER, gamma in [1, 10], gradient statistics and batch sizes valid."""
     ok = True
+    top_value = limits.MAX_MODEL_PARAMETER
     perf = np.full((n, 7), np.nan)
     for name, params in model.perf_params.items():
-        fp = f"{p}.perf_params[{name!r}]"
+        fp = f"{p}.perf_params[{echo(name)}]"
         if name not in type_index:
-            violations.append(Violation(fp, f"unknown accelerator type {name!r}"))
+            violations.append(Violation(fp, f"unknown accelerator type {echo(name)}"))
             ok = False
             continue
         values = [getattr(params, f) for f in _PERF_FIELDS]
         for f, v in zip(_PERF_FIELDS[:6], values[:6], strict=True):
-            if not (_finite(v) and v >= 0):
-                violations.append(Violation(f"{fp}.{f}", f"must be finite and >= 0, got {v}"))
+            if not within(v, 0.0, top_value):
+                violations.append(Violation(f"{fp}.{f}", f"must be in [0, {top_value:g}], got {v}"))
                 ok = False
-        if values[0] + values[1] <= 0:
-            violations.append(Violation(f"{fp}.alpha_c", "alpha_c + beta_c must be > 0"))
+        if ok and values[0] + values[1] < 1 / top_value:
+            violations.append(Violation(f"{fp}.alpha_c",
+                                        f"alpha_c + beta_c must be at least {1 / top_value:g}"))
             ok = False
-        if not (_finite(values[6]) and 1 <= values[6] <= 10):
+        if not within(values[6], 1.0, 10.0):
             violations.append(Violation(f"{fp}.gamma", f"must be in [1, 10], got {values[6]}"))
             ok = False
-        perf[type_index.get(name, 0)] = values
+        perf[type_index[name]] = values
     seed = np.zeros(n)
     for name, value in model.seed_throughput.items():
-        fp = f"{p}.seed_throughput[{name!r}]"
+        fp = f"{p}.seed_throughput[{echo(name)}]"
         if name not in type_index:
-            violations.append(Violation(fp, f"unknown accelerator type {name!r}"))
+            violations.append(Violation(fp, f"unknown accelerator type {echo(name)}"))
             ok = False
-        elif not (_finite(value) and value >= 0):
-            violations.append(Violation(fp, f"must be finite and >= 0, got {value}"))
+        elif not rate_ok(value):
+            violations.append(Violation(fp, f"{RATE_RULE} samples/s, got {value}"))
             ok = False
         else:
             seed[type_index[name]] = value
-    if not (_finite(model.grad_sqr) and model.grad_sqr > 0):
-        violations.append(
-            Violation(f"{p}.grad_sqr", f"must be finite and > 0, got {model.grad_sqr}")
-        )
+    if not within(model.grad_sqr, 1 / top_value, top_value):
+        violations.append(Violation(
+            f"{p}.grad_sqr", f"must be in [{1 / top_value:g}, {top_value:g}], got {model.grad_sqr}"
+        ))
         ok = False
-    if not (_finite(model.grad_var) and model.grad_var >= 0):
-        violations.append(
-            Violation(f"{p}.grad_var", f"must be finite and >= 0, got {model.grad_var}")
-        )
+    if not within(model.grad_var, 0.0, top_value):
+        violations.append(Violation(
+            f"{p}.grad_var", f"must be in [0, {top_value:g}], got {model.grad_var}"
+        ))
         ok = False
     if model.init_batch_size <= 0:
         violations.append(Violation(f"{p}.init_batch_size", "must be > 0"))
@@ -181,152 +185,154 @@ def _pollux_model(
     )
 
 
-def sia_problem(
-    request: service_pb.SolveRequest,
-    problem: Problem,
-    policy: PolicyRequest,
-    violations: list[Violation],
-) -> Problem:
-    """Add and validate the sia/pollux inputs (unchanged problem for other policies).
+@dataclass(frozen=True)
+class ConfigurationColumns:
+    """Every job's configuration inputs (`Jobs` fields of the same names)."""
 
-    Also withdraws convert's "no usable accelerator type" throughput error for jobs that give
-    per-configuration goodput or a Pollux model instead of throughput."""
-    if not lookup(policy.name).capabilities.reads_configurations:
-        return problem
-    snap = request.snapshot
-    cluster = problem.cluster
+    given_goodput: tuple[tuple[GivenGoodput, ...], ...]
+    pollux: tuple[PolluxJobModel | None, ...]
+    min_devices: IntArray
+    max_devices: IntArray
+    scale_unit: IntArray
+
+
+def _given_goodput(
+    job: snapshot_pb.Job, p: str, cluster: Cluster, node_sizes: dict[int, list[int]],
+    violations: list[Violation],
+) -> tuple[GivenGoodput, ...]:
+    """The job's valid `configurations` entries (shapes that exist on the cluster's nodes)."""
+    if len(job.configurations) > limits.MAX_CONFIGURATIONS_PER_JOB:
+        violations.append(Violation(f"{p}.configurations",
+                                    f"{len(job.configurations)} entries is more than "
+                                    f"{limits.MAX_CONFIGURATIONS_PER_JOB}"))
+        return ()
+    names = cluster.type_names
+    entries: list[GivenGoodput] = []
+    for k, conf in enumerate(job.configurations):
+        fp = f"{p}.configurations[{k}]"
+        if conf.accelerator_type not in names:
+            violations.append(
+                Violation(
+                    f"{fp}.accelerator_type",
+                    f"unknown accelerator type {echo(conf.accelerator_type)}; the cluster has "
+                    f"{listing(names)}",
+                )
+            )
+            continue
+        t = names.index(conf.accelerator_type)
+        sizes = node_sizes.get(t, [int(cluster.count[t])])
+        per_node = max(sizes) if sizes else 0
+        if conf.nodes < 1 or conf.nodes > len(sizes):
+            violations.append(
+                Violation(
+                    f"{fp}.nodes",
+                    f"must be in [1, {len(sizes)}] (nodes of type "
+                    f"{echo(conf.accelerator_type)}), got {conf.nodes}",
+                )
+            )
+        elif conf.devices < conf.nodes or conf.devices > conf.nodes * per_node:
+            violations.append(
+                Violation(
+                    f"{fp}.devices",
+                    f"{conf.devices} devices on {conf.nodes} node(s) exceeds a node "
+                    f"(at most {per_node} per node of type {echo(conf.accelerator_type)}) or "
+                    "leaves a node empty",
+                )
+            )
+        elif not rate_ok(conf.goodput):
+            violations.append(Violation(f"{fp}.goodput", f"{RATE_RULE}, got {conf.goodput}"))
+        elif conf.goodput > 0:  # 0 = invalid configuration: the job cannot run there
+            entries.append(GivenGoodput(t, conf.nodes, conf.devices, float(conf.goodput)))
+    return tuple(entries)
+
+
+def configuration_columns(
+    jobs: Sequence[snapshot_pb.Job], m: int, cluster: Cluster, violations: list[Violation]
+) -> ConfigurationColumns:
+    """Per-configuration goodput, Pollux models and elasticity of every job (m >= len(jobs):
+    jobs beyond the `jobs` messages, the columnar ones, have the defaults)."""
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
-    named = request.policy.sia.max_nodes_per_type if policy.name == "sia" else {}
-    for name in sorted(named):
-        if name not in type_index:
-            violations.append(Violation(
-                f'policy.sia.max_nodes_per_type["{name}"]',
-                f"unknown accelerator type {name!r}; the cluster has "
-                f"{', '.join(cluster.type_names)}"))
-    m, n = problem.jobs.num_jobs, cluster.num_types
+    n = cluster.num_types
     node_sizes: dict[int, list[int]] = {}
     for t, d in zip(cluster.node_type.tolist(), cluster.node_devices.tolist(), strict=True):
         node_sizes.setdefault(int(t), []).append(int(d))
-    given: list[tuple[GivenGoodput, ...]] = []
-    models: list[PolluxJobModel | None] = []
+    given: list[tuple[GivenGoodput, ...]] = [()] * m
+    models: list[PolluxJobModel | None] = [None] * m
     lo = np.ones(m, np.int64)
     hi = np.zeros(m, np.int64)
     unit = np.ones((m, n), np.int64)
-    delta = np.full(m, 30.0)
-    for i, job in enumerate(snap.jobs[:m]):
+    top = limits.MAX_DEVICES_PER_TYPE
+    for i, job in enumerate(jobs):
         p = f"snapshot.jobs[{i}]"
-        if job.configurations or job.HasField("pollux"):
-            violations[:] = [
-                v
-                for v in violations
-                if not (v.field == f"{p}.throughput" and "no usable" in v.description)
-            ]
-        entries: list[GivenGoodput] = []
-        for k, conf in enumerate(job.configurations):
-            fp = f"{p}.configurations[{k}]"
-            t = type_index.get(conf.accelerator_type)
-            if t is None:
-                violations.append(
-                    Violation(
-                        f"{fp}.accelerator_type",
-                        f"unknown accelerator type {conf.accelerator_type!r}; the cluster has "
-                        f"{', '.join(cluster.type_names) or 'none'}",
-                    )
-                )
-                continue
-            sizes = node_sizes.get(t, [int(cluster.count[t])])
-            per_node = max(sizes) if sizes else 0
-            if conf.nodes < 1 or conf.nodes > len(sizes):
-                violations.append(
-                    Violation(
-                        f"{fp}.nodes",
-                        f"must be in [1, {len(sizes)}] (nodes of type {conf.accelerator_type!r})"
-                        f", got {conf.nodes}",
-                    )
-                )
-            elif conf.devices < conf.nodes or conf.devices > conf.nodes * per_node:
-                violations.append(
-                    Violation(
-                        f"{fp}.devices",
-                        f"{conf.devices} devices on {conf.nodes} node(s) exceeds a node "
-                        f"(at most {per_node} per node of type {conf.accelerator_type!r}) or "
-                        "leaves a node empty",
-                    )
-                )
-            elif not (_finite(conf.goodput) and conf.goodput >= 0):
-                violations.append(
-                    Violation(f"{fp}.goodput", f"must be finite and >= 0, got {conf.goodput}")
-                )
-            elif conf.goodput > 0:  # 0 = invalid configuration: the job cannot run there
-                entries.append(GivenGoodput(t, conf.nodes, conf.devices, float(conf.goodput)))
-        given.append(tuple(entries))
-        models.append(
-            _pollux_model(job.pollux, f"{p}.pollux", type_index, n, violations)
-            if job.HasField("pollux")
-            else None
-        )
+        if job.configurations:
+            given[i] = _given_goodput(job, p, cluster, node_sizes, violations)
+        if job.HasField("pollux"):
+            models[i] = _pollux_model(job.pollux, f"{p}.pollux", type_index, n, violations)
+        if not job.HasField("elasticity"):
+            continue
         el = job.elasticity
-        if el.min_devices < 0:
-            violations.append(Violation(f"{p}.elasticity.min_devices", "must be >= 0"))
-        if el.max_devices < 0:
-            violations.append(Violation(f"{p}.elasticity.max_devices", "must be >= 0"))
-        elif el.max_devices and max(el.min_devices, 1) > el.max_devices:
+        bad = [name for name in ("min_devices", "max_devices")
+               if not 0 <= getattr(el, name) <= top]
+        for name in bad:
+            violations.append(Violation(f"{p}.elasticity.{name}",
+                                        f"must be in [0, {top}], got {getattr(el, name)}"))
+        if not bad and el.max_devices and max(el.min_devices, 1) > el.max_devices:
             violations.append(
                 Violation(
                     f"{p}.elasticity.min_devices",
                     f"min GPUs {el.min_devices} > max GPUs {el.max_devices}",
                 )
             )
-        lo[i] = max(el.min_devices, 1)
-        hi[i] = max(el.max_devices, 0)
+        elif not bad:
+            lo[i] = max(el.min_devices, 1)
+            hi[i] = el.max_devices
         for name, u in el.scale_unit.items():
-            fp = f"{p}.elasticity.scale_unit[{name!r}]"
+            fp = f"{p}.elasticity.scale_unit[{echo(name)}]"
             if name not in type_index:
-                violations.append(Violation(fp, f"unknown accelerator type {name!r}"))
-            elif u < 1:
-                violations.append(Violation(fp, f"must be >= 1, got {u}"))
+                violations.append(Violation(fp, f"unknown accelerator type {echo(name)}"))
+            elif not 1 <= u <= top:
+                violations.append(Violation(fp, f"must be in [1, {top}], got {u}"))
             else:
                 unit[i, type_index[name]] = u
-        if job.HasField("restart_penalty_s") and _finite(job.restart_penalty_s):
-            delta[i] = max(job.restart_penalty_s, 0.0)
-        if _finite(job.arrival_time_s) and job.arrival_time_s > snap.time_s:
-            violations.append(
-                Violation(
-                    f"{p}.arrival_time_s",
-                    f"age = time_s - arrival_time_s must be >= 0 (arrival {job.arrival_time_s} "
-                    f"is after time_s {snap.time_s})",
-                )
+    return ConfigurationColumns(tuple(given), tuple(models), lo, hi, unit)
+
+
+def check_configuration_policy(context: RequestContext) -> list[Violation]:
+    """What sia and pollux need beyond the general rules: node caps naming types of the
+    cluster, no job arriving after time_s, and every running job's current configuration in
+    the configuration set."""
+    problem, _policy = context.problem, context.policy
+    cluster = problem.cluster
+    violations: list[Violation] = []
+    for name in sorted(context.request.policy.sia.max_nodes_per_type):
+        if name not in cluster.type_names:
+            violations.append(Violation(
+                f"policy.sia.max_nodes_per_type{key(name)}",
+                f"unknown accelerator type {echo(name)}; the cluster has "
+                f"{listing(cluster.type_names)}"))
+    now = problem.time_s
+    arrival = problem.jobs.arrival_time_s
+    for i in np.flatnonzero(arrival > now):
+        violations.append(
+            Violation(
+                context.paths.field(int(i), "arrival_time_s"),
+                f"age = time_s - arrival_time_s must be >= 0 (arrival {arrival[i]} "
+                f"is after time_s {now})",
             )
-    jobs = replace(
-        problem.jobs,
-        given_goodput=tuple(given),
-        pollux=tuple(models),
-        min_devices=lo,
-        max_devices=hi,
-        scale_unit=unit,
-        restart_penalty_s=delta,
-    )
-    problem = replace(problem, jobs=jobs)
-    if policy.name in SIA_POLICIES:  # the others choose any device count
-        _check_current(request, problem, policy, violations)
-    return problem
+        )
+    return violations + _check_current(context)
 
 
-def _check_current(
-    request: service_pb.SolveRequest,
-    problem: Problem,
-    policy: PolicyRequest,
-    violations: list[Violation],
-) -> None:
+def _check_current(context: RequestContext) -> list[Violation]:
     """A running job's current configuration must still exist in the configuration set."""
     from apportion.formulations.sia import current_configuration, sia_node_caps
     from apportion.formulations.sia_configs import configuration_set, node_layout
 
+    problem, policy = context.problem, context.policy
     hist = problem.history
-    m = problem.jobs.num_jobs
-    if hist.current_type.size != m or not (hist.current_type >= 0).any():
-        return
-    max_gpus = getattr(policy.parameters, "max_gpus", 64)
+    if not hist.running().any():
+        return []
+    max_gpus = getattr(policy.parameters, "max_gpus", _DEFAULT_MAX_GPUS)
     caps = (
         sia_node_caps(problem, policy.parameters.max_nodes_per_type, policy.compat)
         if isinstance(policy.parameters, SiaParameters)
@@ -337,41 +343,19 @@ def _check_current(
         layout, problem.cluster.num_types, max_gpus, max_nodes_per_type=caps
     )
     current = current_configuration(problem, configs, layout)
-    where = {h.job_id: k for k, h in enumerate(request.snapshot.history.jobs)}
-    for i in np.nonzero((hist.current_type >= 0) & (current < 0))[0]:
+    where = {h.job_id: k for k, h in enumerate(context.request.snapshot.history.jobs)}
+    violations: list[Violation] = []
+    for i in np.flatnonzero(hist.running() & (current < 0)):
         k = where.get(problem.jobs.ids[i], 0)
         devices = int(hist.current_devices[i]) or int(problem.jobs.scale_factor[i])
         violations.append(
             Violation(
                 f"snapshot.history.jobs[{k}].current",
-                f"{devices} GPU(s) of {problem.cluster.type_names[hist.current_type[i]]!r} is "
-                "not a configuration of the cluster any more (powers of two within a node, "
+                f"{devices} GPU(s) of {echo(problem.cluster.type_names[hist.current_type[i]])} "
+                "is not a configuration of the cluster any more (powers of two within a node, "
                 f"whole nodes beyond, at most {max_gpus} GPUs"
                 + (", per-type node caps" if any(caps) else "")
                 + ")",
             )
         )
-
-
-def fill_sia_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
-    """`JobAllocation.configuration` for configuration policies (sia, pollux)."""
-    if plan.configurations is None:
-        return
-    names = problem.cluster.type_names
-    for entry, choice in zip(out.jobs, plan.configurations.choices, strict=False):
-        if choice is None:
-            continue
-        conf = entry.configuration
-        conf.accelerator_type = names[choice.type_index]
-        conf.nodes = choice.nodes
-        conf.devices = choice.devices
-        conf.goodput = choice.goodput
-        conf.normalized_goodput = choice.normalized_goodput
-        conf.restart_factor = choice.restart_factor
-        conf.unchanged = choice.unchanged
-        for node, devices in choice.node_devices:
-            conf.node_devices[node] = conf.node_devices[node] + devices
-        conf.placed = choice.placed
-        conf.placement_detail = choice.placement_detail
-        conf.atomic_batch_size = choice.atomic_batch_size
-        conf.accumulation_steps = choice.accumulation_steps
+    return violations

@@ -902,9 +902,9 @@ def _tiresias(msg: policy_pb.TiresiasParameters, violations: list[Violation]) ->
 
 
 tiresias_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {
-    "tiresias": _tiresias,
+    policy_pb.TiresiasParameters.DESCRIPTOR.full_name: _tiresias,
 }
-"""`Policy.parameters` oneof field -> converter of its message."""
+"""`Policy.parameters` message (full name) -> its converter."""
 
 
 def fill_admission_response(plan: Plan, out: service_pb.Plan) -> None:

@@ -1,16 +1,21 @@
 """The validated problem model: frozen dataclasses holding numpy arrays.
 
 Index conventions follow A1.1, docs/policies/common.md: ``i`` jobs (rows, in snapshot order), ``j``
-accelerator types (columns, in cluster order). Units are stated per field. Objects of these
-classes are only created by `apportion.server.convert` (which validates) or by tests; the
-formulations may assume every invariant documented here.
+accelerator types (columns, in cluster order). Units are stated per field. A model is complete:
+every per-job array is filled for every job (defaults stated on the fields), so formulations
+never test sizes. Models are created by `apportion.server.convert` (which validates) or by
+`apportion.solver.validation.make_problem` (which validates the same way); the
+formulations may assume every invariant documented here. Derived arrays
+(`Problem.usable`, `Problem.proportional_throughput`, the float copies of counts and scale
+factors) are computed once per model and cached.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -24,6 +29,8 @@ if TYPE_CHECKING:
     from apportion.solver.sharing import SharingInputs
     from apportion.solver.stages import AdmissionParameters, PlacementParameters
     from apportion.solver.topology import PlacementInputs, Topology
+
+_Rows = TypeVar("_Rows", bound=Any)
 
 
 class Compat(StrEnum):
@@ -71,6 +78,11 @@ class Cluster:
     def num_types(self) -> int:
         return len(self.type_names)
 
+    @cached_property
+    def count_float(self) -> FloatArray:
+        """(n,) `count` as float64 (devices), for arithmetic with shares."""
+        return np.asarray(self.count, dtype=np.float64)
+
 
 @dataclass(frozen=True)
 class GivenGoodput:
@@ -83,6 +95,27 @@ class GivenGoodput:
     """Total devices (>= nodes)."""
     goodput: float
     """Useful samples/s (> 0)."""
+
+
+@dataclass(frozen=True)
+class PerfParams:
+    """Throughput-model parameters theta (Pollux `PerfParams`, A5.1): one row of
+    `PolluxJobModel.perf_params`."""
+
+    alpha_c: float
+    """Compute time per micro-step, intercept (s)."""
+    beta_c: float
+    """Compute time per sample of the atomic batch (s/sample)."""
+    alpha_n: float
+    """Multi-node all-reduce time, intercept (s)."""
+    beta_n: float
+    """Multi-node all-reduce time per replica beyond 2 (s)."""
+    alpha_r: float
+    """Single-node all-reduce time, intercept (s)."""
+    beta_r: float
+    """Single-node all-reduce time per replica beyond 2 (s)."""
+    gamma: float
+    """Compute/network overlap exponent in [1, 10] (1 = no overlap, large = full overlap)."""
 
 
 @dataclass(frozen=True)
@@ -106,58 +139,118 @@ class PolluxJobModel:
     """Largest atomic batch (samples, >= min)."""
     seed_throughput: FloatArray = field(default_factory=lambda: np.zeros(0))
     """(n,) 1-GPU throughput (samples/s) at the largest profiled local batch per type, 0 = none
-    (empty = none anywhere): the seeds of cross-type bootstrapping (A5.3)."""
+    (the default, also when not given at all): the seeds of cross-type bootstrapping (A5.3)."""
+
+    def __post_init__(self) -> None:
+        n = self.perf_params.shape[0]
+        if self.seed_throughput.size == 0 and n:
+            object.__setattr__(self, "seed_throughput", np.zeros(n))
+        if self.perf_params.shape != (n, 7) or self.seed_throughput.shape != (n,):
+            raise ValueError(
+                f"PolluxJobModel: perf_params {self.perf_params.shape}, seed_throughput "
+                f"{self.seed_throughput.shape}; expected (n, 7) and (n,)"
+            )
 
 
 @dataclass(frozen=True)
 class Jobs:
-    """The active jobs. Every array has the job axis first, in snapshot order."""
+    """The active jobs. Every array has the job axis first, in snapshot order, and every field
+    is filled for every job: a value the snapshot does not give holds the default stated on
+    the field (conversion and `Jobs.default` apply it, once)."""
 
     ids: tuple[str, ...]
     """Unique, non-empty job ids."""
     throughput: FloatArray
     """(m, n) steps/s of the whole job on `scale_factor` devices of type j; 0 = cannot run."""
     scale_factor: IntArray
-    """(m,) devices needed at once, 1 <= s_i <= max(count)."""
+    """(m,) devices needed at once, 1 <= s_i <= max(count). Default 1."""
     priority_weight: FloatArray
-    """(m,) priority weight w_i > 0."""
+    """(m,) priority weight w_i > 0. Default 1."""
     tenant: tuple[str, ...]
-    """Tenant name per job ("" = the job is its own tenant)."""
+    """Tenant name per job ("" = the job is its own tenant, the default)."""
     arrival_time_s: FloatArray
-    """(m,) submission time on the snapshot clock (s)."""
+    """(m,) submission time on the snapshot clock (s). Default 0."""
     steps_done: FloatArray
-    """(m,) steps completed (>= 0)."""
+    """(m,) steps completed (>= 0). Default 0."""
     total_steps: FloatArray
-    """(m,) total steps (>= steps_done; 0 = unknown)."""
+    """(m,) total steps (>= steps_done; 0 = unknown, the default)."""
     deadline_s: FloatArray
-    """(m,) absolute deadline (s); NaN = none."""
-    epochs_done: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
-    """(m,) epochs completed (shockwave), 0 <= e_i <= E_i. Empty = not given."""
-    total_epochs: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
-    """(m,) total epochs E_i (shockwave). Empty = not given."""
-    epoch_duration_s: tuple[FloatArray, ...] = ()
-    """Per job, profiled duration of each epoch on the full gang (s, > 0). Empty = not given."""
-    epoch_batch_size: tuple[IntArray, ...] = ()
-    """Per job, batch size of each epoch (samples, > 0), same lengths. Empty = not given."""
-    given_goodput: tuple[tuple[GivenGoodput, ...], ...] = ()
-    """Per job, `Job.configurations` (sia): goodput per (type, nodes, devices). Empty = none."""
-    min_devices: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
-    """(m,) elasticity: fewest devices (>= 1) (sia). Empty = 1 for every job."""
-    max_devices: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
-    """(m,) elasticity: most devices (0 = no limit) (sia). Empty = no limit."""
-    scale_unit: IntArray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    """(m, n) devices per replica per type (>= 1) (sia). Empty = 1 everywhere."""
-    pollux: tuple[PolluxJobModel | None, ...] = ()
-    """Per job, Pollux goodput-model inputs (sia), None = not given. Empty = none."""
-    restart_penalty_s: FloatArray = field(default_factory=lambda: np.zeros(0))
-    """(m,) restart penalty delta_i (s, >= 0; default 30) (sia). Empty = 30 for every job."""
-    job_type: tuple[str, ...] = ()
-    """Per job, its job type for type-pair co-location throughputs ("" = none). Empty = none."""
-    measured_run_time_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) absolute deadline (s); NaN = none (the default)."""
+    epochs_done: IntArray
+    """(m,) epochs completed (shockwave), 0 <= e_i <= E_i. Default 0."""
+    total_epochs: IntArray
+    """(m,) total epochs E_i (shockwave); 0 = unknown (the default)."""
+    epoch_duration_s: tuple[FloatArray, ...]
+    """Per job, profiled duration of each epoch on the full gang (s, > 0); default none (a
+    length-0 array)."""
+    epoch_batch_size: tuple[IntArray, ...]
+    """Per job, batch size of each epoch (samples, > 0), the lengths of `epoch_duration_s`."""
+    given_goodput: tuple[tuple[GivenGoodput, ...], ...]
+    """Per job, `Job.configurations` (sia): goodput per (type, nodes, devices); default ()."""
+    min_devices: IntArray
+    """(m,) elasticity: fewest devices (>= 1) (sia). Default 1."""
+    max_devices: IntArray
+    """(m,) elasticity: most devices (0 = no limit, the default) (sia)."""
+    scale_unit: IntArray
+    """(m, n) devices per replica per type (>= 1) (sia). Default 1."""
+    pollux: tuple[PolluxJobModel | None, ...]
+    """Per job, Pollux goodput-model inputs (sia), None = not given (the default)."""
+    restart_penalty_s: FloatArray
+    """(m,) restart penalty delta_i (s, >= 0) (sia). Default `DEFAULT_RESTART_PENALTY_S`."""
+    job_type: tuple[str, ...]
+    """Per job, its job type for type-pair co-location throughputs ("" = none, the
+    default)."""
+    measured_run_time_s: FloatArray
     """(m,) shockwave recalibration: time the job has run on its full gang (s, >= 0; 0 = no
-    measurement). Empty = none."""
-    measured_epochs: FloatArray = field(default_factory=lambda: np.zeros(0))
-    """(m,) epochs completed in `measured_run_time_s` (fractional, >= 0). Empty = none."""
+    measurement, the default)."""
+    measured_epochs: FloatArray
+    """(m,) epochs completed in `measured_run_time_s` (fractional, >= 0). Default 0."""
+
+    def __post_init__(self) -> None:
+        m, n = len(self.ids), self.throughput.shape[1] if self.throughput.ndim == 2 else -1
+        _check_shapes("Jobs", m, n, {
+            "throughput": (self.throughput.shape, (m, n)),
+            "scale_unit": (self.scale_unit.shape, (m, n)),
+            **{name: (np.shape(getattr(self, name)), (m,)) for name in _JOB_VECTORS},
+            **{name: ((len(getattr(self, name)),), (m,)) for name in _JOB_TUPLES},
+        })
+
+    @staticmethod
+    def default(m: int, n: int) -> Jobs:
+        """m jobs ("job0", ...) with no throughput on any of n types and every other field at
+        its default."""
+        return Jobs(
+            ids=tuple(f"job{i}" for i in range(m)),
+            throughput=np.zeros((m, n)),
+            scale_factor=np.ones(m, np.int64),
+            priority_weight=np.ones(m),
+            tenant=("",) * m,
+            arrival_time_s=np.zeros(m),
+            steps_done=np.zeros(m),
+            total_steps=np.zeros(m),
+            deadline_s=np.full(m, np.nan),
+            epochs_done=np.zeros(m, np.int64),
+            total_epochs=np.zeros(m, np.int64),
+            epoch_duration_s=(np.zeros(0),) * m,
+            epoch_batch_size=(np.zeros(0, np.int64),) * m,
+            given_goodput=((),) * m,
+            min_devices=np.ones(m, np.int64),
+            max_devices=np.zeros(m, np.int64),
+            scale_unit=np.ones((m, n), np.int64),
+            pollux=(None,) * m,
+            restart_penalty_s=np.full(m, DEFAULT_RESTART_PENALTY_S),
+            job_type=("",) * m,
+            measured_run_time_s=np.zeros(m),
+            measured_epochs=np.zeros(m),
+        )
+
+    def append(self, more: Jobs) -> Jobs:
+        """These jobs followed by `more` (same accelerator types)."""
+        return _appended(self, more)
+
+    def take(self, index: IntArray) -> Jobs:
+        """The jobs `index` (repeats allowed: then give them new ids), in that order."""
+        return _taken(self, index)
 
     @property
     def num_jobs(self) -> int:
@@ -167,6 +260,70 @@ class Jobs:
     def remaining_steps(self) -> FloatArray:
         """(m,) R_i = total_steps - steps_done (steps)."""
         return np.asarray(self.total_steps - self.steps_done, dtype=np.float64)
+
+    @cached_property
+    def scale_factor_float(self) -> FloatArray:
+        """(m,) `scale_factor` as float64 (devices), for arithmetic with shares."""
+        return np.asarray(self.scale_factor, dtype=np.float64)
+
+
+DEFAULT_RESTART_PENALTY_S = 30.0
+"""`Jobs.restart_penalty_s` when the snapshot gives none (sia's delta, s)."""
+
+_JOB_VECTORS = (
+    "scale_factor", "priority_weight", "arrival_time_s", "steps_done", "total_steps",
+    "deadline_s", "epochs_done", "total_epochs", "min_devices", "max_devices",
+    "restart_penalty_s", "measured_run_time_s", "measured_epochs",
+)
+_JOB_TUPLES = (
+    "tenant", "epoch_duration_s", "epoch_batch_size", "given_goodput", "pollux", "job_type",
+)
+
+
+def _appended(first: _Rows, more: _Rows) -> _Rows:
+    """Every per-job field of `first` followed by `more`'s (arrays along the job axis, tuples
+    concatenated; scalars and the other fields from `first`)."""
+    values: dict[str, object] = {}
+    for item in fields(first):
+        a, b = getattr(first, item.name), getattr(more, item.name)
+        if isinstance(a, np.ndarray):
+            values[item.name] = np.concatenate([a, b], axis=0)
+        elif isinstance(a, tuple):
+            values[item.name] = a + b
+        elif isinstance(a, ReferenceFinishState):
+            values[item.name] = _appended(a, b)
+        else:
+            values[item.name] = a
+    out: _Rows = type(first)(**values)
+    return out
+
+
+def _taken(rows: _Rows, index: IntArray) -> _Rows:
+    """Every per-job field of `rows` at the job indices `index`."""
+    values: dict[str, object] = {}
+    picked = np.asarray(index, dtype=np.int64)
+    for item in fields(rows):
+        value = getattr(rows, item.name)
+        if isinstance(value, np.ndarray):
+            values[item.name] = value[picked]
+        elif isinstance(value, tuple):
+            values[item.name] = tuple(value[i] for i in picked.tolist())
+        elif isinstance(value, ReferenceFinishState):
+            values[item.name] = value.take(picked)
+        else:
+            values[item.name] = value
+    out: _Rows = type(rows)(**values)
+    return out
+
+
+def _check_shapes(owner: str, m: int, n: int,
+                  shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...]]]) -> None:
+    """Raise ValueError (a programming error, not bad input) when an array of a model object
+    does not have its documented shape."""
+    wrong = [f"{name} {got} (expected {want})" for name, (got, want) in shapes.items()
+             if got != want]
+    if wrong:
+        raise ValueError(f"{owner} with {m} jobs and {n} types: " + ", ".join(wrong))
 
 
 @dataclass(frozen=True)
@@ -213,42 +370,92 @@ class ReferenceFinishState:
 
 @dataclass(frozen=True)
 class History:
-    """Bookkeeping carried between calls (all arrays aligned with the jobs)."""
+    """Bookkeeping carried between calls. Every array is aligned with the jobs and filled for
+    every job (a job without a history entry holds the defaults stated on the fields)."""
 
     received_time_s: FloatArray
-    """(m, n) seconds run on each type since the last reset."""
+    """(m, n) seconds run on each type since the last reset. Default 0."""
     cumulative_isolated_time_s: FloatArray
-    """(m,) finish-time-fairness state C_i (s)."""
+    """(m,) finish-time-fairness state C_i (s). Default 0."""
     restarts: IntArray
-    """(m,) restarts so far."""
-    elapsed_since_reset_s: float = 0.0
-    current_type: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
-    """(m,) type index of the job's current placement (`JobHistory.current`), -1 = not running.
-    Empty = no job is running."""
-    current_devices: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
-    """(m,) devices the running job holds (>= 1 when running; 0 otherwise). Empty = none."""
-    busy_until_s: FloatArray = field(default_factory=lambda: np.zeros(0))
-    """(m,) `Placement.busy_until_s` as given (absolute s; 0 = not given). Empty = none."""
-    current_nodes: tuple[tuple[int, ...], ...] = ()
-    """Per job, indices into `Cluster.node_names` of the nodes it occupies. Empty = none."""
-    previous_isolated_throughput: FloatArray = field(default_factory=lambda: np.zeros(0))
-    """(m,) FTF state iso_i from the previous call (steps/s); NaN = not given. Empty = none."""
-    previous_remaining_steps: FloatArray = field(default_factory=lambda: np.zeros(0))
-    """(m,) FTF state R_i at the previous call (steps); NaN = not given. Empty = none."""
-    reference_finish_time_s: FloatArray = field(default_factory=lambda: np.zeros(0))
-    """(m,) shockwave reference finish time F*_i (absolute s; 0 = not yet estimated).
-    Empty = none."""
-    reference_state: ReferenceFinishState | None = None
-    """Shockwave's F* state per job (A4.6); None = no job has any."""
-    colocated_with: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """(m,) restarts so far. Default 0."""
+    elapsed_since_reset_s: float
+    """Seconds since the time-share allocation was last recomputed (>= 0)."""
+    current_type: IntArray
+    """(m,) type index of the job's current placement (`JobHistory.current`), -1 = not
+    running (the default)."""
+    current_devices: IntArray
+    """(m,) devices the running job holds (>= 1 when running; 0 otherwise)."""
+    busy_until_s: FloatArray
+    """(m,) `Placement.busy_until_s` as given (absolute s; 0 = not given, the default)."""
+    current_nodes: tuple[tuple[int, ...], ...]
+    """Per job, indices into `Cluster.node_names` of the nodes it occupies (default ())."""
+    previous_isolated_throughput: FloatArray
+    """(m,) FTF state iso_i from the previous call (steps/s); NaN = not given (the
+    default)."""
+    previous_remaining_steps: FloatArray
+    """(m,) FTF state R_i at the previous call (steps); NaN = not given (the default)."""
+    reference_finish_time_s: FloatArray
+    """(m,) shockwave reference finish time F*_i (absolute s; 0 = not yet estimated, the
+    default)."""
+    reference_state: ReferenceFinishState
+    """Shockwave's F* state per job (A4.6); NaN estimate = no state (the default)."""
+    colocated_with: IntArray
     """(m,) gandiva: index of the job each job was paired with in the previous plan, -1 =
-    none. Empty = no pairs."""
+    none (the default)."""
 
-    def running(self, m: int) -> NDArray[np.bool_]:
-        """(m,) True for jobs with a current placement."""
-        if self.current_type.size == 0:
-            return np.zeros(m, dtype=bool)
+    def __post_init__(self) -> None:
+        m, n = self.restarts.shape[0], self.received_time_s.shape[-1]
+        _check_shapes("History", m, n, {
+            "received_time_s": (self.received_time_s.shape, (m, n)),
+            "current_nodes": ((len(self.current_nodes),), (m,)),
+            "reference_state": (self.reference_state.estimate_s.shape, (m,)),
+            **{name: (np.shape(getattr(self, name)), (m,)) for name in _HISTORY_VECTORS},
+        })
+
+    @staticmethod
+    def default(m: int, n: int) -> History:
+        """No job has any history (every field at its default)."""
+        return History(
+            received_time_s=np.zeros((m, n)),
+            cumulative_isolated_time_s=np.zeros(m),
+            restarts=np.zeros(m, np.int64),
+            elapsed_since_reset_s=0.0,
+            current_type=np.full(m, -1, np.int64),
+            current_devices=np.zeros(m, np.int64),
+            busy_until_s=np.zeros(m),
+            current_nodes=((),) * m,
+            previous_isolated_throughput=np.full(m, np.nan),
+            previous_remaining_steps=np.full(m, np.nan),
+            reference_finish_time_s=np.zeros(m),
+            reference_state=ReferenceFinishState.empty(m),
+            colocated_with=np.full(m, -1, np.int64),
+        )
+
+    def append(self, more: History) -> History:
+        """This history followed by `more`'s entries (this one's elapsed_since_reset_s)."""
+        return _appended(self, more)
+
+    def take(self, index: IntArray) -> History:
+        """The entries of the jobs `index`, in that order (`colocated_with` still holds the
+        old job indices)."""
+        return _taken(self, index)
+
+    def running(self, m: int | None = None) -> NDArray[np.bool_]:
+        """(m,) True for jobs with a current placement. (`m`, the number of jobs, is not
+        needed: the history is complete; callers passing it still work.)"""
+        return self._running
+
+    @cached_property
+    def _running(self) -> NDArray[np.bool_]:
         return np.asarray(self.current_type >= 0)
+
+
+_HISTORY_VECTORS = (
+    "cumulative_isolated_time_s", "current_type", "current_devices", "busy_until_s",
+    "previous_isolated_throughput", "previous_remaining_steps", "reference_finish_time_s",
+    "colocated_with",
+)
 
 
 @dataclass(frozen=True)
@@ -313,11 +520,21 @@ class Problem:
     """Inputs of the co-location and resource-shape policies (`apportion.solver.sharing`);
     None = none given."""
 
-    @property
+    @cached_property
     def usable(self) -> NDArray[np.bool_]:
         """(m, n) cells a job can run on: throughput > 0 and enough devices of the type (B4)."""
         fits = self.jobs.scale_factor[:, None] <= self.cluster.count[None, :]
-        return (self.jobs.throughput > 0) & fits
+        return np.asarray((self.jobs.throughput > 0) & fits)
+
+    @cached_property
+    def proportional_throughput(self) -> FloatArray:
+        """(m,) prop_i = sum_j T[i,j] W[j] / sum_k W[k] (steps/s, A1.3): job i's throughput on
+        a device mix identical to the cluster's (0 for every job of a cluster without
+        devices)."""
+        total = float(self.cluster.count.sum())
+        if total <= 0:
+            return np.zeros(self.jobs.num_jobs)
+        return np.asarray(self.jobs.throughput @ self.cluster.count_float / total, np.float64)
 
 
 class SolverPreference(StrEnum):
@@ -371,44 +588,3 @@ class PolicyRequest:
     """The placement stage after the policy (`apportion.solver.stages`); None = none."""
     admission: AdmissionParameters | None = None
     """The admission stage before the policy; None = accept every job."""
-
-
-def make_problem(
-    type_names: list[str] | tuple[str, ...],
-    count: list[int] | IntArray,
-    throughput: list[list[float]] | FloatArray,
-    scale_factor: list[int] | IntArray | None = None,
-    priority_weight: list[float] | FloatArray | None = None,
-    ids: list[str] | None = None,
-) -> Problem:
-    """Convenience constructor for tests and benchmarks (no validation beyond shapes)."""
-    thr = np.asarray(throughput, dtype=np.float64)
-    m, n = thr.shape
-    assert n == len(type_names)
-    sf = np.ones(m, np.int64) if scale_factor is None else np.asarray(scale_factor, np.int64)
-    w = np.ones(m) if priority_weight is None else np.asarray(priority_weight, np.float64)
-    job_ids = tuple(ids) if ids is not None else tuple(f"job{i}" for i in range(m))
-    zeros = np.zeros(m)
-    return Problem(
-        cluster=Cluster(
-            type_names=tuple(type_names),
-            count=np.asarray(count, np.int64),
-            cost_per_hour=np.ones(n),
-        ),
-        jobs=Jobs(
-            ids=job_ids,
-            throughput=thr,
-            scale_factor=sf,
-            priority_weight=w,
-            tenant=("",) * m,
-            arrival_time_s=zeros.copy(),
-            steps_done=zeros.copy(),
-            total_steps=zeros.copy(),
-            deadline_s=np.full(m, np.nan),
-        ),
-        history=History(
-            received_time_s=np.zeros((m, n)),
-            cumulative_isolated_time_s=zeros.copy(),
-            restarts=np.zeros(m, np.int64),
-        ),
-    )

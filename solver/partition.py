@@ -26,8 +26,8 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, fields, replace
-from typing import IO, Any
+from dataclasses import dataclass, replace
+from typing import IO
 
 import numpy as np
 
@@ -35,9 +35,7 @@ from apportion.solver.deadline import Deadline
 from apportion.solver.model import (
     Cluster,
     Colocations,
-    History,
     IntArray,
-    Jobs,
     PartitionMode,
     PolicyRequest,
     Problem,
@@ -68,15 +66,6 @@ def assign(problem: Problem, k: int, mode: PartitionMode, seed: int) -> IntArray
     return np.random.default_rng(seed).integers(0, k, size=m).astype(np.int64)
 
 
-def _take(value: Any, members: IntArray, m: int) -> Any:
-    """The members' entries of a per-job field (first axis m); other values unchanged."""
-    if isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == m and m:
-        return value[members]
-    if isinstance(value, tuple) and len(value) == m and m:
-        return tuple(value[i] for i in members.tolist())
-    return value
-
-
 def _reindex(index: IntArray, members: IntArray, m: int) -> IntArray:
     """Job indices (-1 = none) into the sub-problem's numbering; -1 for jobs outside it."""
     new = np.full(m, -1, np.int64)
@@ -87,18 +76,12 @@ def _reindex(index: IntArray, members: IntArray, m: int) -> IntArray:
 def sub_problem(problem: Problem, members: IntArray, k: int) -> Problem:
     """The jobs `members` (ascending) with floor(W/k) devices of every type (no node layout)."""
     m = problem.jobs.num_jobs
-    jobs = Jobs(**{f.name: _take(getattr(problem.jobs, f.name), members, m)
-                   for f in fields(Jobs)})
+    jobs = problem.jobs.take(members)
     hist = problem.history
-    history = History(**{f.name: _take(getattr(hist, f.name), members, m)
-                         for f in fields(History)})
-    state = hist.reference_state
     history = replace(
-        history,
-        current_nodes=(),
-        reference_state=state.take(members) if state is not None else None,
-        colocated_with=(_reindex(hist.colocated_with[members], members, m)
-                        if hist.colocated_with.size == m and m else hist.colocated_with),
+        hist.take(members),
+        current_nodes=((),) * members.size,  # the sub-problem has no node layout
+        colocated_with=_reindex(hist.colocated_with[members], members, m),
     )
     cluster = Cluster(problem.cluster.type_names, problem.cluster.count // k,
                       problem.cluster.cost_per_hour)

@@ -60,6 +60,10 @@ def load_entry(entry_point: str) -> Any:
     module_name, _, attribute = entry_point.partition(":")
     return getattr(importlib.import_module(module_name), attribute)
 
+InputCheck = Callable[[Any], list[Violation]]
+"""(request context, `apportion.server.request_context.RequestContext`) -> the violations of
+what the policy needs beyond the general snapshot rules and its capabilities."""
+
 
 @dataclass(frozen=True)
 class PolicySpec:
@@ -82,6 +86,9 @@ class PolicySpec:
     """How its objective and each job's value read (names and units for tables, clients)."""
     aliases: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     """Alias name -> parameter values the alias forces."""
+    input_check: str = ""
+    """"module:function" implementing InputCheck, imported lazily (it lives with the wire
+    conversion, which `solver` does not import); "" = none beyond the general rules."""
 
     score_entry_point: str = ""
     """"module:function" evaluating a time share X on the whole problem, (problem,
@@ -107,6 +114,13 @@ class PolicySpec:
             entry = self.packed_entry_point
         function: SolveFunction = load_entry(entry)
         return function
+
+    def load_input_check(self) -> InputCheck | None:
+        """The policy's input check, None when it declares none."""
+        if not self.input_check:
+            return None
+        check: InputCheck = load_entry(self.input_check)
+        return check
 
 
 _POLICIES: tuple[PolicySpec, ...] = (
@@ -277,6 +291,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         entry_point="apportion.formulations.gavel_lp:solve_max_sum_throughput",
         score_entry_point="apportion.formulations.time_share_scores:score_max_sum",
         packed_entry_point="apportion.formulations.packed_gavel:solve_max_sum_throughput_packed",
+        input_check="apportion.server.gavel_inputs:check_gavel_lp",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
@@ -314,6 +329,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         maximize=True,
         entry_point="apportion.formulations.gavel_lp:solve_cost_throughput",
         score_entry_point="apportion.formulations.time_share_scores:score_cost",
+        input_check="apportion.server.gavel_inputs:check_gavel_lp",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
@@ -348,6 +364,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         entry_point="apportion.formulations.gavel_lp:solve_min_makespan",
         score_entry_point="apportion.formulations.time_share_scores:score_makespan",
         packed_entry_point="apportion.formulations.packed_gavel:solve_min_makespan_packed",
+        input_check="apportion.server.gavel_inputs:check_gavel_lp",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
@@ -389,6 +406,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         entry_point="apportion.formulations.gavel_lp:solve_finish_time_fairness",
         score_entry_point="apportion.formulations.time_share_scores:score_finish_time_fairness",
         packed_entry_point="apportion.formulations.packed_gavel:solve_finish_time_fairness_packed",
+        input_check="apportion.server.gavel_inputs:check_gavel_lp",
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.LP,
@@ -578,6 +596,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.shockwave:solve_policy",
+        input_check="apportion.server.market_inputs:check_shockwave",
         capabilities=Capabilities(
             PlanKind.WINDOW,
             ProblemClass.MILP,
@@ -612,6 +631,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=False,
         entry_point="apportion.formulations.sia:solve_policy",
+        input_check="apportion.server.sia_inputs:check_configuration_policy",
         capabilities=Capabilities(
             PlanKind.CONFIGURATION,
             ProblemClass.MILP,
@@ -751,6 +771,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         ),
         maximize=True,
         entry_point="apportion.formulations.pollux:solve_policy",
+        input_check="apportion.server.sia_inputs:check_configuration_policy",
         capabilities=Capabilities(
             PlanKind.CONFIGURATION,
             ProblemClass.MILP,

@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from apportion.solver.model import Problem, make_problem
+from apportion.solver.model import Problem
 from apportion.solver.sharing import ResourceGrid, SharedDevices, SharingInputs
+from apportion.solver.validation import make_problem
 
 CPUS = np.array([1.0, 2.0, 3.0, 6.0, 9.0])
 """Cores per GPU of the synthetic grids (fair share: 3 on the test nodes)."""

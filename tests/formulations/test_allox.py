@@ -25,10 +25,11 @@ from apportion.formulations.allox import solve_matching
 from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
 from apportion.solver.errors import ValidationError
-from apportion.solver.model import Compat, History, PolicyRequest, Problem, make_problem
+from apportion.solver.model import Compat, History, Jobs, PolicyRequest, Problem
 from apportion.solver.parameters import AlloxParameters
 from apportion.solver.result import JobStatus, Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from apportion.testing import check_plan, snapshots
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1.allocation_service_pb2 import SolveRequest
@@ -364,33 +365,14 @@ def test_adding_a_job_never_decreases_the_optimum(prob: Problem, work: float, ag
     usable = int(np.argmax(prob.cluster.count > 0))
     thr = np.zeros((1, n))
     thr[0, usable] = 1.0
-    extra = replace(
-        jobs,
-        ids=(*jobs.ids, "extra"),
-        throughput=np.vstack([jobs.throughput, thr]),
-        scale_factor=np.r_[jobs.scale_factor, 1],
-        priority_weight=np.r_[jobs.priority_weight, 1.0],
-        tenant=(*jobs.tenant, ""),
-        arrival_time_s=np.r_[jobs.arrival_time_s, prob.time_s - age],  # arrived before now
-        steps_done=np.r_[jobs.steps_done, 0.0],
-        total_steps=np.r_[jobs.total_steps, work],
-        deadline_s=np.r_[jobs.deadline_s, np.nan],
-    )
-    hist = prob.history
-    if hist.current_type.size:
-        hist = replace(
-            hist,
-            current_type=np.r_[hist.current_type, -1],
-            current_devices=np.r_[hist.current_devices, 0],
-            busy_until_s=np.r_[hist.busy_until_s, 0.0],
-            current_nodes=(*hist.current_nodes, ()),
-        )
-    hist = replace(
-        hist,
-        received_time_s=np.zeros((m + 1, n)),
-        cumulative_isolated_time_s=np.zeros(m + 1),
-        restarts=np.zeros(m + 1, np.int64),
-    )
+    extra = jobs.append(replace(
+        Jobs.default(1, n), ids=("extra",), throughput=thr,
+        arrival_time_s=np.array([prob.time_s - age]),  # arrived before now
+        total_steps=np.array([work]),
+    ))
+    hist = replace(prob.history, received_time_s=np.zeros((m, n)),
+                   cumulative_isolated_time_s=np.zeros(m), restarts=np.zeros(m, np.int64))
+    hist = hist.append(History.default(1, n))
     bigger = replace(prob, jobs=extra, history=hist)
     before, after = run(prob).certificate, run(bigger).certificate
     assert before.objective is not None and after.objective is not None

@@ -20,11 +20,12 @@ from apportion.formulations.antman import (
 )
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
-from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions, make_problem
+from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import AntmanParameters
 from apportion.solver.result import JobStatus, Termination
 from apportion.solver.sharing import GroupInterference, SharedDevices, SharingInputs
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 
 def random_instance(seed: int, jobs: int, devices: int, u_max: float = 1.0,

@@ -30,10 +30,11 @@ from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
 from apportion.solver.errors import ValidationError
 from apportion.solver.fairness_model import FairnessInputs, TenantUsage
-from apportion.solver.model import PolicyRequest, Problem, Tenant, make_problem
+from apportion.solver.model import PolicyRequest, Problem, Tenant
 from apportion.solver.parameters import AstraeaParameters
 from apportion.solver.result import Plan
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 LEASE = 600.0
@@ -49,8 +50,9 @@ def tenants_problem(seed: int, jobs_per_tenant: int = 6, whole: bool = False) ->
     T = rng.uniform(1.0, 5.0, (m, 2))
     counts = [4 * int(rng.integers(1, 3)), 4] if whole else \
         [int(rng.integers(3, 9)), int(rng.integers(2, 6))]
+    # a gang larger than every type is not a valid snapshot (make_problem validates)
     problem = make_problem(["a", "b"], counts, T,
-                           scale_factor=rng.choice([1, 1, 2, 4], m),
+                           scale_factor=np.minimum(rng.choice([1, 1, 2, 4], m), max(counts)),
                            priority_weight=rng.choice([1.0, 2.0], m))
     jobs = replace(problem.jobs, tenant=tuple(f"t{u}" for u in owner),
                    arrival_time_s=rng.uniform(0.0, 100.0, m))

@@ -10,10 +10,11 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apportion.solver.model import PolicyRequest, Problem, SolveOptions, make_problem
+from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import NoParameters
 from apportion.solver.result import JobStatus, Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 
 @st.composite

@@ -28,10 +28,11 @@ from apportion.formulations.fisher_market import market_inputs
 from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
 from apportion.solver.errors import ValidationError
-from apportion.solver.model import PolicyRequest, Problem, make_problem
+from apportion.solver.model import PolicyRequest, Problem
 from apportion.solver.parameters import BudgetSource, FisherMarketParameters
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from apportion.testing import check_plan, snapshots
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import policy_pb2 as policy_pb

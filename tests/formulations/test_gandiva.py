@@ -16,11 +16,11 @@ from apportion.solver.model import (
     PolicyRequest,
     Problem,
     SolveOptions,
-    make_problem,
 )
 from apportion.solver.parameters import NoParameters
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from tests.formulations.test_fifo import with_type_pairs
 
 

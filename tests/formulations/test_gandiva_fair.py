@@ -33,10 +33,11 @@ from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
 from apportion.solver.errors import ValidationError
 from apportion.solver.fairness_model import FairnessInputs
-from apportion.solver.model import Compat, PolicyRequest, Problem, Tenant, make_problem
+from apportion.solver.model import Compat, PolicyRequest, Problem, Tenant
 from apportion.solver.parameters import GandivaFairParameters, TradingMode
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 Array = NDArray[np.float64]

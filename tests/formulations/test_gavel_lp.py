@@ -29,7 +29,6 @@ from apportion.solver.model import (
     Problem,
     SolveOptions,
     SolverPreference,
-    make_problem,
 )
 from apportion.solver.parameters import (
     CostThroughputParameters,
@@ -40,6 +39,7 @@ from apportion.solver.parameters import (
 )
 from apportion.solver.result import JobStatus, Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from apportion.testing import check_plan, snapshots
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1.allocation_service_pb2 import SolveRequest
@@ -190,22 +190,10 @@ def test_max_sum_matches_reference_and_certificate(
 def duplicated(prob: Problem, copies: list[int]) -> Problem:
     """`prob` with job i repeated copies[i] times (ids made unique)."""
     index = np.repeat(np.arange(prob.jobs.num_jobs), copies)
-    jobs, hist = prob.jobs, prob.history
-    return replace(
-        prob,
-        jobs=replace(
-            jobs, ids=tuple(f"{jobs.ids[i]}-{k}" for k, i in enumerate(index)),
-            throughput=jobs.throughput[index], scale_factor=jobs.scale_factor[index],
-            priority_weight=jobs.priority_weight[index], tenant=("",) * index.size,
-            arrival_time_s=jobs.arrival_time_s[index], steps_done=jobs.steps_done[index],
-            total_steps=jobs.total_steps[index], deadline_s=jobs.deadline_s[index],
-        ),
-        history=replace(
-            hist, received_time_s=hist.received_time_s[index],
-            cumulative_isolated_time_s=hist.cumulative_isolated_time_s[index],
-            restarts=hist.restarts[index],
-        ),
-    )
+    jobs = prob.jobs
+    ids = tuple(f"{jobs.ids[i]}-{k}" for k, i in enumerate(index))
+    return replace(prob, jobs=replace(jobs.take(index), ids=ids),
+                   history=prob.history.take(index))
 
 
 @given(problems(max_jobs=4), st.lists(st.integers(1, 4), min_size=4, max_size=4),

@@ -21,11 +21,12 @@ from apportion.formulations.iadeep import (
 )
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
-from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions, make_problem
+from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import IadeepParameters
 from apportion.solver.result import Termination
 from apportion.solver.sharing import GroupInterference, JobConfiguration, SharingInputs
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 
 def iadeep_problem(seed: int, m: int, devices: int, slowdown_scale: float = 1.0) -> Problem:

@@ -24,12 +24,12 @@ from apportion.solver.model import (
     PolicyRequest,
     Problem,
     SolveOptions,
-    make_problem,
 )
 from apportion.solver.parameters import LucidParameters
 from apportion.solver.result import JobStatus, Termination
 from apportion.solver.sharing import SharingInputs
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from tests.formulations.test_matching import brute_force, reference
 
 

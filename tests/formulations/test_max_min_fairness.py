@@ -29,11 +29,11 @@ from apportion.solver.model import (
     Problem,
     SolveOptions,
     SolverPreference,
-    make_problem,
 )
 from apportion.solver.parameters import Canonicalization, MaxMinFairnessParameters
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from apportion.testing import check_plan, problems, snapshots
 from apportion.testing.strategies import LOG_THROUGHPUTS, THROUGHPUTS
 from apportion.v1.allocation_service_pb2 import SolveRequest

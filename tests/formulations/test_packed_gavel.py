@@ -187,7 +187,8 @@ def test_finished_jobs_get_nothing_and_stay_out_of_the_objective() -> None:
 
 def next_problem() -> Problem:
     """4 jobs on 2 devices of one type; jobs 1 and 2 gain from sharing (0.8 + 0.8 > 1)."""
-    from apportion.solver.model import Colocations, make_problem
+    from apportion.solver.model import Colocations
+    from apportion.solver.validation import make_problem
 
     problem = make_problem(["v100"], [2], [[1.0], [2.0], [2.0], [1.0]])
     return replace(problem, colocations=Colocations(
@@ -198,7 +199,8 @@ def next_problem() -> Problem:
 def test_sharing_shortens_the_makespan_by_the_closed_form() -> None:
     """Two equal jobs on one device, pair rate 0.8 each: alone the makespan is 2R/T (time
     slicing), paired R/(0.8 T); the LP picks the pair."""
-    from apportion.solver.model import Colocations, make_problem
+    from apportion.solver.model import Colocations
+    from apportion.solver.validation import make_problem
 
     problem = make_problem(["v100"], [1], [[2.0], [2.0]])
     problem = replace(problem, colocations=Colocations(

@@ -19,7 +19,8 @@ from apportion.formulations.packed_gavel import packed_cells
 from apportion.formulations.rate_classes import DemandSolution, solve_demand_lp
 from apportion.formulations.space_sharing import Groups, PackedLP, scaled, solve_level_lp
 from apportion.solver.deadline import NO_DEADLINE
-from apportion.solver.model import Colocations, Compat, Problem, SolverPreference, make_problem
+from apportion.solver.model import Colocations, Compat, Problem, SolverPreference
+from apportion.solver.validation import make_problem
 from tests.countdown import CountdownDeadline
 from tests.formulations.test_packed_gavel import (
     FTF,

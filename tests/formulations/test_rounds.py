@@ -16,10 +16,11 @@ from numpy.typing import NDArray
 from apportion.formulations.rounds import combinations, round_schedule
 from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
-from apportion.solver.model import Cluster, PolicyRequest, Problem, SolveOptions, make_problem
+from apportion.solver.model import Cluster, PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import MaxSumThroughputParameters
 from apportion.solver.result import ScheduledRound
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 Array = NDArray[np.float64]

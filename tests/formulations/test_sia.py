@@ -53,11 +53,11 @@ from apportion.solver.model import (
     PolicyRequest,
     Problem,
     SolveOptions,
-    make_problem,
 )
 from apportion.solver.parameters import SiaParameters
 from apportion.solver.result import JobStatus, Termination, relative_gap
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from apportion.testing import check_plan, snapshots
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1.allocation_service_pb2 import SolveRequest

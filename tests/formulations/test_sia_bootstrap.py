@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from google.protobuf import json_format
 
-from apportion.formulations.pollux_model import BatchLimits, GradParams, PerfParams, best_goodput
+from apportion.formulations.pollux_model import BatchLimits, GradParams, best_goodput
 from apportion.formulations.sia import bootstrap_sources, goodput_table
 from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
 from apportion.solver.errors import ValidationError
-from apportion.solver.model import PolluxJobModel
+from apportion.solver.model import PerfParams, PolluxJobModel
 from apportion.v1 import allocation_service_pb2 as service_pb
 from tests.formulations.test_sia import CLUSTER
 

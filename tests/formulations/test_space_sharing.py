@@ -18,11 +18,11 @@ from apportion.solver.model import (
     PolicyRequest,
     Problem,
     SolveOptions,
-    make_problem,
 )
 from apportion.solver.parameters import MaxMinFairnessParameters
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 REL = 1e-6
 

@@ -26,10 +26,11 @@ from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
 from apportion.solver.errors import ValidationError
 from apportion.solver.fairness_model import BidTable, BundleBid, FairnessInputs
-from apportion.solver.model import Compat, PolicyRequest, Problem, make_problem
+from apportion.solver.model import Compat, PolicyRequest, Problem
 from apportion.solver.parameters import ThemisAuctionParameters
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 

@@ -17,7 +17,7 @@ from apportion.formulations.placement.instance import PlacementInstance
 from apportion.formulations.tiresias import gittins_index, queue_of, skip_fit, solve_policy
 from apportion.solver.cluster_topology import topology_of
 from apportion.solver.deadline import NO_DEADLINE
-from apportion.solver.model import Compat, History, Problem, SolveOptions, make_problem
+from apportion.solver.model import Compat, History, Problem, SolveOptions
 from apportion.solver.parameters import (
     TiresiasAdmission,
     TiresiasMode,
@@ -27,6 +27,7 @@ from apportion.solver.parameters import (
 from apportion.solver.result import Termination
 from apportion.solver.stages import PlacementParameters
 from apportion.solver.topology import DomainLevel, PlacementInputs, PlacementJobs
+from apportion.solver.validation import make_problem
 from tests.formulations.placement.instances import small_topology
 
 
@@ -212,7 +213,6 @@ def test_running_jobs_stay_ahead_inside_a_queue_and_lower_queues_wait() -> None:
 
 def test_history_defaults_when_no_state_is_given() -> None:
     problem = make_problem(["gpu"], [2], np.ones((3, 1)), [1, 1, 1])
-    problem = replace(problem, history=History(np.zeros((3, 1)), np.zeros(3),
-                                               np.zeros(3, np.int64)))
+    problem = replace(problem, history=History.default(3, 1))
     plan = solve_policy(problem, TiresiasParameters(), Compat.NONE, SolveOptions(), NO_DEADLINE)
     assert plan.time_share[:, 0].sum() == 2

@@ -26,11 +26,11 @@ from apportion.solver.model import (
     SolveOptions,
     Tenant,
     TenantSharing,
-    make_problem,
 )
 from apportion.solver.parameters import MaxMinFairnessParameters, WaterFillingParameters
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 from .reference_water_filling import (
     dense_model,

@@ -18,7 +18,6 @@ from apportion.solver.model import (
     PolicyRequest,
     Problem,
     SolveOptions,
-    make_problem,
 )
 from apportion.solver.parameters import (
     MaxMinFairnessParameters,
@@ -28,6 +27,7 @@ from apportion.solver.parameters import (
 from apportion.solver.partition import WORKER_MODULE, assign, sub_problem
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 MAX_MIN = PolicyRequest("weighted_max_min_fairness", MaxMinFairnessParameters())
 MAX_SUM = PolicyRequest("max_sum_throughput", MaxSumThroughputParameters())

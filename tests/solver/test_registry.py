@@ -10,7 +10,7 @@ import pytest
 
 from apportion.solver.capabilities import DEFAULT_RELATIVE_GAP, PlanKind
 from apportion.solver.errors import ValidationError
-from apportion.solver.model import Colocations, PolicyRequest, make_problem
+from apportion.solver.model import Colocations, PolicyRequest
 from apportion.solver.parameters import MaxMinFairnessParameters, NoParameters
 from apportion.solver.registry import (
     ROUND_SCHEDULE_ENTRY,
@@ -22,6 +22,7 @@ from apportion.solver.registry import (
     resolve_parameters,
 )
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 
 POLICIES = policies()
 

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from apportion.formulations.shockwave import window_problem
 from apportion.solver.capabilities import PlanKind
-from apportion.solver.model import PolicyRequest, Problem, SolveOptions, make_problem
+from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.registry import PolicySpec, policies
 from apportion.solver.result import Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from tests.formulations.colocation_cases import with_sharing_inputs
 
 POLICIES = policies()

@@ -250,6 +250,7 @@ class Plan(_message.Message):
     PLACEMENT_FIELD_NUMBER: _builtins.int
     RECLAIM_FIELD_NUMBER: _builtins.int
     GROUPS_FIELD_NUMBER: _builtins.int
+    COLUMNS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobAllocation]:
         """One entry per job of the snapshot, in the snapshot's order."""
@@ -307,6 +308,10 @@ class Plan(_message.Message):
         have time_share 1 on the group's type.
         """
 
+    @_builtins.property
+    def columns(self) -> Global___PlanColumns:
+        """options.columnar_plan: every job's allocation as columns (and `jobs` empty)."""
+
     def __init__(
         self,
         *,
@@ -321,10 +326,11 @@ class Plan(_message.Message):
         placement: Global___PlacementSummary | None = ...,
         reclaim: Global___Reclaim | None = ...,
         groups: _abc.Iterable[Global___ColocationGroup] | None = ...,
+        columns: Global___PlanColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["placement", b"placement", "reclaim", b"reclaim"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "placement", b"placement", "reclaim", b"reclaim"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "colocated", b"colocated", "device_queues", b"device_queues", "groups", b"groups", "jobs", b"jobs", "placement", b"placement", "reclaim", b"reclaim", "rounds", b"rounds", "tenant_usage", b"tenant_usage", "trades", b"trades", "user_shares", b"user_shares"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accelerator_prices", b"accelerator_prices", "colocated", b"colocated", "columns", b"columns", "device_queues", b"device_queues", "groups", b"groups", "jobs", b"jobs", "placement", b"placement", "reclaim", b"reclaim", "rounds", b"rounds", "tenant_usage", b"tenant_usage", "trades", b"trades", "user_shares", b"user_shares"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2066,3 +2072,101 @@ class PolicyCapabilities(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PolicyCapabilities: _TypeAlias = PolicyCapabilities  # noqa: Y015
+
+@_typing.final
+class PlanColumns(_message.Message):
+    """The jobs' allocations as parallel arrays. Job i is the i-th job of the snapshot (the `jobs`
+    entries, then the `job_columns` ids); accelerator type t is the t-th of
+    cluster.accelerator_types. Per-job columns have one entry per job.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_INDEX_FIELD_NUMBER: _builtins.int
+    TYPE_INDEX_FIELD_NUMBER: _builtins.int
+    TIME_SHARE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    EFFECTIVE_THROUGHPUT_FIELD_NUMBER: _builtins.int
+    NORMALIZED_THROUGHPUT_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_VALUE_FIELD_NUMBER: _builtins.int
+    DUAL_JOB_INDEX_FIELD_NUMBER: _builtins.int
+    DUAL_FIELD_NUMBER: _builtins.int
+    REASON_JOB_INDEX_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    CUMULATIVE_ISOLATED_TIME_S_FIELD_NUMBER: _builtins.int
+    ISOLATED_THROUGHPUT_FIELD_NUMBER: _builtins.int
+    REMAINING_STEPS_FIELD_NUMBER: _builtins.int
+    SLO_SHORTFALL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def job_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The positive time shares, sparse: job job_index[k] runs on type type_index[k] for the
+        fraction time_share[k] of the time (as JobAllocation.time_share).
+        """
+
+    @_builtins.property
+    def type_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def time_share(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def status(self) -> _containers.RepeatedScalarFieldContainer[Global___JobStatus.ValueType]:
+        """Per job, as the JobAllocation fields of the same names. The three reported values are
+        single precision (7 significant digits; the time shares above are exact doubles), which
+        keeps a 100,000-job plan within a client's default 4 MiB message limit.
+        """
+
+    @_builtins.property
+    def effective_throughput(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def normalized_throughput(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def objective_value(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def dual_job_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The nonzero duals only (JobAllocation.dual): job dual_job_index[k] has dual[k]."""
+
+    @_builtins.property
+    def dual(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def reason_job_index(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The jobs with a reason (JobAllocation.reason): job reason_job_index[k] has reason[k]."""
+
+    @_builtins.property
+    def reason(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def cumulative_isolated_time_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Finish-time-fairness and SLO state (as JobAllocation's fields of the same names; empty
+        when the policy returns none; NaN slo_shortfall = the job has no SLO).
+        """
+
+    @_builtins.property
+    def isolated_throughput(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def remaining_steps(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def slo_shortfall(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        job_index: _abc.Iterable[_builtins.int] | None = ...,
+        type_index: _abc.Iterable[_builtins.int] | None = ...,
+        time_share: _abc.Iterable[_builtins.float] | None = ...,
+        status: _abc.Iterable[Global___JobStatus.ValueType] | None = ...,
+        effective_throughput: _abc.Iterable[_builtins.float] | None = ...,
+        normalized_throughput: _abc.Iterable[_builtins.float] | None = ...,
+        objective_value: _abc.Iterable[_builtins.float] | None = ...,
+        dual_job_index: _abc.Iterable[_builtins.int] | None = ...,
+        dual: _abc.Iterable[_builtins.float] | None = ...,
+        reason_job_index: _abc.Iterable[_builtins.int] | None = ...,
+        reason: _abc.Iterable[_builtins.str] | None = ...,
+        cumulative_isolated_time_s: _abc.Iterable[_builtins.float] | None = ...,
+        isolated_throughput: _abc.Iterable[_builtins.float] | None = ...,
+        remaining_steps: _abc.Iterable[_builtins.float] | None = ...,
+        slo_shortfall: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cumulative_isolated_time_s", b"cumulative_isolated_time_s", "dual", b"dual", "dual_job_index", b"dual_job_index", "effective_throughput", b"effective_throughput", "isolated_throughput", b"isolated_throughput", "job_index", b"job_index", "normalized_throughput", b"normalized_throughput", "objective_value", b"objective_value", "reason", b"reason", "reason_job_index", b"reason_job_index", "remaining_steps", b"remaining_steps", "slo_shortfall", b"slo_shortfall", "status", b"status", "time_share", b"time_share", "type_index", b"type_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanColumns: _TypeAlias = PlanColumns  # noqa: Y015

@@ -13,7 +13,12 @@ Conventions used in every apportion.v1 message:
   compare a job with itself, except max-sum-throughput without normalization).
 * A field that a policy does not read is ignored by that policy. Each field says which
   policy families read it: max_min_fairness (A2.1), gavel_lp (the other Gavel LPs, A2),
-  allox (A3), shockwave (A4), sia (A5).
+  allox (A3), shockwave (A4), sia (A5). Every field is validated whichever policy is named.
+* Bounds: every size-like field has a maximum and every real value a range, stated on the
+  field; beyond it the request is rejected with the field's path. The ranges keep every
+  quantity a policy derives (ratios, sums, processing times) finite: absolute times have
+  magnitude at most 1e12 s, durations lie in [0, 1e12] s, throughputs and goodputs are 0
+  or in [1e-9, 1e12] per second, step counts 0 or in [1e-9, 1e15], weights in [1e-9, 1e9].
 """
 
 from collections import abc as _abc
@@ -201,12 +206,14 @@ class Snapshot(_message.Message):
     INFERENCE_FIELD_NUMBER: _builtins.int
     RESOURCE_PROFILES_FIELD_NUMBER: _builtins.int
     INTERFERENCE_FIELD_NUMBER: _builtins.int
+    JOB_COLUMNS_FIELD_NUMBER: _builtins.int
     time_s: _builtins.float
-    """Current time on the snapshot's clock (s). Default 0. Read by policies that use job age,
-    deadlines or arrival order (finish-time fairness, allox, shockwave, sia).
+    """Current time on the snapshot's clock (s, magnitude at most 1e12). Default 0. Read by
+    policies that use job age, deadlines or arrival order (finish-time fairness, allox,
+    shockwave, sia).
     """
     round_duration_s: _builtins.float
-    """Length of one scheduling round (s). 0 = the policy's default (Gavel 360, Shockwave 120,
+    """Length of one scheduling round (s, in [0, 1e12]). 0 = the policy's default (Gavel 360, Shockwave 120,
     Sia 60). Read by the round schedule and by shockwave and sia.
     """
     @_builtins.property
@@ -215,8 +222,9 @@ class Snapshot(_message.Message):
 
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]:
-        """Active jobs. Job ids must be unique. Order does not matter to any policy except as a
-        documented tie-break (ascending id).
+        """Active jobs (at most 1,048,576, and jobs x accelerator types at most 16,777,216). Job ids
+        must be unique. Order does not matter to any policy except as a documented tie-break
+        (ascending id).
         """
 
     @_builtins.property
@@ -229,8 +237,8 @@ class Snapshot(_message.Message):
 
     @_builtins.property
     def colocations(self) -> _containers.RepeatedCompositeFieldContainer[Global___ColocatedThroughput]:
-        """Measured co-location (space-sharing) throughputs of job pairs. Read by the `_packed`
-        (space-sharing) policies only.
+        """Measured co-location (space-sharing) throughputs of job pairs (at most 1,048,576
+        entries). Read by the `_packed` (space-sharing) policies only.
         """
 
     @_builtins.property
@@ -245,7 +253,7 @@ class Snapshot(_message.Message):
         """Co-location throughputs per pair of job types (Job.job_type), for workloads whose pair
         throughputs depend only on the two types (A2.3, docs/policies/gavel.md). Read by the
         space-sharing (`_packed`) policies, together with `colocations` (per job pair; a job pair
-        listed there overrides its types' entry).
+        listed there overrides its types' entry). At most 1,048,576 entries.
         """
 
     @_builtins.property
@@ -283,6 +291,17 @@ class Snapshot(_message.Message):
         must be a job of the snapshot; a group is listed once (per configuration choice).
         """
 
+    @_builtins.property
+    def job_columns(self) -> Global___JobColumns:
+        """More jobs, in columnar form: parallel arrays instead of one `Job` message per job, for
+        large snapshots (tens of thousands of jobs and more: about 10x less work to read than the
+        same jobs as `jobs` entries). They follow the `jobs` entries (a snapshot may use either
+        form or both); ids are unique across both. Columnar jobs carry the fields of `Job` that
+        the time-share policies read; a job that needs the others (epoch profiles,
+        configurations, elasticity, Pollux models) is given as a `jobs` entry. Validation errors
+        name the column and the entry, e.g. `snapshot.job_columns.priority_weight[7]`.
+        """
+
     def __init__(
         self,
         *,
@@ -299,10 +318,11 @@ class Snapshot(_message.Message):
         inference: Global___Inference | None = ...,
         resource_profiles: _abc.Iterable[Global___ResourceProfile] | None = ...,
         interference: _abc.Iterable[Global___GroupInterference] | None = ...,
+        job_columns: Global___JobColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "history", b"history", "inference", b"inference"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "history", b"history", "inference", b"inference", "job_columns", b"job_columns"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cell_quotas", b"cell_quotas", "cluster", b"cluster", "colocations", b"colocations", "history", b"history", "inference", b"inference", "interference", b"interference", "jobs", b"jobs", "resource_profiles", b"resource_profiles", "round_duration_s", b"round_duration_s", "tenant_usage", b"tenant_usage", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cell_quotas", b"cell_quotas", "cluster", b"cluster", "colocations", b"colocations", "history", b"history", "inference", b"inference", "interference", b"interference", "job_columns", b"job_columns", "jobs", b"jobs", "resource_profiles", b"resource_profiles", "round_duration_s", b"round_duration_s", "tenant_usage", b"tenant_usage", "tenants", b"tenants", "time_s", b"time_s", "type_colocations", b"type_colocations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -431,11 +451,13 @@ class Cluster(_message.Message):
     TOPOLOGY_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def accelerator_types(self) -> _containers.RepeatedCompositeFieldContainer[Global___AcceleratorType]:
-        """One entry per accelerator type; names must be unique and non-empty."""
+        """One entry per accelerator type (at least 1, at most 256); names must be unique and
+        non-empty. All types together hold at most 262,144 devices.
+        """
 
     @_builtins.property
     def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Node]:
-        """Optional physical nodes. When given, the count of each type should equal the sum of the
+        """Optional physical nodes (at most 65,536). When given, the count of each type should equal the sum of the
         node GPUs of that type (validated). Read by the round schedule placement, allox
         (per-device queues) and sia (configurations, placement).
         """
@@ -663,9 +685,11 @@ class AcceleratorType(_message.Message):
     name: _builtins.str
     """Name used everywhere else in the snapshot (e.g. "v100", "a100-80gb"). Required, unique."""
     count: _builtins.int
-    """Number of devices of this type (>= 0). Read by every policy."""
+    """Number of devices of this type, in [0, 131072]. Read by every policy."""
     cost_per_hour: _builtins.float
-    """Price of one device of this type ($ per device-hour). Unset = 1. Read by the cost policy."""
+    """Price of one device of this type ($ per device-hour): 0 (free) or in [1e-9, 1e9].
+    Unset = 1. Read by the cost policy.
+    """
     kind: Global___DeviceKind.ValueType
     """Device kind. Unset = GPU."""
     def __init__(
@@ -700,11 +724,13 @@ class Node(_message.Message):
     accelerator_type: _builtins.str
     """Name of the node's accelerator type (one type per node)."""
     devices: _builtins.int
-    """Devices of that type on this node (>= 0)."""
+    """Devices of that type on this node, in [0, 131072]."""
     cpus: _builtins.float
-    """CPU cores on the node (>= 0; 0 = unknown). Read by CPU/memory-aware policies (later)."""
+    """CPU cores on the node (in [0, 1e12]; 0 = unknown). Read by CPU/memory-aware policies
+    (later).
+    """
     memory_gib: _builtins.float
-    """Host memory (GiB, >= 0; 0 = unknown)."""
+    """Host memory (GiB, in [0, 1e12]; 0 = unknown)."""
     def __init__(
         self,
         *,
@@ -732,7 +758,7 @@ class Tenant(_message.Message):
     name: _builtins.str
     """Tenant (entity) name, matched by `Job.tenant`."""
     weight: _builtins.float
-    """Tenant weight (> 0). Unset = 1."""
+    """Tenant weight, in [1e-9, 1e9]. Unset = 1."""
     sharing: Global___TenantSharing.ValueType
     """How the tenant's share is divided among its jobs. Unset = weighted fairness."""
     def __init__(
@@ -828,21 +854,23 @@ class Job(_message.Message):
     the largest type count (a job that fits no type can never run). Read by every policy.
     """
     priority_weight: _builtins.float
-    """Priority weight (w_i, > 0). Unset = 1. Read by max-min fairness and water filling (a job
+    """Priority weight (w_i), in [1e-9, 1e9]. Unset = 1. Read by max-min fairness and water filling (a job
     with weight 2 is entitled to twice the level of a job with weight 1), cost/SLO, sia.
     """
     tenant: _builtins.str
     """Tenant (entity) this job belongs to; empty = its own tenant. Read by hierarchical policies."""
     arrival_time_s: _builtins.float
-    """Submission time on the snapshot clock (s). Read by finish-time fairness (t_i = time_s -
+    """Submission time on the snapshot clock (s, magnitude at most 1e12). Read by finish-time fairness (t_i = time_s -
     arrival_time_s), allox, fifo, shockwave, sia (age).
     """
     deadline_s: _builtins.float
-    """Absolute deadline on the snapshot clock (s). Unset = no deadline. Read by the SLO policy
+    """Absolute deadline on the snapshot clock (s, magnitude at most 1e12). Unset = no deadline. Read by the SLO policy
     (SLO_i = deadline_s - time_s).
     """
     restart_penalty_s: _builtins.float
-    """Cost of one restart of this job (s of lost progress; sia's delta). Unset = 30."""
+    """Cost of one restart of this job (s of lost progress, in [0, 1e12]; sia's delta).
+    Unset = 30.
+    """
     job_type: _builtins.str
     """Job type (e.g. model and batch size) for co-location throughputs given per type pair in
     Snapshot.type_colocations. Empty = the job has no type. Read by space-sharing policies.
@@ -853,8 +881,9 @@ class Job(_message.Message):
     def throughput(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Throughput (steps/s of the whole job on `scale_factor` devices) per accelerator type name.
         A type absent from the map means the job cannot run there; 0 means the same. Every value
-        must be finite and >= 0, every key a type of the cluster, and at least one usable type
-        must remain. Read by every Gavel LP policy and allox.
+        must be 0 or in [1e-9, 1e12], every key a type of the cluster, and at least one usable
+        type must remain (for sia and pollux: or configurations or a Pollux model). Read by every
+        Gavel LP policy and allox.
         """
 
     @_builtins.property
@@ -863,8 +892,8 @@ class Job(_message.Message):
 
     @_builtins.property
     def configurations(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConfigurationGoodput]:
-        """Per-configuration goodput, for sia and pollux-style policies. When empty, sia derives a
-        goodput table from `pollux` or from `throughput`.
+        """Per-configuration goodput, for sia and pollux-style policies (at most 4,096 entries).
+        When empty, sia derives a goodput table from `pollux` or from `throughput`.
         """
 
     @_builtins.property
@@ -1464,13 +1493,15 @@ class Progress(_message.Message):
     EPOCHS_DONE_FIELD_NUMBER: _builtins.int
     TOTAL_EPOCHS_FIELD_NUMBER: _builtins.int
     steps_done: _builtins.float
-    """Steps completed so far (>= 0)."""
+    """Steps completed so far: 0 or in [1e-9, 1e15]."""
     total_steps: _builtins.float
-    """Total steps of the job (>= steps_done). 0 = unknown; remaining work R_i = total - done."""
+    """Total steps of the job (>= steps_done; 0 or in [1e-9, 1e15]). 0 = unknown; remaining
+    work R_i = total - done.
+    """
     epochs_done: _builtins.int
-    """Epochs completed so far (>= 0). Read by shockwave."""
+    """Epochs completed so far, in [0, 100000]. Read by shockwave."""
     total_epochs: _builtins.int
-    """Total epochs (>= epochs_done). Read by shockwave."""
+    """Total epochs (>= epochs_done), in [0, 100000]. Read by shockwave."""
     def __init__(
         self,
         *,
@@ -1501,12 +1532,15 @@ class EpochProfile(_message.Message):
     and completed measured_epochs epochs in that time (fractional epochs, >= 0, at most
     total_epochs). When both are > 0 and the epochs the profile completes in that time differ
     from measured_epochs by more than 40%, every profiled epoch duration is multiplied by
-    (profiled epochs / measured_epochs) before predicting. 0 = no measurement.
+    (profiled epochs / measured_epochs) before predicting. 0 = no measurement. The run time
+    is a duration (at most 1e12 s), the epochs a step count.
     """
     measured_epochs: _builtins.float
     @_builtins.property
     def epoch_duration_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
-        """Profiled duration of each epoch on the job's full gang (s, > 0)."""
+        """Profiled duration of each epoch on the job's full gang (s, in [1e-6, 1e12]; at most
+        100,000 epochs).
+        """
 
     @_builtins.property
     def batch_size(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -1543,7 +1577,9 @@ class ConfigurationGoodput(_message.Message):
     devices: _builtins.int
     """Total devices (>= 1)."""
     goodput: _builtins.float
-    """Goodput at this configuration (useful samples/s, >= 0; 0 = invalid configuration)."""
+    """Goodput at this configuration (useful samples/s, 0 or in [1e-9, 1e12]; 0 = invalid
+    configuration: the job cannot run there).
+    """
     def __init__(
         self,
         *,
@@ -1588,12 +1624,14 @@ class Elasticity(_message.Message):
     MAX_DEVICES_FIELD_NUMBER: _builtins.int
     SCALE_UNIT_FIELD_NUMBER: _builtins.int
     min_devices: _builtins.int
-    """Fewest devices the job accepts (0 = 1)."""
+    """Fewest devices the job accepts (0 = 1), at most 131,072."""
     max_devices: _builtins.int
-    """Most devices the job can use (0 = no limit beyond the policy's own cap)."""
+    """Most devices the job can use (0 = no limit beyond the policy's own cap), at most 131,072."""
     @_builtins.property
     def scale_unit(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
-        """Devices per replica per accelerator type (tensor/pipeline-parallel unit). Absent = 1."""
+        """Devices per replica per accelerator type (tensor/pipeline-parallel unit), in
+        [1, 131072]. Absent = 1.
+        """
 
     def __init__(
         self,
@@ -1664,9 +1702,11 @@ class PolluxModel(_message.Message):
     MAX_LOCAL_BATCH_SIZE_FIELD_NUMBER: _builtins.int
     SEED_THROUGHPUT_FIELD_NUMBER: _builtins.int
     grad_sqr: _builtins.float
-    """Gradient statistics at the baseline batch size: squared norm of the mean gradient."""
+    """Gradient statistics at the baseline batch size: squared norm of the mean gradient, in
+    [1e-12, 1e12].
+    """
     grad_var: _builtins.float
-    """Gradient statistics: trace of the gradient covariance."""
+    """Gradient statistics: trace of the gradient covariance, in [0, 1e12]."""
     init_batch_size: _builtins.int
     """Baseline (initial) global batch size M0 (samples, > 0)."""
     max_batch_size: _builtins.int
@@ -1676,11 +1716,13 @@ class PolluxModel(_message.Message):
     max_local_batch_size: _builtins.int
     @_builtins.property
     def perf_params(self) -> _containers.MessageMap[_builtins.str, Global___PolluxPerfParams]:
-        """Throughput-model parameters per accelerator type (Pollux PerfParams)."""
+        """Throughput-model parameters per accelerator type (Pollux PerfParams): the six times in
+        [0, 1e12] with alpha_c + beta_c >= 1e-12, gamma in [1, 10].
+        """
 
     @_builtins.property
     def seed_throughput(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
-        """The job's 1-GPU throughput (samples/s, >= 0) at its largest profiled local batch, per
+        """The job's 1-GPU throughput (samples/s, 0 or in [1e-9, 1e12]) at its largest profiled local batch, per
         accelerator type: Sia's 1-GPU seed profile. A type without `perf_params` but with a seed
         gets its goodput by projection from a type with both (A5.3, docs/policies/sia.md,
         bootstrapping). Absent or 0 = no seed on that type.
@@ -1910,7 +1952,7 @@ class History(_message.Message):
     ELAPSED_SINCE_RESET_S_FIELD_NUMBER: _builtins.int
     elapsed_since_reset_s: _builtins.float
     """Seconds since the time-share allocation was last recomputed (the round mechanism's
-    reset), >= 0. Read by the round schedule.
+    reset), in [0, 1e12]. Read by the round schedule.
     """
     @_builtins.property
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobHistory]:
@@ -2021,11 +2063,13 @@ class JobHistory(_message.Message):
     job_id: _builtins.str
     """Id of a job of the snapshot."""
     cumulative_isolated_time_s: _builtins.float
-    """Finish-time-fairness state C_i: cumulative isolated time (s, >= 0)."""
+    """Finish-time-fairness state C_i: cumulative isolated time (s, in [0, 1e12])."""
     restarts: _builtins.int
     """Number of times the job was restarted (sia restart factor)."""
     reference_finish_time_s: _builtins.float
-    """Shockwave reference finish time F*_i (absolute, s; 0 = not yet estimated)."""
+    """Shockwave reference finish time F*_i (absolute, s, magnitude at most 1e12; 0 = not yet
+    estimated).
+    """
     previous_isolated_throughput: _builtins.float
     """Finish-time-fairness state from the previous response (JobAllocation.isolated_throughput
     and remaining_steps): isolated throughput iso_i (steps/s, > 0) and remaining steps R_i at
@@ -2198,11 +2242,12 @@ class Placement(_message.Message):
     accelerator_type: _builtins.str
     """Accelerator type the job runs on (a type of the cluster). Empty = not running."""
     devices: _builtins.int
-    """Devices it holds (0 = scale_factor); all running jobs together hold at most the
-    type's count.
+    """Devices it holds (0 = scale_factor, at most 131,072); all running jobs together hold at
+    most the type's count.
     """
     busy_until_s: _builtins.float
-    """For allox: when the job's current run ends and its device is free again (absolute, s).
+    """For allox: when the job's current run ends and its device is free again (absolute, s,
+    magnitude at most 1e12).
     A value not after Snapshot.time_s (e.g. unset) means: estimate it as time_s +
     remaining steps / throughput on accelerator_type when progress is known, else time_s.
     """
@@ -2225,3 +2270,99 @@ class Placement(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Placement: _TypeAlias = Placement  # noqa: Y015
+
+@_typing.final
+class JobColumns(_message.Message):
+    """Jobs as parallel arrays. Every column but `ids` and `throughput` may be empty (= the `Job`
+    field's default for every job); otherwise it has one entry per id, in the order of `ids`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDS_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_TYPES_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_FIELD_NUMBER: _builtins.int
+    SCALE_FACTOR_FIELD_NUMBER: _builtins.int
+    PRIORITY_WEIGHT_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    ARRIVAL_TIME_S_FIELD_NUMBER: _builtins.int
+    STEPS_DONE_FIELD_NUMBER: _builtins.int
+    TOTAL_STEPS_FIELD_NUMBER: _builtins.int
+    DEADLINE_S_FIELD_NUMBER: _builtins.int
+    RESTART_PENALTY_S_FIELD_NUMBER: _builtins.int
+    JOB_TYPE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Job ids (as Job.id); their number m is the number of jobs."""
+
+    @_builtins.property
+    def throughput_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The accelerator types the throughput columns refer to, in column order: names of the
+        cluster's types, each at most once. A type not listed gives every columnar job
+        throughput 0 there.
+        """
+
+    @_builtins.property
+    def throughput(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Throughputs (as Job.throughput, steps/s) row-major: job i's throughput on
+        throughput_types[j] is throughput[i * len(throughput_types) + j]; m x len(throughput_types)
+        entries.
+        """
+
+    @_builtins.property
+    def scale_factor(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """As Job.scale_factor (unset = 1: an empty column; an entry of 0 is invalid)."""
+
+    @_builtins.property
+    def priority_weight(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """As Job.priority_weight (empty = 1)."""
+
+    @_builtins.property
+    def tenant(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """As Job.tenant."""
+
+    @_builtins.property
+    def arrival_time_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """As Job.arrival_time_s."""
+
+    @_builtins.property
+    def steps_done(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """As Job.progress.steps_done and total_steps."""
+
+    @_builtins.property
+    def total_steps(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    @_builtins.property
+    def deadline_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """As Job.deadline_s; NaN = no deadline (empty = none)."""
+
+    @_builtins.property
+    def restart_penalty_s(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """As Job.restart_penalty_s (empty = 30)."""
+
+    @_builtins.property
+    def job_type(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """As Job.job_type."""
+
+    def __init__(
+        self,
+        *,
+        ids: _abc.Iterable[_builtins.str] | None = ...,
+        throughput_types: _abc.Iterable[_builtins.str] | None = ...,
+        throughput: _abc.Iterable[_builtins.float] | None = ...,
+        scale_factor: _abc.Iterable[_builtins.int] | None = ...,
+        priority_weight: _abc.Iterable[_builtins.float] | None = ...,
+        tenant: _abc.Iterable[_builtins.str] | None = ...,
+        arrival_time_s: _abc.Iterable[_builtins.float] | None = ...,
+        steps_done: _abc.Iterable[_builtins.float] | None = ...,
+        total_steps: _abc.Iterable[_builtins.float] | None = ...,
+        deadline_s: _abc.Iterable[_builtins.float] | None = ...,
+        restart_penalty_s: _abc.Iterable[_builtins.float] | None = ...,
+        job_type: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrival_time_s", b"arrival_time_s", "deadline_s", b"deadline_s", "ids", b"ids", "job_type", b"job_type", "priority_weight", b"priority_weight", "restart_penalty_s", b"restart_penalty_s", "scale_factor", b"scale_factor", "steps_done", b"steps_done", "tenant", b"tenant", "throughput", b"throughput", "throughput_types", b"throughput_types", "total_steps", b"total_steps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobColumns: _TypeAlias = JobColumns  # noqa: Y015

@@ -13,7 +13,12 @@ Conventions used in every apportion.v1 message:
   compare a job with itself, except max-sum-throughput without normalization).
 * A field that a policy does not read is ignored by that policy. Each field says which
   policy families read it: max_min_fairness (A2.1), gavel_lp (the other Gavel LPs, A2),
-  allox (A3), shockwave (A4), sia (A5).
+  allox (A3), shockwave (A4), sia (A5). Every field is validated whichever policy is named.
+* Bounds: every size-like field has a maximum and every real value a range, stated on the
+  field; beyond it the request is rejected with the field's path. The ranges keep every
+  quantity a policy derives (ratios, sums, processing times) finite: absolute times have
+  magnitude at most 1e12 s, durations lie in [0, 1e12] s, throughputs and goodputs are 0
+  or in [1e-9, 1e12] per second, step counts 0 or in [1e-9, 1e15], weights in [1e-9, 1e9].
 """
 
 from collections import abc as _abc

@@ -105,9 +105,9 @@ def test_stage_reports_shifts_on_shared_uplinks() -> None:
     from apportion.datasets.topologies import rack_cluster
     from apportion.formulations.placement.demands import Grant
     from apportion.formulations.placement.stage import place_grants, section
-    from apportion.solver.model import make_problem
     from apportion.solver.stages import PlacementParameters, TimeShiftParameters
     from apportion.solver.topology import PlacementInputs, PlacementJobs
+    from apportion.solver.validation import make_problem
 
     generated = rack_cluster(1, 3, 4, "gpu", node_uplink_gbps=100.0)
     base = make_problem(["gpu"], [12], np.ones((2, 1)), [6, 6])

@@ -83,10 +83,11 @@ def test_rounds_keep_devices_across_rounds() -> None:
     """Max-min fairness, three rounds, placement stage: a job running in consecutive rounds
     keeps its devices (lease extension at device level)."""
     from apportion.datasets.topologies import rack_cluster
-    from apportion.solver.model import PolicyRequest, SolveOptions, make_problem
+    from apportion.solver.model import PolicyRequest, SolveOptions
     from apportion.solver.parameters import MaxMinFairnessParameters
     from apportion.solver.solve import solve
     from apportion.solver.stages import PlacementParameters
+    from apportion.solver.validation import make_problem
 
     generated = rack_cluster(2, 2, 4, "gpu")
     problem = make_problem(["gpu"], [16], np.ones((6, 1)), [4, 4, 4, 4, 4, 4])

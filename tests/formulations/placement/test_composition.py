@@ -16,12 +16,13 @@ from apportion.formulations.placement.exact import place_exact
 from apportion.formulations.placement.instance import Demand, PlacementInstance
 from apportion.formulations.placement.stage import apply_placement
 from apportion.solver.deadline import NO_DEADLINE
-from apportion.solver.model import PolicyRequest, Problem, SolveOptions, make_problem
+from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import MaxMinFairnessParameters
 from apportion.solver.registry import lookup
 from apportion.solver.result import JobStatus
 from apportion.solver.solve import solve
 from apportion.solver.stages import AdmissionMode, AdmissionParameters, PlacementParameters
+from apportion.solver.validation import make_problem
 from tests.formulations.placement.instances import small_topology
 
 

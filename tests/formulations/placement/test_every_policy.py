@@ -29,7 +29,7 @@ def with_nodes(problem: Problem) -> Problem:
     generated = rack_cluster(1, nodes, 2, problem.cluster.type_names[0])
     cluster = generated.cluster
     thr = problem.jobs.throughput[:, :1]
-    jobs = replace(problem.jobs, throughput=thr,
+    jobs = replace(problem.jobs, throughput=thr, scale_unit=problem.jobs.scale_unit[:, :1],
                    scale_factor=np.minimum(problem.jobs.scale_factor, nodes * 2))
     history = replace(problem.history, received_time_s=problem.history.received_time_s[:, :1])
     return replace(problem, cluster=cluster, jobs=jobs, history=history)

@@ -1,0 +1,292 @@
+"""A `Plan` into the wire's `SolveResponse`: the statistics, every job's allocation, and the
+sections of each plan kind (market spending and reference times, configurations, queues,
+rounds)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from apportion.server.elastic_inputs import fill_elastic_response, fill_partition_stats
+from apportion.server.fairness_inputs import fill_fairness_response
+from apportion.server.sharing_inputs import fill_sharing_response
+from apportion.server.topology_inputs import fill_placement_response
+from apportion.solver.model import FloatArray, PolicyRequest, Problem
+from apportion.solver.result import Certificate, JobStatus, Plan, Termination
+from apportion.v1 import allocation_service_pb2 as service_pb
+
+_TERMINATION = {
+    Termination.OPTIMAL: service_pb.TERMINATION_REASON_OPTIMAL,
+    Termination.OPTIMAL_INACCURATE: service_pb.TERMINATION_REASON_OPTIMAL_INACCURATE,
+    Termination.FEASIBLE: service_pb.TERMINATION_REASON_FEASIBLE,
+    Termination.INFEASIBLE: service_pb.TERMINATION_REASON_INFEASIBLE,
+    Termination.UNBOUNDED: service_pb.TERMINATION_REASON_UNBOUNDED,
+    Termination.HEURISTIC: service_pb.TERMINATION_REASON_HEURISTIC,
+    Termination.NO_SOLUTION: service_pb.TERMINATION_REASON_NO_SOLUTION,
+    Termination.ERROR: service_pb.TERMINATION_REASON_ERROR,
+}
+_JOB_STATUS = {
+    JobStatus.ALLOCATED: service_pb.JOB_STATUS_ALLOCATED,
+    JobStatus.UNSERVABLE: service_pb.JOB_STATUS_UNSERVABLE,
+    JobStatus.FINISHED: service_pb.JOB_STATUS_FINISHED,
+    JobStatus.DEFERRED: service_pb.JOB_STATUS_DEFERRED,
+}
+
+
+def plan_to_response(
+    plan: Plan,
+    problem: Problem,
+    policy: PolicyRequest,
+    wall_time_s: float,
+    time_limit_s: float,
+    columnar: bool = False,
+) -> service_pb.SolveResponse:
+    """The wire response for a plan: the statistics, and when the termination carries a plan,
+    every job's allocation (as `JobAllocation`s, or with `columnar` as `Plan.columns`) and the
+    sections of the plan's kind."""
+    response = service_pb.SolveResponse()
+    fill_stats(response.stats, plan.certificate, policy, wall_time_s, time_limit_s)
+    fill_partition_stats(plan, response.stats)
+    if plan.certificate.termination not in _WITH_PLAN:
+        return response
+    out = response.plan
+    if columnar:
+        fill_columns(plan, problem, out)
+    if not columnar or any(getattr(plan, section) is not None for section in _ROW_SECTIONS):
+        fill_jobs(plan, problem, out)
+        fill_share_state(plan, out)
+    fill_share_response(plan, problem, out)
+    fill_queue_response(plan, problem, out)
+    fill_market_response(plan, problem, out)
+    fill_configuration_response(plan, problem, out)
+    fill_elastic_response(plan, problem, response)
+    fill_fairness_response(plan, problem, out)
+    fill_placement_response(plan, problem, out)  # after the rounds: it adds their devices
+    fill_sharing_response(plan, problem, response)
+    return response
+
+
+_ROW_SECTIONS = ("auction", "usage", "stride", "admission", "placement")
+"""Plan sections written into the `JobAllocation`s only (a columnar plan keeps them too)."""
+
+_WITH_PLAN = (
+    Termination.OPTIMAL,
+    Termination.OPTIMAL_INACCURATE,
+    Termination.FEASIBLE,
+    Termination.HEURISTIC,
+)
+
+
+def fill_stats(
+    stats: service_pb.SolveStats,
+    cert: Certificate,
+    policy: PolicyRequest,
+    wall_time_s: float,
+    time_limit_s: float,
+) -> None:
+    """`SolveStats` from the certificate (times in s)."""
+    stats.termination = _TERMINATION[cert.termination]
+    stats.detail = cert.detail
+    stats.maximize = cert.maximize
+    if cert.objective is not None:
+        stats.objective = cert.objective
+    if cert.bound is not None:
+        stats.best_bound = cert.bound
+    gap = cert.gap
+    if gap is not None:
+        stats.relative_gap = gap
+    stats.policy = policy.name
+    stats.formulation = cert.formulation
+    stats.solver = cert.solver
+    stats.solver_version = cert.solver_version
+    stats.build_time_s = cert.build_time_s
+    stats.solve_time_s = cert.solve_time_s
+    stats.wall_time_s = wall_time_s
+    stats.model_size.variables = cert.model_size.variables
+    stats.model_size.constraints = cert.model_size.constraints
+    stats.model_size.nonzeros = cert.model_size.nonzeros
+    stats.model_size.integer_variables = cert.model_size.integer_variables
+    stats.max_constraint_violation = cert.max_violation
+    stats.time_limit_s = time_limit_s
+
+
+def fill_jobs(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """Prices and every job's core allocation: status, reason, time shares (positive cells
+    only), throughputs, objective term and dual. Arrays are read as Python lists once."""
+    names = problem.cluster.type_names
+    for j, name in enumerate(names):
+        out.accelerator_prices[name] = float(plan.accelerator_prices[j])
+    m = problem.jobs.num_jobs
+    statuses = plan.job_status or (JobStatus.ALLOCATED,) * m
+    reasons = plan.job_reason or ("",) * m
+    rows: list[dict[str, float]] = [{} for _ in range(m)]
+    cells = np.nonzero(plan.time_share > 0)
+    for i, j, share in zip(cells[0].tolist(), cells[1].tolist(),
+                           plan.time_share[cells].tolist(), strict=True):
+        rows[i][names[j]] = share
+    columns = zip(
+        problem.jobs.ids, statuses, reasons, rows, plan.effective_throughput.tolist(),
+        plan.normalized_throughput.tolist(), plan.objective_value.tolist(),
+        plan.job_dual.tolist(), strict=True,
+    )
+    for job_id, status, reason, row, effective, normalized, value, dual in columns:
+        entry = out.jobs.add(
+            job_id=job_id, status=_JOB_STATUS[status], reason=reason,
+            effective_throughput=effective, normalized_throughput=normalized,
+            objective_value=value, dual=dual,
+        )
+        if row:
+            entry.time_share.update(row)
+
+
+def _share_state(plan: Plan) -> list[tuple[str, FloatArray]]:
+    """(field name, per-job values) of the finish-time-fairness and SLO state a plan has."""
+    shares = plan.shares
+    state = [
+        ("cumulative_isolated_time_s", shares.cumulative_isolated_time_s),
+        ("isolated_throughput", shares.isolated_throughput),
+        ("remaining_steps", shares.remaining_steps),
+        ("slo_shortfall", shares.slo_shortfall),
+    ]
+    return [(name, values) for name, values in state if values is not None]
+
+
+def fill_share_state(plan: Plan, out: service_pb.Plan) -> None:
+    """Time-share plans: the finish-time-fairness and SLO state of every `JobAllocation`."""
+    for name, values in _share_state(plan):
+        for entry, value in zip(out.jobs, values.tolist(), strict=True):
+            if not math.isnan(value):  # NaN slo_shortfall = the job has no SLO
+                setattr(entry, name, value)
+
+
+def fill_columns(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """Prices and every job's allocation as `PlanColumns` (sparse shares, duals and reasons;
+    per-job arrays in job order), with the share state."""
+    names = problem.cluster.type_names
+    for j, name in enumerate(names):
+        out.accelerator_prices[name] = float(plan.accelerator_prices[j])
+    columns = out.columns
+    cells = np.nonzero(plan.time_share > 0)
+    columns.job_index.extend(cells[0].tolist())
+    columns.type_index.extend(cells[1].tolist())
+    columns.time_share.extend(plan.time_share[cells].tolist())
+    m = problem.jobs.num_jobs
+    statuses = plan.job_status or (JobStatus.ALLOCATED,) * m
+    columns.status.extend([_JOB_STATUS[status] for status in statuses])
+    columns.effective_throughput.extend(plan.effective_throughput.tolist())
+    columns.normalized_throughput.extend(plan.normalized_throughput.tolist())
+    columns.objective_value.extend(plan.objective_value.tolist())
+    with_dual = np.flatnonzero(plan.job_dual)
+    columns.dual_job_index.extend(with_dual.tolist())
+    columns.dual.extend(plan.job_dual[with_dual].tolist())
+    for i, reason in enumerate(plan.job_reason):
+        if reason:
+            columns.reason_job_index.append(i)
+            columns.reason.append(reason)
+    for name, values in _share_state(plan):
+        getattr(columns, name).extend(values.tolist())
+
+
+def fill_share_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """Time-share plans: pairs sharing devices and the round schedule."""
+    shares, names, ids = plan.shares, problem.cluster.type_names, problem.jobs.ids
+    for job_a, job_b, type_index, share in shares.colocated:
+        out.colocated.add(job_a=ids[job_a], job_b=ids[job_b],
+                          accelerator_type=names[type_index], time_share=share)
+    for scheduled in shares.rounds:
+        round_msg = out.rounds.add(index=scheduled.index)
+        for grant in scheduled.grants:
+            round_msg.grants.add(
+                job_id=ids[grant.job],
+                accelerator_type=names[grant.type_index],
+                devices=grant.devices,
+                nodes=list(grant.nodes),
+                colocated_with=ids[grant.colocated_with] if grant.colocated_with >= 0 else "",
+                lease_extended=grant.lease_extended,
+            )
+
+
+def fill_queue_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """Queue plans (allox): each job's place in a device queue, and every device's queue."""
+    queues = plan.queues
+    if queues is None:
+        return
+    names, ids = problem.cluster.type_names, problem.jobs.ids
+    for entry, placed in zip(out.jobs, queues.job_queue, strict=False):
+        if placed is None:
+            continue
+        queue = entry.queue
+        queue.accelerator_type = names[placed.type_index]
+        queue.devices.extend(placed.devices)
+        queue.nodes.extend(placed.nodes)
+        queue.position = placed.position
+        queue.start_time_s = placed.start_time_s
+        queue.completion_time_s = placed.completion_time_s
+        queue.start_now = placed.start_now
+        queue.running = placed.running
+    for device in queues.device_queues:
+        dq = out.device_queues.add()
+        dq.accelerator_type = names[device.type_index]
+        dq.device = device.device
+        dq.node = device.node
+        dq.free_at_s = device.free_at_s
+        dq.running_job_id = ids[device.running_job] if device.running_job >= 0 else ""
+        dq.job_ids.extend(ids[i] for i in device.jobs)
+        dq.position_duals.extend(device.position_duals)
+
+
+def fill_market_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """Spending (market plans), reference finish times and the round schedule (window
+    plans)."""
+    entries = list(out.jobs)
+    market, window = plan.market, plan.window
+    for i, entry in enumerate(entries):
+        if market is not None:
+            entry.spending = float(market.spending[i])
+        if window is None:
+            continue
+        entry.reference_finish_time_s = float(window.reference_finish_time_s[i])
+        state = window.reference_state
+        if not math.isnan(state.estimate_s[i]):
+            entry.reference_estimate_s = float(state.estimate_s[i])
+            entry.reference_estimate_time_s = float(state.estimate_time_s[i])
+            entry.reference_earlier_average_s = float(state.earlier_average_s[i])
+            entry.reference_earlier_weight_s = float(state.earlier_weight_s[i])
+            entry.reference_job_count = int(state.job_count[i])
+    if window is None:
+        return
+    counts = problem.cluster.count
+    type_name = problem.cluster.type_names[int(np.argmax(counts))] if counts.size else ""
+    for t in range(window.schedule.shape[0]):
+        round_msg = out.rounds.add()
+        round_msg.index = t
+        for job in np.flatnonzero(window.schedule[t]).tolist():
+            grant = round_msg.grants.add()
+            grant.job_id = problem.jobs.ids[job]
+            grant.accelerator_type = type_name
+            grant.devices = int(problem.jobs.scale_factor[job])
+
+
+def fill_configuration_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """`JobAllocation.configuration` for configuration policies (sia, pollux)."""
+    if plan.configurations is None:
+        return
+    names = problem.cluster.type_names
+    for entry, choice in zip(out.jobs, plan.configurations.choices, strict=False):
+        if choice is None:
+            continue
+        conf = entry.configuration
+        conf.accelerator_type = names[choice.type_index]
+        conf.nodes = choice.nodes
+        conf.devices = choice.devices
+        conf.goodput = choice.goodput
+        conf.normalized_goodput = choice.normalized_goodput
+        conf.restart_factor = choice.restart_factor
+        conf.unchanged = choice.unchanged
+        for node, devices in choice.node_devices:
+            conf.node_devices[node] = conf.node_devices[node] + devices
+        conf.placed = choice.placed
+        conf.placement_detail = choice.placement_detail
+        conf.atomic_batch_size = choice.atomic_batch_size
+        conf.accumulation_steps = choice.accumulation_steps
