@@ -22,6 +22,7 @@ from apportion.v1 import allocation_service_pb2 as service_pb
 ROOT = Path(__file__).resolve().parents[2]
 FOUR_JOBS = ROOT / "examples" / "four_jobs.json"
 INVALID = ROOT / "examples" / "invalid.json"
+ALLOX = ROOT / "examples" / "allox_queues.json"
 
 
 def _plan_rows(response: service_pb.SolveResponse) -> list[tuple[str, dict[str, float]]]:
@@ -101,7 +102,7 @@ def test_overrides_policy_parameters_compat_and_options() -> None:
     assert result.policy.parameters.heterogeneity_agnostic  # forced by the alias
     assert result.response.stats.time_limit_s == 30
     # all-default parameters still select the policy's oneof field
-    plain = apportion.validate(FOUR_JOBS, "allox", parameters={})
+    plain = apportion.validate(ALLOX, "allox", parameters={})
     assert plain.request.policy.WhichOneof("parameters") == "allox"
 
 
@@ -122,7 +123,8 @@ def test_bad_options_are_validation_errors_with_a_field_path(
     kwargs: dict[str, object], field: str
 ) -> None:
     with pytest.raises(apportion.ValidationError) as raised:
-        apportion.validate(FOUR_JOBS, **kwargs)  # type: ignore[arg-type]
+        source = ALLOX if kwargs.get("policy") == "allox" else FOUR_JOBS  # allox reads work
+        apportion.validate(source, **kwargs)  # type: ignore[arg-type]
     assert [v.field for v in raised.value.violations] == [field]
 
 

@@ -113,8 +113,8 @@ def _deadline(draw: st.DrawFn, request: service_pb.SolveRequest) -> tuple[str, s
     i = _job(draw, request)
     if i is None:
         return None
-    request.snapshot.jobs[i].deadline_s = math.nan
-    return f"snapshot.jobs[{i}].deadline_s", "a NaN deadline"
+    request.snapshot.jobs[i].deadline_s = draw(st.sampled_from([math.inf, -math.inf, 2e12]))
+    return f"snapshot.jobs[{i}].deadline_s", "a deadline beyond 1e12 s"  # NaN = no deadline
 
 
 def _count(draw: st.DrawFn, request: service_pb.SolveRequest) -> tuple[str, str] | None:
