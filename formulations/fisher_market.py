@@ -503,6 +503,13 @@ def solve_policy(
     objective_value = np.zeros(m)
     with np.errstate(divide="ignore"):
         objective_value[idx] = budgets[idx] * np.log(np.maximum(sol.utility, 1e-300))
+    # u_i = thr_i / prop_i, so in steps/s the objective moves by sum_i B_i log prop_i (A4.1)
+    to_steps = float(budgets[idx] @ np.log(problem.proportional_throughput[idx]))
+    market = MarketSection(
+        spending,
+        throughput_objective=None if objective is None else objective + to_steps,
+        throughput_bound=None if bound is None else bound + to_steps,
+    )
     return Plan(
         time_share=X,
         effective_throughput=np.einsum("ij,ij->i", problem.jobs.throughput, X),
@@ -513,5 +520,5 @@ def solve_policy(
         certificate=cert,
         job_status=status,
         job_reason=reasons,
-        market=MarketSection(spending),
+        market=market,
     )

@@ -541,9 +541,11 @@ _POLICIES: tuple[PolicySpec, ...] = (
             "B_i: equal (1 each, the default and alias eisenberg_gale, which ignores priority "
             "weights) or the priority weights (budgets: BUDGET_SOURCE_PRIORITY_WEIGHT, alias "
             "fisher_market_weighted); maximize sum_i B_i log(throughput_i / proportional_share_i) "
-            "under capacity, time budgets and scale factors. Exact conic solve (Clarabel, "
+            "under capacity, time budgets (none with uncapped: the plain market with devices "
+            "as goods) and scale factors. Exact conic solve (Clarabel, "
             "exponential cones) with an independent Lagrangian-dual bound; returns the "
-            "equilibrium price of every type and each job's spending."
+            "equilibrium price of every type and each job's spending, and the objective "
+            "also with throughputs in steps/s (stats.throughput_objective)."
         ),
         reporting=Reporting(Quantity("Nash welfare"), Quantity("B log u")),
         parameters_type=_params.FisherMarketParameters,

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -166,6 +167,7 @@ def test_the_answer_on_the_wire_passes_check_plan(request: SolveRequest, name: s
     assert report.termination == "optimal"
     assert "prices and spending" in report.checked
     assert "objective recomputed from the plan (log_welfare)" in report.checked
+    assert "objective in steps/s recomputed from the plan" in report.checked
 
 
 @given(instances(), st.sampled_from(list(BudgetSource)))
@@ -310,6 +312,13 @@ def test_three_buyers_two_goods_closed_form() -> None:
     np.testing.assert_allclose(plan.normalized_throughput, [4 / 3, 2 / 3, 2 / 3], rtol=1e-6)
     assert plan.market is not None
     np.testing.assert_allclose(plan.market.spending, [1, 1, 1], rtol=1e-6)
+    # in steps/s every buyer runs at 2/3 step/s: 3 log(2/3), against log(4/3) + 2 log(2/3)
+    assert plan.certificate.objective == pytest.approx(math.log(4 / 3) + 2 * math.log(2 / 3),
+                                                       rel=1e-6)
+    assert plan.market.throughput_objective == pytest.approx(3 * math.log(2 / 3), rel=1e-6)
+    assert plan.market.throughput_bound is not None and plan.certificate.bound is not None
+    assert plan.market.throughput_bound - plan.market.throughput_objective == pytest.approx(
+        plan.certificate.bound - plan.certificate.objective, abs=1e-12)
 
 
 # --------------------------------------------------------------------------------------------
@@ -345,6 +354,17 @@ def test_end_to_end_prices_and_spending() -> None:
     assert spent <= 6.0 * (1 + 1e-6)
 
 
+def test_the_objective_in_steps_on_the_wire() -> None:
+    """`stats.throughput_objective` is sum_i B_i log(steps/s) of the returned plan (B_i = 2 with
+    the weights as budgets), its bound as far from it as the certificate's."""
+    response = solve_request(request(policy_pb.BUDGET_SOURCE_PRIORITY_WEIGHT, weight=2.0))
+    assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+    expected = sum(2.0 * math.log(job.effective_throughput) for job in response.plan.jobs)
+    assert response.stats.throughput_objective == pytest.approx(expected, rel=1e-9)
+    assert (response.stats.throughput_best_bound - response.stats.throughput_objective
+            == pytest.approx(response.stats.best_bound - response.stats.objective, abs=1e-12))
+
+
 def test_bad_inputs_have_field_paths() -> None:
     req = request(budgets=9)
     req.snapshot.jobs[1].priority_weight = 0.0
@@ -356,11 +376,15 @@ def test_bad_inputs_have_field_paths() -> None:
 
 
 def test_unservable_job_reported() -> None:
-    problem = make_problem(["a"], [2], [[1.0], [0.0]])
+    problem = make_problem(["a"], [2], [[3.0], [0.0]])
     plan = run(problem)
     assert plan.certificate.termination is Termination.OPTIMAL
     assert plan.job_status[1].value == "unservable"
     assert plan.time_share[1].sum() == 0
+    # the objective in steps/s leaves the unservable job out, as the objective does: job 0
+    # runs all the time at 3 steps/s (prop = 3 on the cluster's mix, so u = 1)
+    assert plan.market is not None and plan.certificate.objective == pytest.approx(0, abs=1e-9)
+    assert plan.market.throughput_objective == pytest.approx(math.log(3.0), rel=1e-9)
 
 
 @given(instances(), st.sampled_from(list(BudgetSource)))

@@ -196,6 +196,19 @@ def test_market_spending_must_follow_the_prices() -> None:
     assert 'plan.accelerator_prices["v100"]' in failed_fields(request, response)
 
 
+def test_the_markets_objective_in_steps_must_follow_the_plan() -> None:
+    request, response = solved("fisher_market")
+    assert response.stats.HasField("throughput_objective")
+    response.stats.throughput_objective += 0.01
+    assert "stats.throughput_objective" in failed_fields(request, response)
+    request, response = solved("fisher_market")
+    response.stats.throughput_best_bound += 0.01
+    assert "stats.throughput_best_bound" in failed_fields(request, response)
+    request, response = solved()  # max-min fairness: its level has no steps/s form
+    response.stats.throughput_objective = response.stats.objective
+    assert "stats.throughput_objective" in failed_fields(request, response)
+
+
 def test_an_uncapped_market_may_hold_several_gangs_but_not_more_devices() -> None:
     request, response = solved("fisher_market", parameters={"uncapped": True})
     assert max(sum(job.time_share.values()) for job in response.plan.jobs) > 1

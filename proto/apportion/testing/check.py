@@ -19,10 +19,16 @@ import numpy as np
 
 from apportion.server.convert import request_to_model
 from apportion.server.python_api import RequestLike, Solution, as_request
-from apportion.solver.capabilities import PlanKind
+from apportion.solver.capabilities import Objective, PlanKind
 from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
 from apportion.solver.registry import PolicySpec, lookup
-from apportion.testing.objectives import NotDefined, maximizes, policy_throughput, recompute
+from apportion.testing.objectives import (
+    NotDefined,
+    log_welfare_in_steps,
+    maximizes,
+    policy_throughput,
+    recompute,
+)
 from apportion.testing.plan_view import WITH_PLAN, PlanView, pair_throughput, read_plan
 from apportion.v1 import allocation_service_pb2 as service_pb
 
@@ -153,6 +159,7 @@ class _Checker:
             if view is not None:
                 self.check_plan_sections(view)
                 self.check_objective(view)
+                self.check_throughput_objective(view)
         else:
             self.section("no plan without a feasible answer", self.check_no_plan)
         if self.failures:
@@ -634,6 +641,41 @@ class _Checker:
                       f"{value!r}")
         else:
             self.checked.append(f"objective recomputed from the plan ({objective.value})")
+
+    def check_throughput_objective(self, view: PlanView) -> None:
+        """`stats.throughput_objective` (the objective in steps/s) recomputed from the plan, and
+        its bound the certificate's bound moved by the same constant."""
+        stats = self.stats
+        if not stats.HasField("throughput_objective"):
+            if stats.HasField("throughput_best_bound"):
+                self.fail("stats.throughput_best_bound", "is set without throughput_objective")
+            return
+        objective = self.spec.capabilities.objective
+        if objective is not Objective.LOG_WELFARE:
+            self.fail("stats.throughput_objective", f"is set, but the policy's objective "
+                      f"({objective.value if objective else 'none'}) has no steps/s form")
+            return
+        try:
+            value = log_welfare_in_steps(self.problem, self.policy, view)
+        except NotDefined as exc:
+            self.not_checked.append(f"objective in steps/s: {exc}")
+            return
+        reported = stats.throughput_objective
+        before = len(self.failures)
+        if abs(value - reported) > self.obj_tol * max(abs(value), abs(reported), 1.0):
+            self.fail("stats.throughput_objective", f"{reported!r}, but the plan's objective "
+                      f"in steps/s is {value!r}")
+        if stats.HasField("throughput_best_bound") != stats.HasField("best_bound"):
+            self.fail("stats.throughput_best_bound", "set where best_bound is not, or not set "
+                      "where it is")
+        elif stats.HasField("best_bound") and stats.HasField("objective"):
+            shift = stats.best_bound - stats.objective
+            moved = stats.throughput_best_bound - reported
+            if abs(moved - shift) > self.obj_tol * max(abs(shift), abs(reported), 1.0):
+                self.fail("stats.throughput_best_bound", f"is {moved!r} from throughput_objective"
+                          f", best_bound is {shift!r} from objective (the same shift)")
+        if len(self.failures) == before:
+            self.checked.append("objective in steps/s recomputed from the plan")
 
 
 def _close(a: float, b: float) -> bool:

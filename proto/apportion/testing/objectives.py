@@ -242,6 +242,22 @@ def log_welfare(problem: Problem, policy: PolicyRequest, _: object, view: PlanVi
     return float(np.sum(budget * np.log(u)))
 
 
+def log_welfare_in_steps(problem: Problem, policy: PolicyRequest, view: PlanView) -> float:
+    """sum_i B_i log thr_i(X) over the jobs with a usable cell (thr_i in steps/s): the market's
+    objective in steps/s (`SolveStats.throughput_objective`, A4.1)."""
+    _require_jobs(problem)
+    T = problem.jobs.throughput.astype(np.float64)
+    W = _count(problem)
+    usable = (T > 0) & (problem.jobs.scale_factor[:, None] <= W[None, :]) & (W[None, :] > 0)
+    buyers = usable.any(axis=1)
+    thr = np.einsum("ij,ij->i", T, view.time_share)[buyers]
+    by_weight = str(getattr(policy.parameters, "budgets", "equal")) == "priority_weight"
+    budget = problem.jobs.priority_weight if by_weight else np.ones(problem.jobs.num_jobs)
+    if np.any(thr <= 0):
+        raise NotDefined("a job that can run has no throughput: the objective is -inf")
+    return float(np.sum(budget[buyers] * np.log(thr)))
+
+
 def configuration_terms(
     problem: Problem, policy: PolicyRequest, response: service_pb.SolveResponse, _: PlanView
 ) -> float:
