@@ -55,9 +55,11 @@ The wire contract of apportion, message by message and field by field. A snapsho
 values by name, 64-bit integers as strings, `"NaN"` and `"Infinity"` for those doubles, unknown
 fields rejected. Every value a request carries is validated before any solve; a violation is
 reported with its field path (`snapshot.jobs[3].throughput["v100"]`), all of them at once
-(docs/python-api.md, docs/server.md). Times are seconds (`_s`), throughputs steps per second
-of the whole job on its gang. Section labels such as (A2.1) refer to the policy pages under
-docs/policies (docs/README.md lists them).
+(docs/python-api.md, docs/server.md). Jobs come as `Job` messages (`Snapshot.jobs`) or as
+parallel arrays (`Snapshot.job_columns`), and a plan as `JobAllocation`s or, with
+`options.columnar_plan`, as `Plan.columns`: [server.md](server.md) says when to use which.
+Times are seconds (`_s`), throughputs steps per second of the whole job on its gang. Section
+labels such as (A2.1) refer to the policy pages under docs/policies (docs/README.md lists them).
 """
 
 
@@ -223,7 +225,13 @@ def cli_reference() -> str:
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     env = dict(os.environ, COLUMNS=HELP_COLUMNS)
     lines = ["## Command reference", ""]
-    for name in [None, *commands.choices]:
+    seen: set[int] = set()
+    names: list[str | None] = [None]
+    for name, sub in commands.choices.items():  # an alias (replay) shares its command's parser
+        if id(sub) not in seen:
+            seen.add(id(sub))
+            names.append(name)
+    for name in names:
         args = [name, "--help"] if name else ["--help"]
         text = subprocess.run([sys.executable, "-m", "apportion.server.cli", *args], env=env,
                               capture_output=True, text=True, check=True).stdout
