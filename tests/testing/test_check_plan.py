@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 import apportion
 from apportion.solver.registry import known_names, lookup
@@ -34,6 +34,45 @@ KNOWN_DEFECTS = {
 test fails (strictly) as expected until the policy is fixed, then must be removed from here."""
 
 
+DEFECT_EXAMPLES: dict[str, dict[str, object]] = {
+    "synergy": {"snapshot": {
+        "cluster": {
+            "acceleratorTypes": [{"name": "v100"}, {"name": "p100", "count": 3}, {"name": "k80"},
+                                 {"name": "a100", "count": 2}],
+            "nodes": [*({"name": f"p100-{k}", "acceleratorType": "p100", "devices": 1,
+                         "cpus": 3.0, "memoryGib": 62.5} for k in range(3)),
+                      {"name": "a100-0", "acceleratorType": "a100", "devices": 2, "cpus": 6.0,
+                       "memoryGib": 125.0}]},
+        "jobs": [{"id": "job0", "scaleFactor": 3, "throughput": {"p100": 1.0},
+                  "progress": {"totalSteps": 1096.6},
+                  "resourceProfile": {"cpusPerGpu": [1.5, 3.0, 6.0],
+                                      "memoryGibPerGpu": [31.25, 62.5, 125.0],
+                                      "throughput": [1.0] * 9}}]}},
+    "iadeep": {"snapshot": {
+        "cluster": {
+            "acceleratorTypes": [{"name": "v100"}, {"name": "p100"}, {"name": "k80", "count": 1},
+                                 {"name": "a100", "count": 2}],
+            "nodes": [{"name": "k80-0", "acceleratorType": "k80", "devices": 1},
+                      {"name": "a100-0", "acceleratorType": "a100", "devices": 2}]},
+        "jobs": [{"id": "job0", "scaleFactor": 2, "throughput": {"a100": 1.0},
+                  "progress": {"totalSteps": 1096.6},
+                  "sharing": {"gpuMemoryGib": 1.0, "gpuUtilization": 0.5}}]},
+        "policy": {"iadeep": {"deviceMemoryGib": 24.0}}},
+}
+"""For each policy of KNOWN_DEFECTS, a snapshot on which check_plan finds the defect, tried
+before the drawn ones: which snapshots hypothesis draws depends on the modules imported before
+(it mixes in constants read from them), so without it the strict expected failure would pass
+in some test orders. The examples stay useful as regression cases once the policies are fixed."""
+
+
+def _defect_example(name: str) -> service_pb.SolveRequest | None:
+    example = DEFECT_EXAMPLES.get(lookup(name).name)
+    if example is None:
+        return None
+    policy = dict(example.get("policy", {}))  # type: ignore[call-overload]
+    return apportion.validate({**example, "policy": {**policy, "name": name}}).request
+
+
 def _known_defect(name: str) -> list[pytest.MarkDecorator]:
     reason = KNOWN_DEFECTS.get(lookup(name).name)
     return [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
@@ -55,6 +94,9 @@ def test_check_plan_agrees_with_every_registered_policy(name: str) -> None:
             # every plan with an objective had it recomputed, or says why not
             assert report.recomputed_objective is not None or report.not_checked
 
+    pinned = _defect_example(name)
+    if pinned is not None:
+        agrees = example(request=pinned)(agrees)
     agrees()
 
 
