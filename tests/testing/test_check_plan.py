@@ -5,7 +5,7 @@ correct response, so these tests fail if the corresponding check is removed)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 import apportion
 from apportion.solver.registry import known_names, lookup
 from apportion.testing import PlanCheckError, check_plan, snapshots
+from apportion.testing.columns import STATE, expand_columns
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 EXAMPLES_PER_NAME = 8
@@ -297,3 +298,80 @@ def test_an_invalid_request_cannot_be_checked() -> None:
     request.snapshot.jobs[0].throughput["v100"] = -1.0
     with pytest.raises(apportion.ValidationError):
         check_plan(request, response)
+
+
+# ------------------------------------------------------------------------- columnar plans
+
+COLUMNAR = ["max_min_fairness_perf", "themis_finish_time_fairness", "cost_normalized_throughput",
+            "min_makespan", "gandiva", "hierarchical_max_min_fairness"]
+"""Time-share policies (plans with a columnar form), their state columns included."""
+
+
+@pytest.mark.parametrize("name", COLUMNAR)
+def test_a_columnar_plan_is_checked_as_its_rows(name: str) -> None:
+    """The same request with `options.columnar_plan`: check_plan reads `Plan.columns` as the
+    JobAllocations they stand for and checks, and recomputes, exactly what it does on rows."""
+    @settings(max_examples=4, suppress_health_check=[HealthCheck.too_slow])
+    @given(request=snapshots(name))
+    def same(request: service_pb.SolveRequest) -> None:
+        plain = apportion.solve(request)
+        rows = check_plan(request, plain)
+        columnar = service_pb.SolveRequest()
+        columnar.CopyFrom(request)
+        columnar.options.columnar_plan = True
+        solution = apportion.solve(columnar)
+        if solution.has_plan:
+            assert not solution.response.plan.jobs
+            assert solution.response.plan.HasField("columns")
+        report = check_plan(columnar, solution)
+        expanded = expand_columns(solution.response, solution.problem, [])
+        _assert_same_jobs(expanded.plan.jobs, plain.response.plan.jobs)
+        assert report.checked == rows.checked
+        assert report.not_checked == rows.not_checked
+        if rows.recomputed_objective is not None:
+            assert report.recomputed_objective is not None
+            assert abs(report.recomputed_objective - rows.recomputed_objective) <= 1e-6 * max(
+                1.0, abs(rows.recomputed_objective))
+
+    same()
+
+
+def _assert_same_jobs(expanded: Sequence[service_pb.JobAllocation],
+                      rows: Sequence[service_pb.JobAllocation]) -> None:
+    """The allocations read from columns are the row form's (reported values in single
+    precision), the finish-time-fairness and SLO state included."""
+    assert [e.job_id for e in expanded] == [r.job_id for r in rows]
+    for e, r in zip(expanded, rows, strict=True):
+        assert (e.status, e.reason, dict(e.time_share)) == (r.status, r.reason, dict(r.time_share))
+        assert e.dual == r.dual
+        for name in ("effective_throughput", "normalized_throughput", "objective_value"):
+            assert getattr(e, name) == pytest.approx(getattr(r, name), rel=1e-6, abs=1e-30)
+        for name in STATE:
+            assert e.HasField(name) == r.HasField(name), name
+            assert getattr(e, name) == getattr(r, name), name
+
+
+def test_a_corrupted_columnar_plan_is_rejected() -> None:
+    request = apportion.validate(FOUR, "max_min_fairness_perf", columnar_plan=True).request
+    solution = apportion.solve(request)
+    check_plan(request, solution)  # correct before it is broken
+    response = solution.response
+
+    def broken(change: Callable[[service_pb.PlanColumns], object]) -> list[str]:
+        copy = service_pb.SolveResponse()
+        copy.CopyFrom(response)
+        change(copy.plan.columns)
+        return failed_fields(request, copy)
+
+    first = response.plan.columns.job_index[0]
+    type_name = FOUR["snapshot"]["cluster"]["acceleratorTypes"][  # type: ignore[index]
+        response.plan.columns.type_index[0]]["name"]
+    assert f'plan.jobs[{first}].time_share["{type_name}"]' in broken(
+        lambda c: c.time_share.__setitem__(0, 1.5))
+    assert "plan.columns.status" in broken(lambda c: c.status.pop())
+    assert "plan.columns.job_index" in broken(lambda c: c.job_index.append(9))
+    assert "plan.columns.job_index" in broken(
+        lambda c: (c.job_index.append(c.job_index[0]), c.type_index.append(c.type_index[0]),
+                   c.time_share.append(0.1)))
+    assert "plan.jobs[1].effective_throughput" in broken(
+        lambda c: c.effective_throughput.__setitem__(1, 99.0))

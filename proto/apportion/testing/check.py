@@ -22,6 +22,7 @@ from apportion.server.python_api import RequestLike, Solution, as_request
 from apportion.solver.capabilities import Objective, PlanKind
 from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
 from apportion.solver.registry import PolicySpec, lookup
+from apportion.testing.columns import expand_columns
 from apportion.testing.objectives import (
     NotDefined,
     log_welfare_in_steps,
@@ -93,6 +94,10 @@ def check_plan(
     answer = response.response if isinstance(response, Solution) else response
     problem, policy, options = request_to_model(message)
     spec = lookup(policy.name)
+    shape: list[tuple[str, str]] = []
+    answer = expand_columns(answer, problem, shape)  # a columnar plan as its JobAllocations
+    if shape:
+        raise PlanCheckError(spec.name, [Failure(path, text) for path, text in shape])
     checker = _Checker(problem, policy, options, spec, answer, feasibility_tolerance,
                        objective_tolerance)
     return checker.run()
