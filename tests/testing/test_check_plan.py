@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, example, given, settings
 
 import apportion
 from apportion.solver.registry import known_names, lookup
-from apportion.testing import PlanCheckError, check_plan, snapshots
+from apportion.testing import PlanCheckError, check_plan, snapshots, to_job_columns
 from apportion.testing.columns import STATE, expand_columns
 from apportion.v1 import allocation_service_pb2 as service_pb
+from tests.solver.test_model import assert_same_model
 
 EXAMPLES_PER_NAME = 8
 """Snapshots per registered name (canonical names and aliases, about 40 names)."""
@@ -375,3 +376,38 @@ def test_a_corrupted_columnar_plan_is_rejected() -> None:
                    c.time_share.append(0.1)))
     assert "plan.jobs[1].effective_throughput" in broken(
         lambda c: c.effective_throughput.__setitem__(1, 99.0))
+
+
+@pytest.mark.parametrize("name", [*COLUMNAR, "isolated", "fifo", "max_sum_throughput"])
+def test_snapshots_with_job_columns_are_the_same_jobs(name: str) -> None:
+    """`to_job_columns` moves the drawn jobs into Snapshot.job_columns: the service reads the
+    same model, the solve gives the same objective, and the plan passes check_plan."""
+    moved: list[int] = []
+
+    @settings(max_examples=4, suppress_health_check=[HealthCheck.too_slow])
+    @given(request=snapshots(name))
+    def same(request: service_pb.SolveRequest) -> None:
+        columnar = to_job_columns(request)
+        moved.append(len(columnar.snapshot.job_columns.ids))
+        assert moved[-1] + len(columnar.snapshot.jobs) == len(request.snapshot.jobs)
+        rows = apportion.solve(request)
+        solution = apportion.solve(columnar)
+        assert_same_model(solution.problem, rows.problem)
+        check_plan(columnar, solution)
+        assert solution.response.stats.termination == rows.response.stats.termination
+        if rows.response.stats.HasField("objective"):
+            assert solution.response.stats.objective == pytest.approx(
+                rows.response.stats.objective, rel=1e-9, abs=1e-12)
+
+    same()
+    assert sum(moved) > 0  # the drawn jobs did go into columns
+
+
+def test_to_job_columns_keeps_the_order_of_jobs() -> None:
+    request = apportion.validate(FOUR, "max_min_fairness_perf").request
+    request.snapshot.jobs[1].epoch_profile.epoch_duration_s.append(1.0)  # not a plain job
+    columnar = to_job_columns(request)
+    assert [job.id for job in columnar.snapshot.jobs] == ["a", "b"]
+    assert list(columnar.snapshot.job_columns.ids) == ["c", "d"]
+    assert list(columnar.snapshot.job_columns.scale_factor) == [2, 1]
+    assert list(columnar.snapshot.job_columns.restart_penalty_s) == [30.0, 30.0]

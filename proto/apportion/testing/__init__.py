@@ -26,6 +26,7 @@ from apportion.testing.check import (
     PlanReport,
     check_plan,
 )
+from apportion.testing.columns import to_job_columns
 
 if TYPE_CHECKING:
     from apportion.testing.invalid import InvalidSnapshot, invalid_snapshots
@@ -49,6 +50,7 @@ __all__ = [
     "invalid_snapshots",
     "problems",
     "snapshots",
+    "to_job_columns",
 ]
 
 _LAZY = {

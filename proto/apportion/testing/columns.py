@@ -1,14 +1,19 @@
-"""A columnar plan (`Plan.columns`, asked for with `options.columnar_plan`) read back as the
-`JobAllocation`s it stands for, so that `check_plan` checks both forms with the same code.
-Column i is the i-th job of the snapshot; failures in the columns' shape are reported with
-`plan.columns.<field>` paths, everything after with `plan.jobs[i]` paths."""
+"""The columnar forms of `apportion.v1`.
+
+* `expand_columns`: a columnar plan (`Plan.columns`, asked for with `options.columnar_plan`)
+  read back as the `JobAllocation`s it stands for, so that `check_plan` checks both forms with
+  the same code. Column i is the i-th job of the snapshot; failures in the columns' shape are
+  reported with `plan.columns.<field>` paths, everything after with `plan.jobs[i]` paths.
+* `to_job_columns`: a request's plain jobs moved into `Snapshot.job_columns`, to test a
+  service or a policy with the columnar job form."""
 
 from __future__ import annotations
 
 import math
 
-from apportion.solver.model import Problem
+from apportion.solver.model import DEFAULT_RESTART_PENALTY_S, Problem
 from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1 import snapshot_pb2 as snapshot_pb
 
 PER_JOB = ("status", "effective_throughput", "normalized_throughput", "objective_value")
 """Columns with one entry per job."""
@@ -83,3 +88,59 @@ def expand_columns(
     for i, reason in zip(columns.reason_job_index, columns.reason, strict=True):
         entries[i].reason = reason
     return expanded
+
+
+PLAIN_JOB_FIELDS = frozenset({
+    "id", "scale_factor", "priority_weight", "tenant", "arrival_time_s", "throughput",
+    "progress", "deadline_s", "restart_penalty_s", "job_type",
+})
+"""The `Job` fields `JobColumns` can carry (of `progress`: steps_done and total_steps)."""
+
+
+def _plain(job: snapshot_pb.Job) -> bool:
+    names = {f.name for f, _ in job.ListFields()}
+    progress = {f.name for f, _ in job.progress.ListFields()}
+    return names <= PLAIN_JOB_FIELDS and progress <= {"steps_done", "total_steps"}
+
+
+def to_job_columns(request: service_pb.SolveRequest) -> service_pb.SolveRequest:
+    """A copy of `request` with the trailing `Snapshot.jobs` entries that use only the plain
+    fields moved into `Snapshot.job_columns` (columnar jobs follow the rows, so a plain job
+    before one that needs a row keeps its row and the order is unchanged). Unset row fields
+    become their documented defaults (scale factor 1, weight 1, no deadline, restart penalty
+    30 s), so the service reads the same jobs either way."""
+    out = service_pb.SolveRequest()
+    out.CopyFrom(request)
+    jobs = out.snapshot.jobs
+    start = len(jobs)
+    while start > 0 and _plain(jobs[start - 1]):
+        start -= 1
+    moved = list(jobs)[start:]
+    if not moved:
+        return out
+    kept = list(jobs)[:start]
+    del jobs[:]
+    jobs.extend(kept)
+    columns = out.snapshot.job_columns
+    names = [t.name for t in out.snapshot.cluster.accelerator_types]
+    used = [n for n in names if any(n in job.throughput for job in moved)]
+    columns.throughput_types.extend(used)
+    for job in moved:
+        columns.ids.append(job.id)
+        columns.throughput.extend(job.throughput.get(n, 0.0) for n in used)
+        size = job.scale_factor
+        columns.scale_factor.append(size if size or job.HasField("scale_factor") else 1)
+        weight = job.priority_weight
+        columns.priority_weight.append(weight if weight or job.HasField("priority_weight")
+                                       else 1.0)
+        columns.tenant.append(job.tenant)
+        columns.arrival_time_s.append(job.arrival_time_s)
+        columns.steps_done.append(job.progress.steps_done)
+        columns.total_steps.append(job.progress.total_steps)
+        columns.deadline_s.append(job.deadline_s if job.HasField("deadline_s") else math.nan)
+        penalty = job.restart_penalty_s
+        columns.restart_penalty_s.append(
+            penalty if penalty or job.HasField("restart_penalty_s")
+            else DEFAULT_RESTART_PENALTY_S)
+        columns.job_type.append(job.job_type)
+    return out
