@@ -50,9 +50,8 @@ def solve_request(
         limit_s = caller.at - arrived if caller.bounded else 0.0
     if effective.expired():
         return _no_time_left(policy.name, limit_s, arrived)
-    reserve = min(RESPONSE_MAX_SHARE * effective.remaining(),
-                  RESPONSE_S_PER_JOB * problem.jobs.num_jobs)
-    solver_deadline = Deadline(effective.at - reserve) if effective.bounded else effective
+    solver_deadline = effective.leaving(RESPONSE_S_PER_JOB * problem.jobs.num_jobs,
+                                        RESPONSE_MAX_SHARE)
     # the request's own limit is in `solver_deadline` already (counted from the arrival)
     plan = solve(problem, policy, replace(options, time_limit_s=0.0), solver_deadline)
     response = plan_to_response(plan, problem, policy, 0.0, limit_s,
