@@ -5,17 +5,19 @@ deadline it set then (the server: the call's gRPC deadline minus a margin, made 
 request waited for a worker; the CLI: ``--time-limit``, made before the file was read). The
 request's own ``options.time_limit_s`` also counts from the arrival. Validation, the solve and
 the response conversion all spend the one budget: a request whose budget is used up before
-the solve starts gets no solve and the termination `no_solution`, and the solver is given
+the solve starts (validation checks it between stages and within its long per-job loops)
+gets no solve and the termination `no_solution`, and the solver is given
 what is left minus an estimate of the time needed to build the response.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
 from apportion.server.convert import plan_to_response, request_to_model
-from apportion.solver.deadline import Deadline
+from apportion.solver.deadline import Deadline, DeadlineExpiredError
 from apportion.solver.registry import lookup
 from apportion.solver.solve import solve
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -41,13 +43,19 @@ def solve_request(
     """
     arrived = time.monotonic() if arrived_at is None else arrived_at
     caller = deadline if deadline is not None else Deadline.never()
-    problem, policy, options = request_to_model(request)
-    own = Deadline(arrived + options.time_limit_s) if options.time_limit_s > 0 else None
+    # the request's own limit as sent (validated with the rest below): conversion spends it too
+    asked = request.options.time_limit_s
+    own = Deadline(arrived + asked) if math.isfinite(asked) and asked > 0 else None
     if own is not None and own.at <= caller.at:
-        effective, limit_s = own, options.time_limit_s
+        effective, limit_s = own, asked
     else:
         effective = caller
         limit_s = caller.at - arrived if caller.bounded else 0.0
+    try:
+        problem, policy, options = request_to_model(request, effective)
+    except DeadlineExpiredError:  # an unknown policy name is still reported as invalid
+        return _no_time_left(lookup(request.policy.name).name, limit_s, arrived,
+                             ", while the request was validated")
     if effective.expired():
         return _no_time_left(policy.name, limit_s, arrived)
     solver_deadline = effective.leaving(RESPONSE_S_PER_JOB * problem.jobs.num_jobs,
@@ -60,7 +68,8 @@ def solve_request(
     return response
 
 
-def _no_time_left(policy: str, limit_s: float, arrived: float) -> service_pb.SolveResponse:
+def _no_time_left(policy: str, limit_s: float, arrived: float,
+                  when: str = "") -> service_pb.SolveResponse:
     """The response for a request whose budget ran out before the solve could start."""
     response = service_pb.SolveResponse()
     stats = response.stats
@@ -70,7 +79,7 @@ def _no_time_left(policy: str, limit_s: float, arrived: float) -> service_pb.Sol
     stats.time_limit_s = limit_s
     stats.wall_time_s = time.monotonic() - arrived
     stats.detail = (
-        f"the time limit of {limit_s:g} s ran out before the solve started "
+        f"the time limit of {limit_s:g} s ran out before the solve started{when} "
         f"({stats.wall_time_s:.3f} s after the request arrived): not solved"
     )
     return response

@@ -19,6 +19,7 @@ import numpy as np
 
 from apportion.server.request_context import RequestContext
 from apportion.solver import limits
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.errors import Violation, echo, key, listing
 from apportion.solver.model import Cluster, GivenGoodput, IntArray, PolluxJobModel
 from apportion.solver.parameters import PolluxParameters, SiaParameters
@@ -272,11 +273,17 @@ def _given_goodput(
     return tuple(entries)
 
 
+DEADLINE_EVERY_JOBS = 1024
+"""The per-job loop checks the request's deadline this often (jobs)."""
+
+
 def configuration_columns(
-    jobs: Sequence[snapshot_pb.Job], m: int, cluster: Cluster, violations: list[Violation]
+    jobs: Sequence[snapshot_pb.Job], m: int, cluster: Cluster, violations: list[Violation],
+    deadline: Deadline = NO_DEADLINE,
 ) -> ConfigurationColumns:
     """Per-configuration goodput, Pollux models and elasticity of every job (m >= len(jobs):
-    jobs beyond the `jobs` messages, the columnar ones, have the defaults)."""
+    jobs beyond the `jobs` messages, the columnar ones, have the defaults). Raises
+    `DeadlineExpiredError` once `deadline` passes."""
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
     n = cluster.num_types
     shapes = _type_shapes(cluster)
@@ -287,6 +294,8 @@ def configuration_columns(
     unit = np.ones((m, n), np.int64)
     top = limits.MAX_DEVICES_PER_TYPE
     for i, job in enumerate(jobs):
+        if i % DEADLINE_EVERY_JOBS == 0:
+            deadline.check()
         p = f"snapshot.jobs[{i}]"
         if job.configurations:
             given[i] = _given_goodput(job, p, cluster, shapes, violations)
