@@ -19,6 +19,10 @@ reads the answer as a `plans.Decision`. Which driver runs is the policy's plan k
 * CONFIGURATION (`ConfigurationDriver`): each job runs in its chosen configuration (type,
   devices, nodes); re-solved every round by default (Sia's scheduling interval); a changed
   configuration is a restart.
+* GROUPS (`GroupsDriver`): the co-location policies' groups; every member of a group runs
+  on the group's devices (held once) at its speed alone divided by its slowdown in the
+  group; re-solved every round by default (the plan is for one round), with the running
+  groups and pairs sent back as the current placements.
 """
 
 from __future__ import annotations
@@ -53,6 +57,11 @@ class Grant:
     partner: int = -1
     """Global index of the job sharing these devices (space sharing); -1 = alone."""
     lease_extended: bool = False
+    group: int = -1
+    """GROUPS plans: global index of the group's first member (every member of a group
+    shares these devices); -1 = not in a group."""
+    slowdown: float = 1.0
+    """The job's time per step in its group over its time per step alone (GROUPS)."""
 
 
 @dataclass
@@ -95,6 +104,8 @@ def driver_for(kind: PlanKind, resolve_every: int | None) -> Driver:
         return WindowDriver(WINDOW_RESOLVE_ROUNDS if resolve_every is None else resolve_every)
     if kind is PlanKind.QUEUE:
         return QueueDriver(resolve_every or 0)
+    if kind is PlanKind.GROUPS:
+        return GroupsDriver(1 if resolve_every is None else resolve_every)
     return ConfigurationDriver(1 if resolve_every is None else resolve_every)
 
 
@@ -289,3 +300,54 @@ class ConfigurationDriver:
                 self.chosen[i] = Grant(i, conf.type_index, conf.devices, nodes)
         alive = set(ctx.active.tolist())
         return [g for i, g in sorted(self.chosen.items()) if i in alive]
+
+
+@dataclass
+class GroupsDriver:
+    """The groups of a co-location plan, kept until the next solve (every round by default)."""
+
+    resolve_every: int = 1
+    solved_at: int = -1
+    groups: list[Grant] = field(default_factory=list)
+
+    def grants(self, ctx: RoundContext) -> list[Grant]:
+        if _due(ctx.changed, ctx.index, self.solved_at, self.resolve_every):
+            decision = ctx.solve()
+            self.solved_at = ctx.index
+            self.groups = []
+            taken: set[int] = set()
+            pool = ctx.new_pool()
+            for group in decision.groups if decision.has_plan else ():
+                members = [int(ctx.active[x]) for x in group.members]
+                twice = [i for i in members if i in taken]
+                if twice:
+                    raise SimulationError(
+                        f"round {ctx.index}: the plan puts job "
+                        f"{ctx.problem().jobs.ids[group.members[members.index(twice[0])]]!r} in "
+                        "two groups"
+                    )
+                taken.update(members)
+                lead = min(members)
+                nodes = group.nodes
+                if pool.has_nodes and not nodes:
+                    before = ctx.state.placement[lead]
+                    previous = (
+                        before.nodes
+                        if before is not None and before.type_index == group.type_index
+                        else ()
+                    )
+                    chosen = pool.choose(group.type_index, group.devices, previous)
+                    nodes = chosen if chosen is not None else ()
+                why = pool.reserve(group.type_index, group.devices, nodes)
+                if why:
+                    raise SimulationError(
+                        f"round {ctx.index}: the group of jobs {sorted(members)} does not fit "
+                        f"({why})"
+                    )
+                for i, slowdown in zip(members, group.slowdown, strict=True):
+                    self.groups.append(
+                        Grant(i, group.type_index, group.devices, nodes, group=lead,
+                              slowdown=float(slowdown))
+                    )
+        alive = set(ctx.active.tolist())
+        return sorted((g for g in self.groups if g.job in alive), key=lambda g: g.job)

@@ -9,8 +9,11 @@ every round:
 2. the policy's driver (`drivers`, chosen by the policy's plan kind) returns the round's
    grants, solving a snapshot when it needs one (the snapshot holds the active jobs only);
 3. the grants are checked (only active jobs, each at most once, never more devices than a
-   type or a node has, gangs whole) and every granted job progresses: at its true speed on
-   the granted type (its pair speed when it shares devices, its goodput in a configuration),
+   type or a node has, gangs whole, a pair's or group's devices held once) and every
+   granted job progresses: at its true speed on the granted type (its pair speed when it
+   shares devices, its goodput in a configuration, its speed alone over its slowdown in a
+   co-location group: the workload's pair speed for two jobs of known types, else the
+   plan's predicted slowdown),
    times the round's noise factor, after the restart overhead when it did not hold the same
    devices in the previous round. A job that completes inside a round finishes at that
    instant (the JCT uses the actual finish, not the round's end); its devices stay idle
@@ -32,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -48,11 +51,12 @@ from apportion.simulator.solvers import (
     RemoteSolver,
     Solver,
     check_snapshot,
+    service_reading,
     timed,
 )
 from apportion.simulator.state import JobState, Placement
 from apportion.simulator.workload import Workload, check_fits
-from apportion.solver.capabilities import PlanKind
+from apportion.solver.capabilities import Capabilities, PlanKind
 from apportion.solver.errors import ValidationError
 from apportion.solver.model import (
     Cluster,
@@ -137,6 +141,11 @@ class RoundLog:
     grant_devices: list[int] = field(default_factory=list)
     grant_nodes: list[str] = field(default_factory=list)
     """"node:devices;node:devices" ("" without a node layout)."""
+    grant_shared: list[int] = field(default_factory=list)
+    """The smallest job index of the pair or group holding the same devices (the job itself
+    in a group of one; -1 = not in a pair or group)."""
+    grant_slowdown: list[float] = field(default_factory=list)
+    """The job's slowdown in its group (1 outside groups)."""
 
 
 @dataclass
@@ -173,6 +182,7 @@ def simulate(
     if workload.num_jobs == 0:
         raise SimulationInputError(f"{workload.source}: no jobs to simulate")
     check_fits(workload, cluster)
+    _check_inputs(config.policy, spec.capabilities, workload)
     kind = spec.capabilities.plan_kind
     model = model_cluster(cluster)
     m, n = workload.num_jobs, model.num_types
@@ -228,6 +238,22 @@ def simulate(
     )
 
 
+def _check_inputs(name: str, caps: Capabilities, workload: Workload) -> None:
+    """Refuse a policy that reads inputs no workload of the simulator can give it."""
+    if caps.reads_resource_profiles:
+        raise SimulationInputError(
+            f"policy {name!r} reads each job's throughput over CPU cores and host memory "
+            "(resource profiles) and the nodes' CPUs and memory, which the simulator does not "
+            "model yet"
+        )
+    if caps.reads_stage_times and workload.stage_s.shape != (workload.num_jobs, 4):
+        raise SimulationInputError(
+            f"policy {name!r} reads each job's time per iteration in storage, CPU, GPU and "
+            f"network (stage times); {workload.source or 'the workload'} has none (no trace "
+            "format carries them; set Workload.stage_s)"
+        )
+
+
 def check_grants(
     r: int,
     active: IntArray,
@@ -238,11 +264,13 @@ def check_grants(
 ) -> None:
     """The invariants of round `r` (SimulationError when a driver breaks one): only active
     jobs run, each once, gangs whole (configurations may choose their device count), a pair
-    on the same devices, never more devices than a type or a node has."""
+    or a group on the same devices (held once), never more devices than a type or a node
+    has."""
     alive = set(active.tolist())
     seen: set[int] = set()
     pool = DevicePool(cluster)
     placed: dict[int, Grant] = {}
+    grouped: dict[int, Grant] = {}
     scale = workload.scale_factor
     for g in grants:
         ident = workload.ids[g.job] if 0 <= g.job < workload.num_jobs else str(g.job)
@@ -255,6 +283,17 @@ def check_grants(
             raise SimulationError(
                 f"round {r}: job {ident!r} got {g.devices} devices, its gang is {int(scale[g.job])}"
             )
+        if g.group >= 0 and g.group in grouped:
+            first = grouped[g.group]
+            if (first.type_index, first.devices, first.nodes) != (
+                g.type_index,
+                g.devices,
+                g.nodes,
+            ):
+                raise SimulationError(
+                    f"round {r}: group member {ident!r} is not on the group's devices"
+                )
+            continue
         if g.partner >= 0 and g.partner in placed:
             other = placed[g.partner]
             same = (other.type_index, other.devices, other.nodes) == (
@@ -269,6 +308,8 @@ def check_grants(
         if why:
             raise SimulationError(f"round {r}: granting job {ident!r} exceeds the cluster: {why}")
         placed[g.job] = g
+        if g.group >= 0:
+            grouped[g.group] = g
 
 
 class _Loop:
@@ -375,7 +416,10 @@ class _Loop:
         solved: list[tuple[float, Decision]],
     ) -> list[Grant]:
         def make_problem() -> Problem:
-            return build_problem(self.context, self.state, active, now)
+            problem = build_problem(self.context, self.state, active, now)
+            if self.context.capabilities.reads_device_sharing:
+                problem = service_reading(problem, self.request, self.options)
+            return problem
 
         def solve_problem(problem: Problem) -> Decision:
             if not self.checked:
@@ -397,9 +441,33 @@ class _Loop:
             solve_problem=solve_problem,
             new_pool=lambda: DevicePool(self.cluster),
         )
-        grants = self.driver.grants(ctx)
+        grants = self._true_slowdowns(self.driver.grants(ctx))
         check_grants(r, active, grants, self.w, self.cluster, self.kind)
         return grants
+
+    def _true_slowdowns(self, grants: list[Grant]) -> list[Grant]:
+        """Two jobs sharing devices in a group run at the workload's pair speeds when it has
+        them for their job types (their true speeds, as for space-sharing pairs); every
+        other member at the slowdown its plan predicted."""
+        pairs = self.w.pairs
+        if pairs is None or not any(g.group >= 0 for g in grants):
+            return grants
+        members: dict[int, list[Grant]] = {}
+        for g in grants:
+            if g.group >= 0:
+                members.setdefault(g.group, []).append(g)
+        out = []
+        for g in grants:
+            both = members.get(g.group, []) if g.group >= 0 else []
+            if len(both) == 2:
+                other = both[1] if both[0].job == g.job else both[0]
+                row = pairs.rates.get((self.w.job_type[g.job], self.w.job_type[other.job]))
+                alone = float(self.w.throughput[g.job, g.type_index])
+                if row is not None and alone > 0:
+                    pair = float(row[g.type_index])
+                    g = replace(g, slowdown=alone / pair if pair > 0 else math.inf)
+            out.append(g)
+        return out
 
     def _rate(self, g: Grant) -> float:
         i, j = g.job, g.type_index
@@ -418,6 +486,12 @@ class _Loop:
             key = (self.w.job_type[i], self.w.job_type[g.partner])
             row = self.w.pairs.rates.get(key)
             return float(row[j]) if row is not None else 0.0
+        if g.group >= 0:
+            if not g.slowdown > 0:
+                raise SimulationError(
+                    f"job {self.w.ids[i]!r} got slowdown {g.slowdown} in its group"
+                )
+            return float(self.w.throughput[i, j]) / g.slowdown
         if g.devices != self.w.scale_factor[i]:
             raise SimulationError(
                 f"job {self.w.ids[i]!r} was given {g.devices} devices; without goodput "
@@ -432,14 +506,16 @@ class _Loop:
         overhead = min(self.config.fidelity.restart_overhead_s, delta)
         noise = self.config.fidelity.speed_factors(r, w.num_jobs)
         busy = np.zeros(self.cluster.num_types)
-        pair_used: dict[int, float] = {}
+        shared: dict[int, tuple[int, int, float]] = {}
+        """Devices held by a pair or a group: key -> (type, devices, longest use)."""
         new_placement: dict[int, Placement] = {}
         for g in grants:
             i = g.job
             rate = self._rate(g)
             if noise is not None:
                 rate *= float(noise[i])
-            placed = Placement(g.type_index, g.devices, g.nodes, g.partner)
+            key = g.group if g.group >= 0 else min(i, g.partner) if g.partner >= 0 else -1
+            placed = Placement(g.type_index, g.devices, g.nodes, key)
             before = state.placement[i]
             kept = before is not None and (before.type_index, before.devices, before.nodes) == (
                 placed.type_index,
@@ -465,19 +541,14 @@ class _Loop:
                 state.work_done[i] += rate * avail
             state.run_s[i] += used
             state.device_s[i] += g.devices * used
-            if g.partner >= 0:
-                key = min(i, g.partner)
-                if key in pair_used:
-                    busy[g.type_index] += g.devices * max(used, pair_used.pop(key))
-                else:
-                    pair_used[key] = used
+            if key >= 0:
+                longest = max(used, shared[key][2]) if key in shared else used
+                shared[key] = (g.type_index, g.devices, longest)
             else:
                 busy[g.type_index] += g.devices * used
             new_placement[i] = placed
-        for g in grants:  # a pair whose partner was not granted (never, but stay safe)
-            key = min(g.job, g.partner) if g.partner >= 0 else -1
-            if key in pair_used:
-                busy[g.type_index] += g.devices * pair_used.pop(key)
+        for type_index, devices, longest in shared.values():
+            busy[type_index] += devices * longest
         state.place({i: p for i, p in new_placement.items() if math.isnan(state.finish_s[i])})
         return busy
 
@@ -507,3 +578,6 @@ class _Loop:
             log.grant_type.append(g.type_index)
             log.grant_devices.append(g.devices)
             log.grant_nodes.append(";".join(f"{names[k]}:{d}" for k, d in g.nodes))
+            shared = g.group if g.group >= 0 else min(g.job, g.partner) if g.partner >= 0 else -1
+            log.grant_shared.append(shared)
+            log.grant_slowdown.append(g.slowdown)

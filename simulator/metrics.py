@@ -112,6 +112,8 @@ def run_result(outcome: Outcome, load: float | None = None) -> RunResult:
         "type": np.array(log.grant_type, np.int64),
         "devices": np.array(log.grant_devices, np.int64),
         "nodes": np.array(log.grant_nodes, dtype=object),
+        "shared_with": np.array(log.grant_shared, np.int64),
+        "slowdown": np.array(log.grant_slowdown, np.float64),
     }
     summary = summarize(jobs, rounds, float(busy.sum()), devices)
     summary.update(

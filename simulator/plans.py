@@ -12,13 +12,17 @@ either shape touches this module only. What is read depends on the policy's plan
   when the plan names them); a 0/1 schedule (rounds x jobs) runs each job on its gang of the
   type with the most devices, as the service writes it;
 * QUEUE: the pending jobs to start now, with their type, device count and nodes;
-* CONFIGURATION: each job's configuration (type, devices, devices per node).
+* CONFIGURATION: each job's configuration (type, devices, devices per node);
+* GROUPS: the groups of jobs sharing devices for the round (members, each member's
+  predicted slowdown, the devices' type and count, devices per node when the plan names
+  them); a job alone is a group of one.
 
 Besides, every kind may return state a client sends back with the next snapshot (`Carry`):
 finish-time fairness's C_i with the iso_i and R_i it used, Shockwave's reference finish
 times and their bookkeeping, Gandiva_fair's stride passes, and the pairs of the previous plan
-(Gandiva's pairing). Leases (Themis's auction, Astraea) and Astraea's device-time bookkeeping
-are not carried: each solve sees the jobs without them.
+(Gandiva's pairing; the two-job groups of a GROUPS plan, Lucid's pairs). Leases (Themis's
+auction, Astraea) and Astraea's device-time bookkeeping are not carried: each solve sees the
+jobs without them.
 """
 
 from __future__ import annotations
@@ -94,6 +98,20 @@ class Configured:
 
 
 @dataclass(frozen=True)
+class Grouped:
+    """Jobs sharing the same devices for a round (GROUPS plans)."""
+
+    members: tuple[int, ...]
+    """Indices into the snapshot's jobs."""
+    slowdown: tuple[float, ...]
+    """Per member: time per step in the group over time per step alone (> 1 = slower)."""
+    type_index: int
+    devices: int
+    nodes: NodeDevices = ()
+    """(node index, devices) named by the plan; empty = the simulator places the group."""
+
+
+@dataclass(frozen=True)
 class Carry:
     """State to send back with the next snapshot, per snapshot job (None = not returned)."""
 
@@ -135,6 +153,8 @@ class Decision:
     """Pending jobs to start now (QUEUE)."""
     configurations: tuple[Configured | None, ...] = ()
     """Per job, its configuration; None = not allocated (CONFIGURATION)."""
+    groups: tuple[Grouped, ...] = ()
+    """The running groups (GROUPS)."""
     carry: Carry = field(default_factory=Carry)
 
     @property
@@ -177,6 +197,19 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
                     )
                 )
         return replace(base, starts=tuple(starts))
+    if kind is PlanKind.GROUPS:
+        groups = tuple(
+            Grouped(
+                tuple(g.members),
+                tuple(float(x) for x in g.slowdown),
+                g.type_index,
+                g.devices,
+                tuple(sorted((nodes[name], d) for name, d in g.node_devices if name in nodes)),
+            )
+            for g in (plan.groups.groups if plan.groups is not None else ())
+            if g.type_index >= 0 and g.devices > 0 and g.members
+        )
+        return _with_groups(base, groups, problem.jobs.num_jobs)
     configured: list[Configured | None] = []
     for choice in plan.configurations.choices if plan.configurations is not None else ():
         if choice is None or not choice.placed or choice.devices <= 0:
@@ -185,6 +218,18 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
         placement = tuple((nodes[name], d) for name, d in choice.node_devices if name in nodes)
         configured.append(Configured(choice.type_index, choice.devices, placement))
     return replace(base, configurations=tuple(configured))
+
+
+def _with_groups(base: Decision, groups: tuple[Grouped, ...], k: int) -> Decision:
+    """`base` with the groups, and the two-job groups as the pairs sent back (Lucid reads
+    them as `history.jobs[].colocated_with`)."""
+    pairs = np.full(k, -1, np.int64)
+    for g in groups:
+        if len(g.members) == 2:
+            a, b = g.members
+            pairs[a], pairs[b] = b, a
+    partner = tuple(int(x) for x in pairs) if (pairs >= 0).any() else ()
+    return replace(base, groups=groups, carry=replace(base.carry, partner=partner))
 
 
 def _own_rounds(
@@ -325,6 +370,25 @@ def decision_from_response(
                 )
         starts.sort(key=lambda s: s.job)
         return replace(base, starts=tuple(starts))
+    if kind is PlanKind.GROUPS:
+        groups = tuple(
+            Grouped(
+                tuple(job_index[x] for x in g.job_ids),
+                tuple(g.slowdown),
+                type_index[g.accelerator_type],
+                g.devices,
+                tuple(
+                    sorted(
+                        (node_index[name], d)
+                        for name, d in g.node_devices.items()
+                        if name in node_index
+                    )
+                ),
+            )
+            for g in response.plan.groups
+            if g.accelerator_type in type_index and g.devices > 0 and g.job_ids
+        )
+        return _with_groups(base, groups, k)
     configured: list[Configured | None] = [None] * k
     for i, entry in entries:
         conf = entry.configuration

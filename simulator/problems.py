@@ -6,7 +6,8 @@ per-job array present, defaults applied), so that a snapshot sent to `apportion 
 one problem. What is filled beyond the common fields follows the policy's capabilities:
 epoch profiles always when the workload has them, co-location rates when the policy reads
 them, configurations (goodput per (type, nodes, devices), elasticity, restart penalty) when
-it reads configurations.
+it reads configurations, per-iteration stage times (Muri) when it reads them and the workload
+has them.
 
 The policy sees estimated throughputs (`ProblemContext.estimated`, the true ones unless
 `Fidelity.estimate_error` is set) and the true remaining work (Gavel's simulator does the
@@ -35,6 +36,7 @@ from apportion.solver.model import (
     Problem,
     ReferenceFinishState,
 )
+from apportion.solver.sharing import GroupInterference, SharingInputs
 
 DEFAULT_RESTART_PENALTY_S = 30.0
 """The restart penalty configuration policies assume when the snapshot gives none (s)."""
@@ -129,6 +131,11 @@ def build_problem(ctx: ProblemContext, state: JobState, active: IntArray, now_s:
         )
     if caps.reads_configurations:
         jobs = _with_configurations(ctx, jobs, pick)
+    sharing = None
+    if caps.reads_stage_times and w.stage_s.size:
+        sharing = SharingInputs(stage_s=w.stage_s[active])
+    if caps.reads_device_sharing and w.pairs is not None and w.pairs.rates:
+        sharing = replace(sharing or SharingInputs(), interference=pair_interference(w, active))
     return Problem(
         cluster=ctx.cluster,
         jobs=jobs,
@@ -137,7 +144,34 @@ def build_problem(ctx: ProblemContext, state: JobState, active: IntArray, now_s:
         round_duration_s=float(ctx.round_s),
         colocations=colocations,
         fairness=_fairness(state, active),
+        sharing=sharing,
     )
+
+
+def pair_interference(w: Workload, active: IntArray) -> tuple[GroupInterference, ...]:
+    """Every two snapshot jobs of equal gangs whose job types have pair speeds, as a measured
+    group: each member's slowdown = its speed alone over its speed in the pair, the largest
+    over the types where both run (the co-location policies' interference has no type).
+    Quadratic in the active jobs."""
+    rates, thr = w.pairs.rates if w.pairs is not None else {}, w.throughput
+    out: list[GroupInterference] = []
+    pick = active.tolist()
+    for x, a in enumerate(pick):
+        for y in range(x + 1, len(pick)):
+            b = pick[y]
+            if w.scale_factor[a] != w.scale_factor[b]:
+                continue
+            ra = rates.get((w.job_type[a], w.job_type[b]))
+            rb = rates.get((w.job_type[b], w.job_type[a]))
+            if ra is None or rb is None:
+                continue
+            both = (ra > 0) & (rb > 0) & (thr[a] > 0) & (thr[b] > 0)
+            if not both.any():
+                continue
+            slow_a = float((thr[a][both] / ra[both]).max())
+            slow_b = float((thr[b][both] / rb[both]).max())
+            out.append(GroupInterference((x, y), (slow_a, slow_b)))
+    return tuple(out)
 
 
 def _fairness(state: JobState, active: IntArray) -> FairnessInputs | None:

@@ -21,8 +21,9 @@ class Placement:
     devices: int
     nodes: NodeDevices
     """(node index, devices) pairs; empty without a node layout."""
-    partner: int = -1
-    """Job index it shares these devices with (space sharing); -1 = alone."""
+    shared: int = -1
+    """The smallest job index of the pair or group sharing these devices (space sharing,
+    co-location groups); -1 = alone."""
 
 
 @dataclass
@@ -60,8 +61,9 @@ class JobState:
     """(m,) Gandiva_fair's stride pass of the last plan that included the job (NaN = none)."""
     current_type: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
     """(m,) the type of the placement a snapshot reports for the job (-1 = none): its
-    placement in the previous round, except the second job of a co-located pair (the pair's
-    shared devices are reported once, by its first job)."""
+    placement in the previous round, except the later jobs of a co-located pair or group (the
+    shared devices are reported once, by its first unfinished job: the service refuses
+    current placements above a type's devices)."""
     current_devices: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
     current_nodes: list[tuple[int, ...]] = field(default_factory=list)
     contention_sum: FloatArray = field(default_factory=lambda: np.zeros(0))
@@ -100,10 +102,14 @@ class JobState:
         self.current_type[:] = -1
         self.current_devices[:] = 0
         self.current_nodes = [()] * m
-        for i, placed in placements.items():
+        reported: set[int] = set()
+        for i in sorted(placements):
+            placed = placements[i]
             self.placement[i] = placed
-            if 0 <= placed.partner < i and placed.partner in placements:
-                continue  # reported by the pair's first job
+            if placed.shared >= 0:
+                if placed.shared in reported:
+                    continue  # shared devices are reported once, by the first job still there
+                reported.add(placed.shared)
             self.current_type[i] = placed.type_index
             self.current_devices[i] = placed.devices
             self.current_nodes[i] = tuple(node for node, _ in placed.nodes)

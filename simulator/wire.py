@@ -133,6 +133,11 @@ def snapshot_message(problem: Problem) -> snapshot_pb.Snapshot:
     for i in range(m):
         _job(msg.jobs.add(), problem, i)
     _colocations(msg, problem)
+    ids = problem.jobs.ids
+    for group in problem.sharing.interference if problem.sharing is not None else ():
+        msg.interference.add(
+            job_ids=[ids[i] for i in group.jobs], slowdown=[float(x) for x in group.slowdown]
+        )
     msg.history.elapsed_since_reset_s = hist.elapsed_since_reset_s
     for i in range(m):
         entry = _history_entry(problem, i)
@@ -186,6 +191,11 @@ def _job(out: snapshot_pb.Job, problem: Problem, i: int) -> None:
                 out.elasticity.scale_unit[name] = int(jobs.scale_unit[i, j])
     if jobs.restart_penalty_s.size:
         out.restart_penalty_s = float(jobs.restart_penalty_s[i])
+    stages = problem.sharing.stage_s if problem.sharing is not None else np.zeros((0, 4))
+    if stages.shape[0] == jobs.num_jobs and np.isfinite(stages[i]).all():
+        storage, cpu, gpu, network = (float(x) for x in stages[i])
+        out.stage_times.storage_s, out.stage_times.cpu_s = storage, cpu
+        out.stage_times.gpu_s, out.stage_times.network_s = gpu, network
 
 
 def _colocations(msg: snapshot_pb.Snapshot, problem: Problem) -> None:
