@@ -378,6 +378,7 @@ class _Loop:
             solved: list[tuple[float, Decision]] = []
             grants = self._grants(r, now, active, changed, solved)
             busy = self._advance(r, now, grants)
+            state.accrue_entitlement(delta)
             finished_now = int((~np.isnan(state.finish_s[active])).sum())
             finished_count += finished_now
             state.contention_sum[active] += active.size

@@ -24,7 +24,7 @@ from apportion.datasets.cluster import ClusterSpec
 from apportion.simulator.state import JobState
 from apportion.simulator.workload import Workload, epochs_done
 from apportion.solver.capabilities import Capabilities
-from apportion.solver.fairness_model import FairnessInputs
+from apportion.solver.fairness_model import FairnessInputs, TenantUsage
 from apportion.solver.model import (
     Cluster,
     Colocations,
@@ -143,7 +143,7 @@ def build_problem(ctx: ProblemContext, state: JobState, active: IntArray, now_s:
         time_s=float(now_s),
         round_duration_s=float(ctx.round_s),
         colocations=colocations,
-        fairness=_fairness(state, active),
+        fairness=_fairness(w, state, active, float(now_s)),
         sharing=sharing,
     )
 
@@ -174,13 +174,43 @@ def pair_interference(w: Workload, active: IntArray) -> tuple[GroupInterference,
     return tuple(out)
 
 
-def _fairness(state: JobState, active: IntArray) -> FairnessInputs | None:
-    """Gandiva_fair's stride passes carried from the previous plans (None when no job has
-    one, as the service reads a snapshot that names none)."""
+def _fairness(
+    w: Workload, state: JobState, active: IntArray, now_s: float
+) -> FairnessInputs | None:
+    """The fairness state carried from the previous plans (None when there is none, as the
+    service reads a snapshot that names none): Gandiva_fair's stride passes; the leases of
+    Themis's auction and Astraea, for jobs that still hold the devices (they ran in the
+    previous round; the service takes no lease without a current placement); Astraea's
+    device-time used per job (GPU-seconds held so far) and per tenant (its jobs', finished ones
+    included), with the tenant's entitled device-time accrued so far."""
+    k = active.size
     passes = state.stride_pass[active]
-    if not np.isfinite(passes).any():
+    holds = (state.current_type[active] >= 0) & (state.lease_expires_s[active] > now_s)
+    leases = np.where(holds, state.lease_expires_s[active], 0.0)
+    shares = np.where(holds, state.lease_time_share[active], 1.0)
+    usage: tuple[TenantUsage, ...] = ()
+    gpu_time = np.zeros(k)
+    if state.tracks_usage:
+        gpu_time = state.device_s[active].copy()
+        used: dict[str, float] = {}
+        for i in np.flatnonzero(state.device_s > 0).tolist():
+            key = w.tenant[i] or w.ids[i]
+            used[key] = used.get(key, 0.0) + float(state.device_s[i])
+        names = sorted(set(used) | set(state.tenant_entitled_s))
+        usage = tuple(
+            TenantUsage(name, used.get(name, 0.0), state.tenant_entitled_s.get(name, 0.0))
+            for name in names
+        )
+    if not (np.isfinite(passes).any() or leases.any() or gpu_time.any() or usage):
         return None
-    return replace(FairnessInputs.empty(active.size), stride_pass=passes)
+    return replace(
+        FairnessInputs.empty(k),
+        stride_pass=passes,
+        lease_expires_s=leases,
+        lease_time_share=shares,
+        gpu_time_s=gpu_time,
+        tenant_usage=usage,
+    )
 
 
 def _fractional_epochs(durations: FloatArray, work_done: float) -> float:

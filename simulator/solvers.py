@@ -79,7 +79,8 @@ class RemoteSolver:
             code = exc.code() if hasattr(exc, "code") else None
             detail = exc.details() if hasattr(exc, "details") else str(exc)
             raise SimulationError(f"--server {self.address}: {code}: {detail}") from exc
-        return decision_from_response(response, problem, kind)
+        lease_s = float(getattr(self.policy.parameters, "lease_s", 0.0) or 0.0)
+        return decision_from_response(response, problem, kind, lease_s)
 
     def close(self) -> None:
         if self._channel is not None:

@@ -138,6 +138,12 @@ def snapshot_message(problem: Problem) -> snapshot_pb.Snapshot:
         msg.interference.add(
             job_ids=[ids[i] for i in group.jobs], slowdown=[float(x) for x in group.slowdown]
         )
+    for usage in problem.fairness.tenant_usage if problem.fairness is not None else ():
+        msg.tenant_usage.add(
+            tenant=usage.tenant,
+            gpu_time_s=usage.gpu_time_s,
+            entitled_gpu_time_s=usage.entitled_gpu_time_s,
+        )
     msg.history.elapsed_since_reset_s = hist.elapsed_since_reset_s
     for i in range(m):
         entry = _history_entry(problem, i)
@@ -252,12 +258,12 @@ def _history_entry(problem: Problem, i: int) -> snapshot_pb.JobHistory | None:
     if fairness is not None:
         if math.isfinite(fairness.stride_pass[i]):
             entry.stride_pass = float(fairness.stride_pass[i])
-        if (
-            any(b is not None for b in fairness.bids)
-            or fairness.tenant_usage
-            or (fairness.lease_expires_s.any() or fairness.gpu_time_s.any())
-        ):
-            raise SimulationInputError("bids, leases and device-time cannot be sent yet")
+        if any(b is not None for b in fairness.bids):
+            raise SimulationInputError("Themis bid tables cannot be sent by the simulator yet")
+        if fairness.lease_expires_s[i] > 0:
+            entry.lease_expires_s = float(fairness.lease_expires_s[i])
+            entry.lease_time_share = float(fairness.lease_time_share[i])
+        entry.gpu_time_s = float(fairness.gpu_time_s[i])
     if entry == snapshot_pb.JobHistory(job_id=jobs.ids[i]):
         return None
     return entry
