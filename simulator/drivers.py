@@ -28,7 +28,7 @@ reads the answer as a `plans.Decision`. Which driver runs is the policy's plan k
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -62,6 +62,9 @@ class Grant:
     shares these devices); -1 = not in a group."""
     slowdown: float = 1.0
     """The job's time per step in its group over its time per step alone (GROUPS)."""
+    device_ids: tuple[int, ...] = ()
+    """The devices (topology indices) when the placement stage chose them; empty = only
+    counts per type and node are kept."""
 
 
 @dataclass
@@ -107,6 +110,15 @@ def driver_for(kind: PlanKind, resolve_every: int | None) -> Driver:
     if kind is PlanKind.GROUPS:
         return GroupsDriver(1 if resolve_every is None else resolve_every)
     return ConfigurationDriver(1 if resolve_every is None else resolve_every)
+
+
+def _where_it_ran(ctx: RoundContext, g: Grant) -> Grant:
+    """`g` on the nodes and devices the job held in the previous round (the placement stage
+    may have moved it from where the driver put it)."""
+    before = ctx.state.placement[g.job]
+    if before is None or before.type_index != g.type_index or before.devices != g.devices:
+        return g
+    return replace(g, nodes=before.nodes, device_ids=before.device_ids)
 
 
 def _due(changed: bool, index: int, solved_at: int, every: int) -> bool:
@@ -242,7 +254,7 @@ class QueueDriver:
 
     def grants(self, ctx: RoundContext) -> list[Grant]:
         alive = set(ctx.active.tolist())
-        self.running = {i: g for i, g in self.running.items() if i in alive}
+        self.running = {i: _where_it_ran(ctx, g) for i, g in self.running.items() if i in alive}
         pool = ctx.new_pool()
         for g in self.running.values():
             if pool.reserve(g.type_index, g.devices, g.nodes):
@@ -299,7 +311,12 @@ class ConfigurationDriver:
                     )
                 self.chosen[i] = Grant(i, conf.type_index, conf.devices, nodes)
         alive = set(ctx.active.tolist())
-        return [g for i, g in sorted(self.chosen.items()) if i in alive]
+        kept = self.solved_at != ctx.index  # held since an earlier round
+        return [
+            _where_it_ran(ctx, g) if kept else g
+            for i, g in sorted(self.chosen.items())
+            if i in alive
+        ]
 
 
 @dataclass
@@ -350,4 +367,8 @@ class GroupsDriver:
                               slowdown=float(slowdown))
                     )
         alive = set(ctx.active.tolist())
-        return sorted((g for g in self.groups if g.job in alive), key=lambda g: g.job)
+        kept = self.solved_at != ctx.index  # held since an earlier round
+        return sorted(
+            (_where_it_ran(ctx, g) if kept else g for g in self.groups if g.job in alive),
+            key=lambda g: g.job,
+        )

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from apportion.datasets.cluster import ClusterSpec
+from apportion.simulator.device_placement import place_round, shared_key
 from apportion.simulator.drivers import Grant, RoundContext, driver_for
 from apportion.simulator.errors import SimulationError, SimulationInputError
 from apportion.simulator.fidelity import Fidelity
@@ -68,6 +69,7 @@ from apportion.solver.model import (
     SolverPreference,
 )
 from apportion.solver.registry import PolicySpec, lookup, resolve_parameters
+from apportion.solver.stages import PlacementParameters
 
 MAX_ROUNDS = 1_000_000
 """Default bound on simulated rounds."""
@@ -106,6 +108,9 @@ class SimulationConfig:
     """HOST:PORT of an `apportion serve` to solve with ("" = in this process)."""
     check_first_snapshot: bool = True
     """Validate the first snapshot with the service's rules before running."""
+    placement: PlacementParameters | None = None
+    """The placement stage on every round's grants (`simulator.device_placement`; needs a
+    node layout); None = the simulator's own best-fit placement on nodes."""
 
     def policy_request(self) -> tuple[PolicySpec, PolicyRequest]:
         try:
@@ -146,6 +151,10 @@ class RoundLog:
     in a group of one; -1 = not in a pair or group)."""
     grant_slowdown: list[float] = field(default_factory=list)
     """The job's slowdown in its group (1 outside groups)."""
+    grant_device_ids: list[str] = field(default_factory=list)
+    """"d,d,..." the devices (topology indices) the placement stage chose ("" = not used)."""
+    unplaced: list[int] = field(default_factory=list)
+    """Grants the placement stage could not place in the round (0 without it)."""
 
 
 @dataclass
@@ -182,6 +191,11 @@ def simulate(
     if workload.num_jobs == 0:
         raise SimulationInputError(f"{workload.source}: no jobs to simulate")
     check_fits(workload, cluster)
+    if config.placement is not None and not cluster.nodes:
+        raise SimulationInputError(
+            "--placement needs a cluster with nodes (e.g. --cluster v100:16:8 for 8-device "
+            "nodes, or a cluster file)"
+        )
     _check_inputs(config.policy, spec.capabilities, workload)
     kind = spec.capabilities.plan_kind
     model = model_cluster(cluster)
@@ -271,6 +285,8 @@ def check_grants(
     pool = DevicePool(cluster)
     placed: dict[int, Grant] = {}
     grouped: dict[int, Grant] = {}
+    holder: dict[int, int] = {}
+    """device -> the pair, group or job holding it."""
     scale = workload.scale_factor
     for g in grants:
         ident = workload.ids[g.job] if 0 <= g.job < workload.num_jobs else str(g.job)
@@ -279,6 +295,13 @@ def check_grants(
         if g.job in seen:
             raise SimulationError(f"round {r}: job {ident!r} is granted twice")
         seen.add(g.job)
+        owner = shared_key(g) if shared_key(g) >= 0 else g.job
+        for d in g.device_ids:
+            if holder.setdefault(d, owner) != owner:
+                raise SimulationError(f"round {r}: device {d} is granted twice")
+        if g.device_ids and len(set(g.device_ids)) != g.devices:
+            raise SimulationError(f"round {r}: job {ident!r} holds {len(g.device_ids)} devices "
+                                  f"for a grant of {g.devices}")
         if kind is not PlanKind.CONFIGURATION and g.devices != scale[g.job]:
             raise SimulationError(
                 f"round {r}: job {ident!r} got {g.devices} devices, its gang is {int(scale[g.job])}"
@@ -395,6 +418,11 @@ class _Loop:
                     continue
                 if solved:
                     left = int(np.isnan(state.finish_s).sum())
+                    if self.log.unplaced[-1] and cfg.placement is not None:
+                        return (
+                            f"stalled: the placement stage ({cfg.placement.placer}) placed none "
+                            f"of the policy's {self.log.unplaced[-1]} grants ({left} jobs left)"
+                        )
                     return (
                         f"stalled: the policy runs none of the {left} remaining jobs "
                         f"({solved[-1][1].termination}"
@@ -443,6 +471,12 @@ class _Loop:
             new_pool=lambda: DevicePool(self.cluster),
         )
         grants = self._true_slowdowns(self.driver.grants(ctx))
+        unplaced = 0
+        if self.config.placement is not None:
+            grants, unplaced = place_round(
+                ctx.problem(), active, grants, self.state, self.config.placement, self.options
+            )
+        self.log.unplaced.append(unplaced)
         check_grants(r, active, grants, self.w, self.cluster, self.kind)
         return grants
 
@@ -515,14 +549,15 @@ class _Loop:
             rate = self._rate(g)
             if noise is not None:
                 rate *= float(noise[i])
-            key = g.group if g.group >= 0 else min(i, g.partner) if g.partner >= 0 else -1
-            placed = Placement(g.type_index, g.devices, g.nodes, key)
+            key = shared_key(g)
+            placed = Placement(g.type_index, g.devices, g.nodes, key, g.device_ids)
             before = state.placement[i]
-            kept = before is not None and (before.type_index, before.devices, before.nodes) == (
-                placed.type_index,
-                placed.devices,
-                placed.nodes,
-            )
+            kept = before is not None and (
+                before.type_index,
+                before.devices,
+                before.nodes,
+                sorted(before.device_ids),
+            ) == (placed.type_index, placed.devices, placed.nodes, sorted(placed.device_ids))
             if before is not None:
                 self.lease_opportunities += 1
                 self.lease_extensions += int(kept)
@@ -579,6 +614,6 @@ class _Loop:
             log.grant_type.append(g.type_index)
             log.grant_devices.append(g.devices)
             log.grant_nodes.append(";".join(f"{names[k]}:{d}" for k, d in g.nodes))
-            shared = g.group if g.group >= 0 else min(g.job, g.partner) if g.partner >= 0 else -1
-            log.grant_shared.append(shared)
+            log.grant_shared.append(shared_key(g))
             log.grant_slowdown.append(g.slowdown)
+            log.grant_device_ids.append(",".join(str(d) for d in g.device_ids))

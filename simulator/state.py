@@ -24,6 +24,8 @@ class Placement:
     shared: int = -1
     """The smallest job index of the pair or group sharing these devices (space sharing,
     co-location groups); -1 = alone."""
+    device_ids: tuple[int, ...] = ()
+    """The devices (topology indices) when the placement stage chose them."""
 
 
 @dataclass
