@@ -121,6 +121,26 @@ def _where_it_ran(ctx: RoundContext, g: Grant) -> Grant:
     return replace(g, nodes=before.nodes, device_ids=before.device_ids)
 
 
+def _reserve(
+    ctx: RoundContext,
+    pool: DevicePool,
+    type_index: int,
+    devices: int,
+    nodes: NodeDevices,
+    previous: NodeDevices,
+    what: str,
+) -> NodeDevices:
+    """Take `devices` of the type from `pool` on `nodes` (the plan's), else on nodes chosen
+    here preferring `previous`; SimulationError naming `what` when they do not fit."""
+    if pool.has_nodes and not nodes:
+        chosen = pool.choose(type_index, devices, previous)
+        nodes = chosen if chosen is not None else ()
+    why = pool.reserve(type_index, devices, nodes)
+    if why:
+        raise SimulationError(f"round {ctx.index}: {what} does not fit ({why})")
+    return nodes
+
+
 def _due(changed: bool, index: int, solved_at: int, every: int) -> bool:
     return changed or solved_at < 0 or (every > 0 and index - solved_at >= every)
 
@@ -266,16 +286,10 @@ class QueueDriver:
                 i = int(ctx.active[start.job])
                 if i in self.running:
                     continue
-                nodes = start.nodes
-                if pool.has_nodes and not nodes:
-                    chosen = pool.choose(start.type_index, start.devices)
-                    nodes = chosen if chosen is not None else ()
-                why = pool.reserve(start.type_index, start.devices, nodes)
-                if why:
-                    raise SimulationError(
-                        f"round {ctx.index}: the queue plan starts job {i} where it does not "
-                        f"fit ({why})"
-                    )
+                nodes = _reserve(
+                    ctx, pool, start.type_index, start.devices, start.nodes, (),
+                    f"job {i} that the queue plan starts",
+                )
                 self.running[i] = Grant(i, start.type_index, start.devices, nodes)
         return [self.running[i] for i in sorted(self.running)]
 
@@ -297,18 +311,11 @@ class ConfigurationDriver:
                 if conf is None:
                     continue
                 i = int(ctx.active[row])
-                nodes = conf.nodes
-                if pool.has_nodes and not nodes:
-                    before = ctx.state.placement[i]
-                    chosen = pool.choose(
-                        conf.type_index, conf.devices, before.nodes if before is not None else ()
-                    )
-                    nodes = chosen if chosen is not None else ()
-                why = pool.reserve(conf.type_index, conf.devices, nodes)
-                if why:
-                    raise SimulationError(
-                        f"round {ctx.index}: the configuration of job {i} does not fit ({why})"
-                    )
+                before = ctx.state.placement[i]
+                nodes = _reserve(
+                    ctx, pool, conf.type_index, conf.devices, conf.nodes,
+                    before.nodes if before is not None else (), f"the configuration of job {i}",
+                )
                 self.chosen[i] = Grant(i, conf.type_index, conf.devices, nodes)
         alive = set(ctx.active.tolist())
         kept = self.solved_at != ctx.index  # held since an earlier round
@@ -345,22 +352,16 @@ class GroupsDriver:
                     )
                 taken.update(members)
                 lead = min(members)
-                nodes = group.nodes
-                if pool.has_nodes and not nodes:
-                    before = ctx.state.placement[lead]
-                    previous = (
-                        before.nodes
-                        if before is not None and before.type_index == group.type_index
-                        else ()
-                    )
-                    chosen = pool.choose(group.type_index, group.devices, previous)
-                    nodes = chosen if chosen is not None else ()
-                why = pool.reserve(group.type_index, group.devices, nodes)
-                if why:
-                    raise SimulationError(
-                        f"round {ctx.index}: the group of jobs {sorted(members)} does not fit "
-                        f"({why})"
-                    )
+                before = ctx.state.placement[lead]
+                previous = (
+                    before.nodes
+                    if before is not None and before.type_index == group.type_index
+                    else ()
+                )
+                nodes = _reserve(
+                    ctx, pool, group.type_index, group.devices, group.nodes, previous,
+                    f"the group of jobs {sorted(members)}",
+                )
                 for i, slowdown in zip(members, group.slowdown, strict=True):
                     self.groups.append(
                         Grant(i, group.type_index, group.devices, nodes, group=lead,
