@@ -116,7 +116,7 @@ def server() -> Iterator[str]:
 
 @pytest.mark.parametrize(
     "policy", ["max_min_fairness_perf", "finish_time_fairness_perf", "allox", "sia",
-               "gandiva_fair"]
+               "gandiva_fair", "themis_auction", "astraea"]
 )
 def test_server_gives_the_in_process_run(server: str, policy: str) -> None:
     w = build(0, 10.0)
