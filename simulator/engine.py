@@ -8,16 +8,17 @@ every round:
    arriving inside a round waits for the next one);
 2. the policy's driver (`drivers`, chosen by the policy's plan kind) returns the round's
    grants, solving a snapshot when it needs one (the snapshot holds the active jobs only);
+   with `SimulationConfig.placement` the placement stage then chooses their devices
+   (`device_placement`);
 3. the grants are checked (only active jobs, each at most once, never more devices than a
-   type or a node has, gangs whole, a pair's or group's devices held once) and every
-   granted job progresses: at its true speed on the granted type (its pair speed when it
-   shares devices, its goodput in a configuration, its speed alone over its slowdown in a
-   co-location group: the workload's pair speed for two jobs of known types, else the
-   plan's predicted slowdown),
-   times the round's noise factor, after the restart overhead when it did not hold the same
-   devices in the previous round. A job that completes inside a round finishes at that
-   instant (the JCT uses the actual finish, not the round's end); its devices stay idle
-   until the round ends, as in Gavel's simulator.
+   type or a node has, no device twice, gangs whole, a pair's or group's devices held once)
+   and every granted job progresses: at its true speed on the granted type (its pair speed
+   when it shares devices, its goodput in a configuration, its speed alone over its
+   slowdown in a co-location group: the workload's pair speed for two jobs of known types,
+   else the plan's predicted slowdown), times the round's noise factor, after the restart
+   overhead when it did not hold the same devices in the previous round. A job that
+   completes inside a round finishes at that instant (the JCT uses the actual finish, not
+   the round's end); its devices stay idle until the round ends, as in Gavel's simulator.
 
 Rounds with no active job are skipped (the clock jumps to the round of the next arrival). A
 round in which a fresh solve runs nothing while nothing else can arrive ends the simulation:
