@@ -264,8 +264,8 @@ def _check_inputs(name: str, caps: Capabilities, workload: Workload) -> None:
     if caps.reads_stage_times and workload.stage_s.shape != (workload.num_jobs, 4):
         raise SimulationInputError(
             f"policy {name!r} reads each job's time per iteration in storage, CPU, GPU and "
-            f"network (stage times); {workload.source or 'the workload'} has none (no trace "
-            "format carries them; set Workload.stage_s)"
+            f"network (stage times); the workload ({workload.source or 'given'}) has none (no "
+            "trace format carries them; set Workload.stage_s)"
         )
 
 
