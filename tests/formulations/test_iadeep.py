@@ -56,7 +56,7 @@ def brute_force(inst: IadeepInstance) -> float:
     best = 0.0
     k = len(inst.columns)
     # columns are few; every subset of at most `devices` columns
-    for size in range(0, min(inst.devices, inst.num_jobs) + 1):
+    for size in range(0, min(int(inst.devices.sum()), inst.num_jobs) + 1):
         for chosen in itertools.combinations(range(k), size):
             if is_packing(inst, list(chosen)):
                 best = max(best, packing_value(inst, list(chosen)))
