@@ -175,10 +175,10 @@ def grouping_value(instance: MuriInstance, groups: tuple[tuple[int, ...], ...],
 
 
 def admitted(instance: MuriInstance) -> IntArray:
-    """Muri's admitted jobs, in priority order (module docstring); a NaN priority is never
-    admitted."""
+    """Muri's admitted jobs, in priority order (module docstring); a job with a NaN priority
+    or no type it can run on is never admitted."""
     order = np.argsort(instance.priority, kind="stable")
-    order = order[~np.isnan(instance.priority[order])]
+    order = order[~np.isnan(instance.priority[order]) & instance.runs_on()[order].any(axis=1)]
     buckets: dict[int, list[int]] = {}
     for i in order.tolist():
         buckets.setdefault(int(instance.gpus[i]), []).append(i)
