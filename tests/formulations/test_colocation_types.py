@@ -293,3 +293,17 @@ def test_synergy_keeps_a_gang_on_one_type_it_can_use() -> None:
         assert groups is not None and len(groups.groups) == 1
         assert sorted(groups.groups[0].node_devices) == [("v100-a", 1), ("v100-b", 1)]
         assert plan.job_status[1] is JobStatus.DEFERRED
+
+
+def test_muri_merges_only_jobs_sharing_a_type() -> None:
+    """Jobs 0 and 2 run only on type 0, job 1 only on type 1, one GPU each: 0 and 1 interleave
+    best (GPU-heavy with CPU-heavy) but share no type, so Muri merges 0 with 2 and all three
+    run."""
+    stage = np.array([[0.1, 0.1, 2.0, 0.1], [0.1, 2.0, 0.1, 0.1], [0.1, 0.1, 1.5, 0.1]])
+    inst = MuriInstance(stage_s=stage, gpus=np.ones(3, np.int64), priority=np.arange(3.0),
+                        weight=np.ones(3), cluster_gpus=2, type_gpus=np.array([1, 1]),
+                        usable=np.array([[True, False], [False, True], [True, False]]))
+    grouping = matching_groups(inst)
+    check_typed_grouping(inst, grouping.type_index, grouping.groups, grouping.running)
+    assert sorted(i for g, members in enumerate(grouping.groups) if grouping.running[g]
+                  for i in members) == [0, 1, 2]
