@@ -218,7 +218,7 @@ def _merge_weights(instance: MuriInstance, nodes: list[tuple[int, ...]]) -> Floa
     lam = instance.weight_threshold
     # types every member of each node can use (padding: a row of True): a merge needs one
     runs_on = np.vstack([instance.runs_on(), np.ones((1, instance.capacity().size), bool)])
-    node_types = runs_on[padded].all(axis=1)
+    node_types = np.asarray(runs_on[padded].all(axis=1))
     for sa, sb in itertools.product(range(1, instance.max_group_size), repeat=2):
         k = sa + sb
         if k > instance.max_group_size:
