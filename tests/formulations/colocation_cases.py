@@ -117,6 +117,16 @@ def muri_problem(stage_s: np.ndarray, gpus: list[int] | np.ndarray, devices: int
     return replace(problem, jobs=jobs, sharing=SharingInputs(stage_s=np.asarray(stage_s)))
 
 
+def two_configurations(rng: np.random.Generator, m: int
+                       ) -> tuple[tuple[JobConfiguration, JobConfiguration], ...]:
+    """Per job, batch sizes 32 (relative throughput 1) and 64 (1.1-1.6, more memory)."""
+    return tuple(
+        (JobConfiguration("b32", 1.0, float(rng.uniform(2, 9))),
+         JobConfiguration("b64", float(rng.uniform(1.1, 1.6)), float(rng.uniform(6, 14))))
+        for _ in range(m)
+    )
+
+
 def multi_type_problem(seed: int, m: int, running: bool = True) -> Problem:
     """m jobs on 2 or 3 accelerator types of 1..5 devices (nodes of 1..3 devices), each job
     without throughput on about a third of the types (some on every type), gangs of 1, 2 or 4
@@ -139,11 +149,7 @@ def multi_type_problem(seed: int, m: int, running: bool = True) -> Problem:
                       guaranteed_job=np.full(sharing.devices.count, -1, np.int64),
                       used_memory_gib=np.where(idle, 0.0, sharing.devices.used_memory_gib),
                       utilization=np.where(idle, 0.0, sharing.devices.utilization))
-    configurations = tuple(
-        (JobConfiguration("b32", 1.0, float(rng.uniform(2, 9))),
-         JobConfiguration("b64", float(rng.uniform(1.1, 1.6)), float(rng.uniform(6, 14))))
-        for _ in range(m)
-    )
+    configurations = two_configurations(rng, m)
     entries = []
     for k in (2, 3):
         for members in itertools.combinations(range(m), k):

@@ -19,9 +19,7 @@ from apportion.formulations.muri import (
     MuriInstance,
     admitted,
     exact_groups,
-    group_values,
     matching_groups,
-    period_of,
 )
 from apportion.formulations.synergy import solve_shapes, synergy_instance
 from apportion.solver.backends.status import SolverStatus
@@ -43,7 +41,7 @@ from tests.formulations.colocation_cases import (
     grid,
     multi_type_problem,
 )
-from tests.formulations.test_muri import partitions
+from tests.formulations.test_muri import groups_value, partitions
 from tests.formulations.test_synergy import brute_force as shape_brute_force
 from tests.formulations.test_synergy import check_nodes
 
@@ -201,14 +199,8 @@ def muri_brute_force(inst: MuriInstance) -> float:
             if (use <= capacity).all():
                 fits = True
                 break
-        if not fits:
-            continue
-        value = 0.0
-        for g in chosen:
-            members = np.array([g], np.int64)
-            period, _ = period_of(inst, members)
-            value += float(group_values(inst, members, period)[0])
-        best = max(best, value)
+        if fits:
+            best = max(best, groups_value(inst, chosen))
     return best
 
 
