@@ -130,10 +130,8 @@ def instance(problem: Problem, params: LucidParameters) -> tuple[LucidInstance, 
     jobs, hist = problem.jobs, problem.history
     m = jobs.num_jobs
     sharing = problem.sharing or SharingInputs()
-    running_any = hist.running(m)
-    partnered = (
-        hist.colocated_with >= 0 if hist.colocated_with.size == m else np.zeros(m, bool)
-    )
+    running_any, partner = _running_with_partners(problem)
+    partnered = partner >= 0
     running = running_any & ~partnered
     pending = ~running_any
     usable = problem.usable
@@ -147,6 +145,9 @@ def instance(problem: Problem, params: LucidParameters) -> tuple[LucidInstance, 
     for r in np.nonzero(running)[0]:
         pair_type[:, r] = current[r]
         pair_type[r, :] = current[r]
+    for a in np.nonzero(partnered & (current >= 0))[0]:  # a continuing pair shares a's type
+        b = int(partner[a])
+        pair_type[a, b] = pair_type[b, a] = current[a]
     if params.pair_pending:
         both = pending[:, None] & pending[None, :] & (default_type[:, None] == default_type)
         pair_type = np.where(both, default_type[:, None], pair_type)
@@ -168,6 +169,22 @@ def instance(problem: Problem, params: LucidParameters) -> tuple[LucidInstance, 
         pair_pending=params.pair_pending,
     )
     return inst, pair_type
+
+
+def _running_with_partners(problem: Problem) -> tuple[BoolArray, IntArray]:
+    """((m,) running, (m,) partner index or -1). A pair's shared devices may be reported on
+    one member only (`history.colocated_with` names the other): its partner runs too."""
+    hist = problem.history
+    m = problem.jobs.num_jobs
+    running = hist.running(m)
+    given = hist.colocated_with if hist.colocated_with.size == m else np.full(m, -1, np.int64)
+    partner = np.full(m, -1, np.int64)
+    holders = np.nonzero(running & (given >= 0))[0]
+    partner[holders] = given[holders]
+    partner[given[holders]] = holders
+    running = running.copy()
+    running[given[holders]] = True
+    return np.asarray(running, bool), partner
 
 
 def solve_policy(
@@ -224,8 +241,9 @@ def _groups(
     reasons = [""] * m
     groups: list[ColocationGroup] = []
     done = np.zeros(m, bool)
-    partner = hist.colocated_with if hist.colocated_with.size == m else np.full(m, -1)
-    for a in np.nonzero(hist.running(m))[0].tolist():
+    running, partner = _running_with_partners(problem)
+    holding = running & (hist.current_type >= 0 if hist.current_type.size == m else False)
+    for a in np.nonzero(holding)[0].tolist():
         if done[a]:
             continue
         b = int(mate[a]) if inst.running[a] else int(partner[a])

@@ -134,10 +134,9 @@ def test_without_sharing_data_jobs_run_alone(policy: str) -> None:
     assert (result.grants["shared_with"] == result.grants["job"]).all()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "lucid: a job named by a running job's history.colocated_with (the service's one report "
-    "of a pair's shared devices) is read as waiting and paired again"))
 def test_lucid_pairs_continue() -> None:
+    """A pair reported on one member (its partner named by history.colocated_with) keeps
+    running as a pair: the partner is not read as waiting and paired again."""
     w = paired_workload()
     result = run(w, ONE_TYPE, policy="lucid", round_s=100.0)
     check_invariants(result, w, ONE_TYPE, 100.0)
