@@ -32,13 +32,15 @@ How it is solved fast and exactly:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from apportion.formulations.level_prices import LevelRows, PriceSearch, find_prices
 from apportion.formulations.normalizers import proportional_throughput, repair_time_share
+from apportion.solver.backends.highs import highs_version
 from apportion.solver.backends.lp import solve_lp
 from apportion.solver.backends.status import SolverResult, SolverStatus
 from apportion.solver.certificate import termination
@@ -63,16 +65,16 @@ from apportion.solver.result import (
 
 SAMPLE_CLASSES = 2000
 """Class count above which the active-set method is used (below: one LP over all classes)."""
+BAND_PER_GAP = 3.0
+"""The first near-tie band is this multiple of the price search's proven relative gap."""
 MAX_ACTIVE_SET_ROUNDS = 40
 """Reduced LPs before falling back to the full LP."""
 INITIAL_BAND = 0.02
-"""Relative cost band within which a row counts as a near tie at the sampled prices."""
+"""Largest relative cost band within which a row counts as a near tie at the first prices."""
 MAX_EXPLICIT_FRACTION = 0.5
 """Above this share of explicit rows the full LP is solved instead."""
 MAX_RELAXED_ROWS = 5000
 """Explicit rows up to which a stalled round is settled with exchange columns."""
-OWNER_BAND = 1e-3
-"""Rows within this relative band of an exchange column's bound are made explicit with it."""
 MIN_BAND = 2e-3
 """Smallest near-tie band in later rounds."""
 CERTIFIED_FRACTION = 1e-7
@@ -308,31 +310,80 @@ def _exchange_columns(
     return np.stack(columns, axis=1), owners, movable
 
 
-def _patterns(
-    a: FloatArray, s: FloatArray, pi: FloatArray, t: float
-) -> tuple[FloatArray, NDArray[np.int64], NDArray[np.int64]]:
-    """Per-row cost of every pattern at prices pi and level t (inf where not valid).
-
-    Patterns: p < n is type p alone (time t/a_p <= 1); then every pair (j1, j2), j1 < j2, at
-    full time with levels bracketing t. Returns (cost (m, P), first type, second type)."""
-    n = a.shape[1]
-    pos = a > 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        single = np.where(
-            pos & (a >= t), s[:, None] * pi[None, :] * t / np.where(pos, a, 1.0), np.inf
-        )
+def _pattern_types(n: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Pattern p < n is type p alone (time t/a_p <= 1); then every pair (j1, j2), j1 < j2, at
+    full time with levels bracketing t. Returns (first type, second type) per pattern."""
     j1, j2 = np.triu_indices(n, k=1)
-    lo = np.minimum(a[:, j1], a[:, j2])
-    hi = np.maximum(a[:, j1], a[:, j2])
-    valid = pos[:, j1] & pos[:, j2] & (lo < t) & (t < hi)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac_hi = np.where(valid, (t - lo) / np.where(valid, hi - lo, 1.0), 0.0)
-    pi_lo = np.where(a[:, j1] <= a[:, j2], pi[j1][None, :], pi[j2][None, :])
-    pi_hi = np.where(a[:, j1] <= a[:, j2], pi[j2][None, :], pi[j1][None, :])
-    pair = np.where(valid, s[:, None] * (pi_lo * (1 - frac_hi) + pi_hi * frac_hi), np.inf)
-    first = np.concatenate([np.arange(n), j1])
-    second = np.concatenate([np.arange(n), j2])
-    return np.concatenate([single, pair], axis=1), first, second
+    return (np.concatenate([np.arange(n), j1]).astype(np.int64),
+            np.concatenate([np.arange(n), j2]).astype(np.int64))
+
+
+def _pattern_costs(
+    levels: FloatArray, s: FloatArray, pi: FloatArray, t: float
+) -> tuple[FloatArray, NDArray[np.int64], FloatArray]:
+    """Cheapest valid pattern per row at prices pi and level t: (its cost, its index, the
+    runner-up's cost); costs are +inf where no (second) pattern is valid. `levels` (n, m) is
+    the rows' level coefficients by type (0 = not allowed)."""
+    n, m = levels.shape
+    best = np.full(m, np.inf)
+    runner_up = np.full(m, np.inf)
+    pattern = np.zeros(m, dtype=np.int64)
+
+    def offer(cost: FloatArray, index: int) -> None:
+        better = cost < best
+        np.copyto(runner_up, np.where(better, best, np.minimum(runner_up, cost)))
+        np.copyto(best, cost, where=better)
+        np.copyto(pattern, index, where=better)
+
+    for j in range(n):
+        offer(_single_cost(levels[j], s, pi[j], t), j)
+    index = n
+    for j1 in range(n):
+        for j2 in range(j1 + 1, n):
+            offer(_pair_cost(levels[j1], levels[j2], s, pi[j1], pi[j2], t), index)
+            index += 1
+    return best, pattern, runner_up
+
+
+def _single_cost(
+    level: FloatArray, s: FloatArray, price: FloatArray | float, t: float
+) -> FloatArray:
+    """Cost of reaching level t on one type (time t/level <= 1), +inf where not valid."""
+    cost = np.full(level.shape, np.inf)
+    np.divide(s * (price * t), level, out=cost, where=(level > 0) & (level >= t))
+    return cost
+
+
+def _pair_cost(
+    level1: FloatArray, level2: FloatArray, s: FloatArray, price1: FloatArray | float,
+    price2: FloatArray | float, t: float,
+) -> FloatArray:
+    """Cost of reaching level t at full time on two types whose levels bracket t strictly
+    (+inf elsewhere)."""
+    low = np.minimum(level1, level2)
+    high = np.maximum(level1, level2)
+    valid = (low > 0) & (low < t) & (t < high)
+    share_high = np.zeros(level1.shape)
+    np.divide(t - low, high - low, out=share_high, where=valid)
+    first_low = level1 <= level2
+    price_low = np.where(first_low, price1, price2)
+    price_high = np.where(first_low, price2, price1)
+    return np.where(valid, s * (price_low + share_high * (price_high - price_low)), np.inf)
+
+
+def _own_pattern_cost(
+    levels: FloatArray, s: FloatArray, pi: FloatArray, t: float, pattern: NDArray[np.int64],
+    first: NDArray[np.int64], second: NDArray[np.int64],
+) -> FloatArray:
+    """Cost of each row's own `pattern` at (pi, t), +inf where it is not valid at t."""
+    cols = np.arange(levels.shape[1])
+    j1, j2 = first[pattern], second[pattern]
+    level1, level2 = levels[j1, cols], levels[j2, cols]
+    return np.where(
+        j1 == j2,
+        _single_cost(level1, s, pi[j1], t),
+        _pair_cost(level1, level2, s, pi[j1], pi[j2], t),
+    )
 
 
 def _pattern_use(
@@ -402,24 +453,8 @@ def solve_levels(
             return uncongested
     if solver is not SolverPreference.AUTO or lp.a.shape[0] <= SAMPLE_CLASSES:
         chosen = SolverPreference.CLARABEL if solver is SolverPreference.AUTO else solver
-        out = _solve_classes(lp, chosen, deadline, threads)
-        res = out.result
-        return LevelSolution(
-            out.t,
-            out.X,
-            out.pi,
-            out.y,
-            res.status,
-            res.solver,
-            res.solver_version,
-            res.solve_time_s,
-            int(np.count_nonzero(lp.a)) + 1,
-            out.rows,
-            out.nonzeros,
-            "full LP",
-            res.detail,
-        )
-    return _active_set(lp, deadline, threads, seed)
+        return _full_lp(lp, chosen, deadline, threads, "full LP")
+    return _active_set(lp, deadline, threads)
 
 
 def _solve_uncongested(lp: LevelProblem) -> LevelSolution | None:
@@ -451,40 +486,43 @@ def _solve_uncongested(lp: LevelProblem) -> LevelSolution | None:
     )
 
 
-def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -> LevelSolution:
+def _active_set(lp: LevelProblem, deadline: Deadline, threads: int) -> LevelSolution:
+    """Prices from the Lagrangian dual (`level_prices`), then the active set on the rows near
+    a tie at those prices until every eliminated row is dual feasible (module docstring)."""
+    started = time.perf_counter()
     m, n = lp.a.shape
-    rng = np.random.default_rng(seed)
-    # Initial prices: the LP on a sample of rows with proportionally scaled capacity.
-    total = lp.k.sum()
-    sample = rng.choice(m, size=SAMPLE_CLASSES, replace=False, p=lp.k / total)
-    sub = LevelProblem(lp.a[sample], lp.s[sample], lp.W, lp.k[sample])
-    scale = sub.k.sum() / total
-    first_out = _solve_classes(
-        sub, SolverPreference.CLARABEL, deadline, threads, rhs_capacity=lp.W * scale
-    )
-    t = first_out.t
-    pi = first_out.pi / scale  # prices per device of the full cluster
-    solve_time = first_out.result.solve_time_s
+    priced = lp.W > 0  # a type without devices takes no time share (its capacity row is 0)
+    a = lp.a if priced.all() else np.where(priced[None, :], lp.a, 0.0)
+    if not np.all(a.max(axis=1) > 0):  # a row reaches no level: t* = 0, nothing to price
+        return _full_lp(lp, SolverPreference.CLARABEL, deadline, threads,
+                        "full LP (a row can use no type)")
+    rows = LevelRows.build(a[:, priced], lp.s, lp.k, lp.W[priced])
+    search = find_prices(rows, np.ones(rows.num_types), deadline)  # from every device alike
+    pi = np.zeros(n)
+    pi[priced] = search.best.pi
+    searched = f"{search.evaluations} price evaluations, gap {search.gap:.1e}"
+    if deadline.expired():
+        return _lagrangian_solution(lp, priced, search, searched, time.perf_counter() - started)
+    t = search.lower_bound if search.lower_bound > 0 else search.best.level
+    band = float(np.clip(BAND_PER_GAP * search.gap, MIN_BAND, INITIAL_BAND))
+    solve_time = time.perf_counter() - started
+    levels = np.ascontiguousarray(a.T)
+    first, second = _pattern_types(n)
     used_tolerance = 1e-7 * max(1.0, float(lp.W.max()))
-    band = INITIAL_BAND
     forced = np.zeros(m, dtype=bool)
-    cost, first, second = _patterns(lp.a, lp.s, pi, t)
+    best, pattern, runner_up = _pattern_costs(levels, lp.s, pi, t)
     iterations = 0
     settled = False
     while iterations < MAX_ACTIVE_SET_ROUNDS:
         iterations += 1
-        pattern = np.argmin(cost, axis=1)
-        order = np.sort(cost, axis=1)
-        best = order[:, 0]
-        runner_up = order[:, 1] if order.shape[1] > 1 else np.full(m, np.inf)
         ambiguous = forced | ~np.isfinite(best) | (runner_up <= best * (1 + band) + 1e-300)
-        ambiguous |= _near_boundary(lp.a, t, band)
+        ambiguous |= _near_level(levels, t, band)
         amb = np.nonzero(ambiguous)[0]
         fix = np.nonzero(~ambiguous)[0]
         if amb.size > MAX_EXPLICIT_FRACTION * m:
             break
-        const, slope = _pattern_use(lp.a[fix], lp.s[fix], lp.k[fix], pattern[fix], first, second, n)
-        reduced = LevelProblem(lp.a[amb], lp.s[amb], lp.W, lp.k[amb])
+        const, slope = _pattern_use(a[fix], lp.s[fix], lp.k[fix], pattern[fix], first, second, n)
+        reduced = LevelProblem(a[amb], lp.s[amb], lp.W, lp.k[amb])
         out = _solve_classes(
             reduced,
             SolverPreference.CLARABEL,
@@ -502,7 +540,7 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -
             break  # e.g. a wrong set of two-type patterns made the reduced LP infeasible
         # Re-price every row at the new (pi, t): an eliminated row whose pattern is no longer
         # optimal (or valid at t) violates dual feasibility of the full LP.
-        violated = _violations(lp, fix, pattern, pi, t)
+        violated = _violations(levels, lp.s, fix, pattern, pi, t, first, second)
         if not violated.any():
             settled = True
             break
@@ -511,10 +549,10 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -
         # value is a proven upper bound; if the restricted plan reaches it, we are done.
         if amb.size > MAX_RELAXED_ROWS:  # large: cheaper to make the violators explicit
             forced[fix[violated]] = True
-            cost, first, second = _patterns(lp.a, lp.s, pi, t)
+            best, pattern, runner_up = _pattern_costs(levels, lp.s, pi, t)
             band = max(band / 10, MIN_BAND)
             continue
-        fixed = LevelProblem(lp.a[fix], lp.s[fix], lp.W, lp.k[fix])
+        fixed = LevelProblem(a[fix], lp.s[fix], lp.W, lp.k[fix])
         exchange, owners, movable = _exchange_columns(fixed, pattern[fix], first, second, t)
         relaxed = _solve_classes(
             reduced,
@@ -528,7 +566,9 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -
         solve_time += relaxed.result.solve_time_s
         relaxed_ok = relaxed.result.solved
         certified = relaxed_ok and t >= relaxed.t * (1 - CERTIFIED_FRACTION)
-        if certified and not _violations(lp, fix, pattern, relaxed.pi, relaxed.t).any():
+        if certified and not _violations(
+            levels, lp.s, fix, pattern, relaxed.pi, relaxed.t, first, second
+        ).any():
             pi, ya = relaxed.pi, relaxed.y
             settled = True
             break
@@ -541,35 +581,22 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -
             pi = relaxed.pi
         else:
             forced[fix[violated]] = True
-        cost, first, second = _patterns(lp.a, lp.s, pi, t)
+        best, pattern, runner_up = _pattern_costs(levels, lp.s, pi, t)
         band = max(band / 10, MIN_BAND)
     if not settled:
         # Did not settle: solve the whole LP (still exact, only slower).
-        full = solve_levels(lp, SolverPreference.CLARABEL, deadline, threads)
-        return LevelSolution(
-            full.t,
-            full.X,
-            full.pi,
-            full.y,
-            full.status,
-            full.solver,
-            full.solver_version,
-            solve_time + full.solve_time_s,
-            full.variables,
-            full.constraints,
-            full.nonzeros,
-            f"full LP after {iterations} active-set rounds",
-            full.detail,
-        )
+        full = _full_lp(lp, SolverPreference.CLARABEL, deadline, threads,
+                        f"full LP after {iterations} active-set rounds ({searched})")
+        return replace(full, solve_time_s=solve_time + full.solve_time_s)
     X = np.zeros((m, n))
     X[amb] = Xa
-    X[fix] = _pattern_time(lp.a[fix], pattern[fix], first, second, t, n)
+    X[fix] = _pattern_time(a[fix], pattern[fix], first, second, t, n)
     y = np.zeros(m)
     y[amb] = ya
     # Eliminated rows: y from the stationarity of their pattern (class dual = k * job dual).
     rows_f = np.arange(fix.size)
     j1, j2 = first[pattern[fix]], second[pattern[fix]]
-    af = lp.a[fix]
+    af = a[fix]
     single = j1 == j2
     yf = np.zeros(fix.size)
     yf[single] = lp.s[fix][single] * pi[j1[single]] / af[rows_f[single], j1[single]]
@@ -580,7 +607,7 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -
     return LevelSolution(
         t,
         X,
-        pi,
+        _price_unpriced(lp, priced, pi, y),
         y,
         res.status,
         res.solver,
@@ -589,26 +616,89 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -
         int(np.count_nonzero(reduced.a)) + 1,
         out.rows,
         out.nonzeros,
-        f"active set ({iterations} reduced LPs, {amb.size} of {m} rows explicit)",
+        f"active set ({searched}; {iterations} reduced LPs, {amb.size} of {m} rows explicit)",
         res.detail,
     )
 
 
+def _full_lp(
+    lp: LevelProblem, solver: SolverPreference, deadline: Deadline, threads: int, method: str
+) -> LevelSolution:
+    """The LP over every row of `lp`, in one solve."""
+    out = _solve_classes(lp, solver, deadline, threads)
+    res = out.result
+    return LevelSolution(
+        out.t,
+        out.X,
+        out.pi,
+        out.y,
+        res.status,
+        res.solver,
+        res.solver_version,
+        res.solve_time_s,
+        int(np.count_nonzero(lp.a)) + 1,
+        out.rows,
+        out.nonzeros,
+        method,
+        res.detail,
+    )
+
+
+def _lagrangian_solution(
+    lp: LevelProblem, priced: NDArray[np.bool_], search: PriceSearch, searched: str,
+    elapsed: float,
+) -> LevelSolution:
+    """What the price search met when time ran out: the rows' cheapest plans at the best
+    prices (over capacity by up to the gap; the certificate repairs them) and the multipliers
+    that prove D(best prices)."""
+    m, n = lp.a.shape
+    X = np.zeros((m, n))
+    X[:, priced] = search.best.plan()
+    y = search.best.multipliers()
+    pi = np.zeros(n)
+    pi[priced] = search.best.pi
+    return LevelSolution(
+        search.best.level, X, _price_unpriced(lp, priced, pi, y), y, SolverStatus.TIME_LIMIT,
+        "highs", highs_version(), elapsed, 0, 0, 0, f"price search cut by the deadline "
+        f"({searched})", "time limit",
+    )
+
+
+def _price_unpriced(
+    lp: LevelProblem, priced: NDArray[np.bool_], pi: FloatArray, y: FloatArray
+) -> FloatArray:
+    """pi with every type without devices priced high enough that no cell of it needs sigma:
+    pi_j = max_i y_i a[i,j] / (k_i s_i) (it adds W_j pi_j = 0 to the dual objective)."""
+    if priced.all():
+        return pi
+    out = pi.copy()
+    per_job = y / (lp.k * lp.s)
+    for j in np.nonzero(~priced)[0]:
+        out[j] = float(np.max(per_job * lp.a[:, j], initial=0.0))
+    return out
+
+
 def _violations(
-    lp: LevelProblem, fix: NDArray[np.int64], pattern: NDArray[np.int64], pi: FloatArray, t: float
+    levels: FloatArray, s: FloatArray, fix: NDArray[np.int64], pattern: NDArray[np.int64],
+    pi: FloatArray, t: float, first: NDArray[np.int64], second: NDArray[np.int64],
 ) -> NDArray[np.bool_]:
     """Eliminated rows whose pattern is not a cheapest valid one at (pi, t), i.e. whose
     stationarity-derived duals are not feasible for the full LP."""
-    cost, _, _ = _patterns(lp.a[fix], lp.s[fix], pi, t)
-    best = cost.min(axis=1)
-    mine = cost[np.arange(fix.size), pattern[fix]]
+    sub = levels[:, fix]
+    best, _, _ = _pattern_costs(sub, s[fix], pi, t)
+    mine = _own_pattern_cost(sub, s[fix], pi, t, pattern[fix], first, second)
     violated = ~np.isfinite(mine) | (mine > best * (1 + 1e-9) + 1e-12)
-    return np.asarray(violated | _near_boundary(lp.a[fix], t, 1e-9))
+    return np.asarray(violated | _near_level(sub, t, 1e-9))
 
 
-def _near_boundary(a: FloatArray, t: float, band: float) -> NDArray[np.bool_]:
-    """Rows with an allowed cell whose level a[i,j] is within `band` (relative) of t."""
-    return np.asarray(((a > 0) & (np.abs(a - t) <= band * max(t, 1e-300))).any(axis=1))
+def _near_level(levels: FloatArray, t: float, band: float) -> NDArray[np.bool_]:
+    """Rows with an allowed cell whose level is within `band` (relative) of t; `levels` by type
+    (n, m)."""
+    near = np.zeros(levels.shape[1], dtype=bool)
+    width = band * max(t, 1e-300)
+    for level in levels:
+        near |= (level > 0) & (np.abs(level - t) <= width)
+    return near
 
 
 @dataclass(frozen=True)
