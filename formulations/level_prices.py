@@ -52,8 +52,8 @@ MAX_EVALUATIONS = 80
 """Evaluations of the dual function before the search stops whatever the gap."""
 INITIAL_REGION = 0.1
 """Trust region's half-width per type, relative to the best prices' total W.pi."""
-MIN_REGION = 1e-9
-"""The region never shrinks below this (relative)."""
+MIN_REGION = 1e-6
+"""A region shrunk to this (relative) gives way to one unconstrained step of Kelley's."""
 
 IntVector = NDArray[np.int64]
 
@@ -340,15 +340,40 @@ def _point(rows: LevelRows, curves: CostCurves, scale: float, t_hat: float) -> L
                            rows.k, rows.lowest, rows.bottleneck)
 
 
-@dataclass(frozen=True)
 class PriceSearch:
-    """Outcome of `find_prices`."""
+    """Kelley's cutting-plane method with a trust region on D along rays of prices (module
+    docstring), resumable: `run` until a gap, then `run` again for a smaller one. Variables
+    of the small LP: z and p_j = W_j pi_j (a share of the bound, so that every coefficient is
+    O(1)); row 0 is sum_j p_j <= D(best), row k >= 1 the cut of evaluation k."""
 
-    best: LagrangianPoint
-    """The evaluated point with the least D: its value is a proven upper bound on t*."""
-    lower_bound: float
-    """A proven lower bound on t* (the cutting-plane model's minimum; -inf if none)."""
-    evaluations: int
+    def __init__(self, rows: LevelRows, initial: FloatArray) -> None:
+        """Start from the price direction `initial` (>= 0, W.initial > 0)."""
+        self.rows = rows
+        n = rows.num_types
+        self._inputs: list[tuple[FloatArray, bool]] = []
+        self._weights = np.zeros(0)
+        self._bound_dual = 0.0
+        self.lower_bound = -np.inf
+        """A proven lower bound on t* (the cutting-plane model's minimum; -inf if none)."""
+        self._master = HighsSession(
+            LinearModel(
+                cost=np.concatenate([[1.0], np.zeros(n)]),
+                matrix=sp.csc_matrix(np.concatenate([[0.0], np.ones(n)])[None, :]),
+                row_lower=np.array([-INFINITY]),
+                row_upper=np.array([INFINITY]),
+                col_lower=np.concatenate([[-INFINITY], np.zeros(n)]),
+                col_upper=np.full(n + 1, INFINITY),
+            ),
+            HighsSettings(method="simplex", primal_tolerance=1e-10, dual_tolerance=1e-10),
+        )
+        self._region = INITIAL_REGION
+        self.best = self._evaluate(np.maximum(initial, 0.0), ray=True)
+        """The evaluated point with the least D: its value is a proven upper bound on t*."""
+        self._solve_whole(self.best)
+
+    @property
+    def evaluations(self) -> int:
+        return len(self._inputs)
 
     @property
     def gap(self) -> float:
@@ -356,73 +381,93 @@ class PriceSearch:
         upper = self.best.value
         return (upper - self.lower_bound) / upper if upper > 0 else 0.0
 
+    def run(
+        self, gap: float = PRICE_GAP, max_evaluations: int = MAX_EVALUATIONS,
+        deadline: Deadline = NO_DEADLINE,
+    ) -> None:
+        """Evaluate until the proven relative gap is at most `gap`, `max_evaluations`
+        evaluations in all, the deadline, or a master LP without a solution."""
+        n = self.rows.num_types
+        W = self.rows.W
+        prices = np.arange(1, n + 1)
+        while self.gap > gap and self.evaluations < max_evaluations and not deadline.expired():
+            centre = self.best.pi * W
+            if centre.sum() <= 0 or self._region <= MIN_REGION:
+                # no trust region around the origin (a ray there says nothing of directions)
+                # or after a run of null steps: Kelley's own step, the model's minimum
+                self._master.change_col_bounds(prices, np.zeros(n), np.full(n, INFINITY))
+                step_result = self._master.run(deadline)
+                if not step_result.solved:
+                    return
+                self._lower(step_result.x[0], step_result.row_dual)
+                self._region = INITIAL_REGION
+                whole = True
+            else:  # the model's minimum inside the trust region around the best prices
+                width = self._region * self.best.value
+                low, high = np.maximum(centre - width, 0.0), centre + width
+                self._master.change_col_bounds(prices, low, high)
+                step_result = self._master.run(deadline)
+                if not step_result.solved:
+                    return
+                inside = ((step_result.x[1:] > low + 1e-12 * width) | (low <= 0)) & (
+                    step_result.x[1:] < high - 1e-12 * width
+                )
+                whole = bool(inside.all())
+                if whole:  # the model's minimum over the whole region: a lower bound
+                    self._lower(step_result.x[0], step_result.row_dual)
+            step = np.maximum(step_result.x[1:], 0.0)
+            predicted = float(step_result.x[0])
+            point = self._evaluate(step / W, ray=bool(step.sum() > 0))
+            if point.value < self.best.value:
+                self.best = point
+                self._region = min(2 * self._region, 1.0)
+            else:
+                self._region = max(self._region / 2, MIN_REGION)
+            if not whole and predicted >= self.best.value * (1 - gap):
+                # the box predicts little progress: solve the model over the whole region
+                if not self._solve_whole(point):
+                    return
+            else:
+                self._add_cut(point)
 
-def find_prices(
-    rows: LevelRows,
-    initial: FloatArray,
-    deadline: Deadline = NO_DEADLINE,
-    gap: float = PRICE_GAP,
-    max_evaluations: int = MAX_EVALUATIONS,
-) -> PriceSearch:
-    """Kelley's cutting-plane method with a trust region on D along rays of prices (module
-    docstring), from the direction `initial` (> 0), until the proven relative gap is below
-    `gap`, `max_evaluations` evaluations, or the deadline. Variables of the small LP: z and
-    p_j = W_j pi_j (a share of the bound, so that every coefficient is O(1))."""
-    n = rows.num_types
-    W = rows.W
-    point = ray_minimum(rows, np.maximum(initial, 0.0))
-    best = point
-    lower = -np.inf
-    master = HighsSession(
-        LinearModel(
-            cost=np.concatenate([[1.0], np.zeros(n)]),
-            matrix=sp.csc_matrix(np.concatenate([[0.0], np.ones(n)])[None, :]),
-            row_lower=np.array([-INFINITY]),
-            row_upper=np.array([INFINITY]),  # row 0: sum_j p_j <= D(best)
-            col_lower=np.concatenate([[-INFINITY], np.zeros(n)]),
-            col_upper=np.full(n + 1, INFINITY),
-        ),
-        HighsSettings(method="simplex", primal_tolerance=1e-10, dual_tolerance=1e-10),
-    )
-    region = INITIAL_REGION
-    evaluations = 1
-    prices = np.arange(1, n + 1)
-    cut = np.empty(n + 1)
-    cut[0] = 1.0
-    boxed_value = -np.inf
-    while True:
-        cut[1:] = point.use / W - 1.0
-        master.add_row(point.level, INFINITY, cut)
-        master.change_row_bounds(np.array([0]), np.array([-INFINITY]), np.array([best.value]))
-        upper = best.value
-        if boxed_value >= upper * (1 - gap) or evaluations == 1:
-            # the box predicts little progress: the model's minimum over the whole region
-            master.change_col_bounds(prices, np.zeros(n), np.full(n, INFINITY))
-            result = master.run(deadline)
-            if not result.solved:
-                break
-            lower = max(lower, float(result.x[0]))
-        if upper - lower <= gap * max(upper, 0.0) or evaluations >= max_evaluations \
-                or deadline.expired():
-            break
-        # next direction: the model's minimum inside the trust region around the best prices
-        centre = best.pi * W
-        width = region * best.value
-        low, high = np.maximum(centre - width, 0.0), centre + width
-        master.change_col_bounds(prices, low, high)
-        boxed = master.run(deadline)
-        if not boxed.solved:
-            break
-        step = np.maximum(boxed.x[1:], 0.0)
-        boxed_value = float(boxed.x[0])
-        inside = ((step > low + 1e-12 * width) | (low <= 0)) & (step < high - 1e-12 * width)
-        if inside.all():
-            lower = max(lower, boxed_value)  # inside the box: the model's global minimum
-        point = ray_minimum(rows, step / W) if step.sum() > 0 else lagrangian(rows, step / W)
-        evaluations += 1
-        if point.value < best.value:
-            best = point
-            region = min(2 * region, 1.0)
-        else:
-            region = max(region / 2, MIN_REGION)
-    return PriceSearch(best, lower, evaluations)
+    def plan(self) -> FloatArray:
+        """A plan (m, n) reaching level `lower_bound` on every row within the devices (up to
+        the master LP's tolerances), from the dual of the model's LP at its minimum: weights
+        mu >= 0 (sum 1) on the cuts and nu >= 0 on row 0 with sum_k mu_k U_k <= (1 + nu) W and
+        sum_k mu_k t_k - nu D(best) = the minimum; the mu-combination of the evaluated plans
+        divided by 1 + nu reaches (min + nu D(best)) / (1 + nu) >= the minimum."""
+        n, m = self.rows.levels.shape
+        X = np.zeros((m, n))
+        total = float(self._weights.sum())
+        for k in np.nonzero(self._weights > 1e-12 * total)[0]:
+            vector, ray = self._inputs[k]
+            point = ray_minimum(self.rows, vector) if ray else lagrangian(self.rows, vector)
+            X += (self._weights[k] / total) * point.plan()
+        return X / (1.0 + self._bound_dual / total) if total > 0 else X
+
+    def _evaluate(self, vector: FloatArray, ray: bool) -> LagrangianPoint:
+        self._inputs.append((vector, ray))
+        return ray_minimum(self.rows, vector) if ray else lagrangian(self.rows, vector)
+
+    def _add_cut(self, point: LagrangianPoint) -> None:
+        """The cut t^ + sum_j p_j (1 - U_j / W_j) <= z of `point`; row 0 bound D(best)."""
+        cut = np.concatenate([[1.0], point.use / self.rows.W - 1.0])
+        self._master.add_row(point.level, INFINITY, cut)
+        self._master.change_row_bounds(np.array([0]), np.array([-INFINITY]),
+                                       np.array([self.best.value]))
+
+    def _solve_whole(self, point: LagrangianPoint) -> bool:
+        """Add `point`'s cut and minimize the model over the whole region (a lower bound)."""
+        self._add_cut(point)
+        n = self.rows.num_types
+        self._master.change_col_bounds(np.arange(1, n + 1), np.zeros(n), np.full(n, INFINITY))
+        result = self._master.run()
+        if result.solved:
+            self._lower(result.x[0], result.row_dual)
+        return result.solved
+
+    def _lower(self, value: float, row_dual: FloatArray) -> None:
+        if value > self.lower_bound:
+            self.lower_bound = float(value)
+            self._weights = np.maximum(np.asarray(row_dual[1:], np.float64), 0.0)
+            self._bound_dual = abs(float(row_dual[0]))

@@ -12,17 +12,30 @@ How it is solved fast and exactly:
    permutations is optimal and gives them identical rows. The LP over classes (capacity rows
    weighted by the class size k_c) therefore has the same optimum, and per-job duals are the
    class duals divided by k_c. Catalog workloads collapse from 10^5 jobs to ~10^2 classes.
-2. **Pattern pricing (active set).** Given capacity prices pi and the level t, each job's
+2. **Closed form** when capacity does not bind (`_solve_uncongested`); one LP over all classes
+   (Clarabel) up to `SAMPLE_CLASSES` classes.
+3. **Prices from the dual.** Above that, capacity prices come first (`level_prices`): the
+   Lagrangian dual of the capacity rows, D(pi) = W.pi + max_t [t - sum_i k_i c_i(pi, t)] with
+   c_i a class's cheapest cost to reach level t, is minimized by cutting planes over the n
+   prices, each evaluation a vectorized O(m n^2) pass (the rows' cost hulls) minimized along
+   the price ray. It stops at a proven relative gap of 1e-5 (about 20 evaluations), when the
+   prices are within about 1e-3 of optimal ones. Where its two bounds meet (t* = min_i max_j
+   a[i,j] with devices to spare, which the closed form misses) its own plan, the convex
+   combination of the plans it met, is the answer.
+4. **Pattern pricing (active set).** Given capacity prices pi and the level t, each job's
    cheapest way to reach level t is a *pattern*: one type j at time t/a_j, or two types at
    full time (the per-job LP has two rows, so a basic optimum has at most two non-zeros).
    Jobs whose best pattern is clear are eliminated: their device use is affine in t and enters
-   the capacity rows as one column. Only "ambiguous" jobs (near ties) stay as variables. After
-   each reduced solve, every eliminated job is re-priced; one whose pattern is no longer
-   optimal joins the ambiguous set, until none is. The stationarity of an optimal pattern is
-   exactly dual feasibility of the full LP for that job (y_i = s_i pi_j / a_j, sigma_i = 0 for
-   a single type; y_i = s_i (pi_2-pi_1)/(a_2-a_1), sigma_i = y_i a_1 - s_i pi_1 for a pair), so
-   the final duals certify the full LP.
-3. **Certificate, independent of the method.** The returned X is repaired onto the feasible
+   the capacity rows as one column. Only "ambiguous" jobs (near ties, within a relative band
+   of max(2e-3, 3 x the price search's gap)) stay as variables. After each reduced solve, every
+   eliminated job is re-priced; one whose pattern is no longer optimal joins the ambiguous
+   set, until none is (a stalled round is settled with exchange columns that carry the
+   eliminated jobs' dual constraints; if rounds run out, the full LP). The stationarity of an
+   optimal pattern is exactly dual feasibility of the full LP for that job (y_i = s_i pi_j /
+   a_j, sigma_i = 0 for a single type; y_i = s_i (pi_2-pi_1)/(a_2-a_1), sigma_i = y_i a_1 -
+   s_i pi_1 for a pair), so the final duals certify the full LP. With the prices of step 3
+   one reduced LP of a few hundred rows usually settles 10^5 jobs.
+5. **Certificate, independent of the method.** The returned X is repaired onto the feasible
    set (clip, scale rows and columns) and its minimum level recomputed; the duals are repaired
    onto the dual feasible set (y normalized, sigma recomputed as the smallest feasible value),
    and their objective is a proven upper bound. The gap between the two is reported; the
@@ -38,7 +51,8 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from apportion.formulations.level_prices import LevelRows, PriceSearch, find_prices
+from apportion.formulations import level_prices
+from apportion.formulations.level_prices import LevelRows, PriceSearch
 from apportion.formulations.normalizers import proportional_throughput, repair_time_share
 from apportion.solver.backends.highs import highs_version
 from apportion.solver.backends.lp import solve_lp
@@ -63,14 +77,17 @@ from apportion.solver.result import (
     relative_gap,
 )
 
-SAMPLE_CLASSES = 2000
-"""Class count above which the active-set method is used (below: one LP over all classes)."""
+SAMPLE_CLASSES = 400
+"""Class count above which the active-set method is used (below: one LP over all classes,
+which Clarabel solves faster than the price search runs up to about this size)."""
 BAND_PER_GAP = 3.0
 """The first near-tie band is this multiple of the price search's proven relative gap."""
 MAX_ACTIVE_SET_ROUNDS = 40
 """Reduced LPs before falling back to the full LP."""
 INITIAL_BAND = 0.02
 """Largest relative cost band within which a row counts as a near tie at the first prices."""
+RECOVERED_GAP = 1e-10
+"""A price search whose proven bounds are this close (relative) answers by itself."""
 MAX_EXPLICIT_FRACTION = 0.5
 """Above this share of explicit rows the full LP is solved instead."""
 MAX_RELAXED_ROWS = 5000
@@ -444,7 +461,6 @@ def solve_levels(
     solver: SolverPreference = SolverPreference.AUTO,
     deadline: Deadline = NO_DEADLINE,
     threads: int = 0,
-    seed: int = 0,
 ) -> LevelSolution:
     """Solve the max-min LP over rows of `lp` (jobs or classes). AUTO = active set (exact)."""
     if solver is SolverPreference.AUTO:
@@ -497,12 +513,15 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int) -> LevelSolu
         return _full_lp(lp, SolverPreference.CLARABEL, deadline, threads,
                         "full LP (a row can use no type)")
     rows = LevelRows.build(a[:, priced], lp.s, lp.k, lp.W[priced])
-    search = find_prices(rows, np.ones(rows.num_types), deadline)  # from every device alike
+    search = PriceSearch(rows, np.ones(rows.num_types))  # from every device priced alike
+    search.run(level_prices.PRICE_GAP, level_prices.MAX_EVALUATIONS, deadline)
     pi = np.zeros(n)
     pi[priced] = search.best.pi
     searched = f"{search.evaluations} price evaluations, gap {search.gap:.1e}"
-    if deadline.expired():
-        return _lagrangian_solution(lp, priced, search, searched, time.perf_counter() - started)
+    if deadline.expired() or search.gap <= RECOVERED_GAP:
+        return _price_search_solution(
+            lp, priced, search, time.perf_counter() - started, deadline.expired()
+        )
     t = search.lower_bound if search.lower_bound > 0 else search.best.level
     band = float(np.clip(BAND_PER_GAP * search.gap, MIN_BAND, INITIAL_BAND))
     solve_time = time.perf_counter() - started
@@ -513,6 +532,7 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int) -> LevelSolu
     best, pattern, runner_up = _pattern_costs(levels, lp.s, pi, t)
     iterations = 0
     settled = False
+    status = SolverStatus.OPTIMAL
     while iterations < MAX_ACTIVE_SET_ROUNDS:
         iterations += 1
         ambiguous = forced | ~np.isfinite(best) | (runner_up <= best * (1 + band) + 1e-300)
@@ -533,8 +553,14 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int) -> LevelSolu
         )
         res, t, Xa, pi, ya = out.result, out.t, out.X, out.pi, out.y
         solve_time += res.solve_time_s
-        if res.status.limit_reached or deadline.expired():
-            settled = True  # report what we have; the certificate says how good it is
+        status = res.status
+        if not res.solved and (res.status.limit_reached or deadline.expired()):
+            # time is up before this round's plan: the price search's plan and bound
+            return _price_search_solution(
+                lp, priced, search, time.perf_counter() - started, cut=True
+            )
+        if deadline.expired():  # a restricted plan, not verified: the certificate says how good
+            status, settled = SolverStatus.TIME_LIMIT, True
             break
         if not res.solved:
             break  # e.g. a wrong set of two-type patterns made the reduced LP infeasible
@@ -604,12 +630,16 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int) -> LevelSolu
     pr = ~single
     yf[pr] = lp.s[fix][pr] * (pi[j2[pr]] - pi[j1[pr]]) / (a2[pr] - a1[pr])
     y[fix] = yf * lp.k[fix]
+    if status is SolverStatus.TIME_LIMIT:  # unverified duals: the price search's proven ones
+        y = search.best.multipliers()
+        pi = np.zeros(n)
+        pi[priced] = search.best.pi
     return LevelSolution(
         t,
         X,
         _price_unpriced(lp, priced, pi, y),
         y,
-        res.status,
+        status,
         res.solver,
         res.solver_version,
         solve_time,
@@ -644,23 +674,27 @@ def _full_lp(
     )
 
 
-def _lagrangian_solution(
-    lp: LevelProblem, priced: NDArray[np.bool_], search: PriceSearch, searched: str,
-    elapsed: float,
+def _price_search_solution(
+    lp: LevelProblem, priced: NDArray[np.bool_], search: PriceSearch, elapsed: float,
+    cut: bool,
 ) -> LevelSolution:
-    """What the price search met when time ran out: the rows' cheapest plans at the best
-    prices (over capacity by up to the gap; the certificate repairs them) and the multipliers
-    that prove D(best prices)."""
+    """The price search's own answer: the plan recovered from its cutting-plane model (level
+    >= its lower bound) and the multipliers that prove D(best prices). Exact when the bounds
+    meet (e.g. t* = u_min with spare devices); otherwise what there is when time ran out."""
     m, n = lp.a.shape
     X = np.zeros((m, n))
-    X[:, priced] = search.best.plan()
-    y = search.best.multipliers()
+    X[:, priced] = search.plan()
     pi = np.zeros(n)
     pi[priced] = search.best.pi
+    y = search.best.multipliers()
+    how = f"{search.evaluations} price evaluations, gap {search.gap:.1e}"
     return LevelSolution(
-        search.best.level, X, _price_unpriced(lp, priced, pi, y), y, SolverStatus.TIME_LIMIT,
-        "highs", highs_version(), elapsed, 0, 0, 0, f"price search cut by the deadline "
-        f"({searched})", "time limit",
+        search.lower_bound, X, _price_unpriced(lp, priced, pi, y), y,
+        SolverStatus.TIME_LIMIT if cut else SolverStatus.OPTIMAL, "highs", highs_version(),
+        elapsed, 0, 0, 0,
+        f"active set: price search cut by the deadline ({how})" if cut
+        else f"active set: bounds met by the price search ({how})",
+        "time limit" if cut else "",
     )
 
 
@@ -762,7 +796,7 @@ def solve_policy(
     ca, cs, ck, inverse = aggregate(a, s)
     build_time = time.perf_counter() - started
     lp = LevelProblem(ca, cs, W, ck)
-    sol = solve_levels(lp, options.solver, deadline, options.threads, options.seed)
+    sol = solve_levels(lp, options.solver, deadline, options.threads)
     X = sol.X[inverse]
     y = sol.y[inverse] / ck[inverse]
     cert_started = time.perf_counter()
