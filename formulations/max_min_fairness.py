@@ -630,10 +630,16 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int) -> LevelSolu
     pr = ~single
     yf[pr] = lp.s[fix][pr] * (pi[j2[pr]] - pi[j1[pr]]) / (a2[pr] - a1[pr])
     y[fix] = yf * lp.k[fix]
-    if status is SolverStatus.TIME_LIMIT:  # unverified duals: the price search's proven ones
+    if status is SolverStatus.TIME_LIMIT:
+        # cut before the round was verified: the price search's proven duals, and its plan
+        # where it is the better one (the restricted plan's patterns may be invalid at t)
         y = search.best.multipliers()
         pi = np.zeros(n)
         pi[priced] = search.best.pi
+        recovered = np.zeros((m, n))
+        recovered[:, priced] = search.plan()
+        if _least_level(lp, recovered) > _least_level(lp, X):
+            X, t = recovered, search.lower_bound
     return LevelSolution(
         t,
         X,
@@ -696,6 +702,13 @@ def _price_search_solution(
         else f"active set: bounds met by the price search ({how})",
         "time limit" if cut else "",
     )
+
+
+def _least_level(lp: LevelProblem, X: FloatArray) -> float:
+    """The least level of the rows' plans X once repaired onto the devices (as `certify`
+    does for the jobs)."""
+    repaired = repair_time_share(X, lp.a > 0, lp.k * lp.s, lp.W)
+    return float(np.einsum("ij,ij->i", lp.a, repaired).min(initial=np.inf))
 
 
 def _price_unpriced(

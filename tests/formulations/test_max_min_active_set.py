@@ -11,6 +11,7 @@ form for uncongested instances, which has its own test), as in `test_max_min_fai
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from unittest import mock
 
@@ -160,7 +161,7 @@ def test_every_deadline_cut_leaves_a_feasible_plan_with_a_valid_bound() -> None:
     a = level_coefficients(inst, compat)
     t_star = reference_optimum(a, inst.s, inst.W).t
     seen = set()
-    for checks in range(0, 80, 3):
+    for checks in range(0, 40):
         plan = solve_forced(inst, compat, CountdownDeadline(checks=checks))
         cert = plan.certificate
         seen.add(cert.termination)
@@ -168,4 +169,27 @@ def test_every_deadline_cut_leaves_a_feasible_plan_with_a_valid_bound() -> None:
                                     Termination.NO_SOLUTION), cert
         if cert.termination is not Termination.NO_SOLUTION:
             check_plan(inst, a, plan, t_star)
+        searched = re.search(r"(\d+) price evaluations, gap ([0-9.e+-]+)", cert.formulation)
+        if cert.termination is Termination.FEASIBLE and searched:
+            # never worse than what the price search had proven when time ran out (the
+            # formulation prints that gap to two digits)
+            assert cert.gap is not None and cert.gap <= 1.1 * float(searched.group(2)) + 1e-9
     assert Termination.FEASIBLE in seen and Termination.OPTIMAL in seen, seen
+
+
+def test_types_without_devices_get_prices_that_certify() -> None:
+    """Gavel compat keeps the cells of a type without devices usable (a > 0) though no job can
+    have time there: the certificate needs that type priced high enough for every job's dual
+    constraint, at no cost to the bound (W_j = 0)."""
+    rng = np.random.default_rng(3)
+    m = 80
+    T = np.exp(rng.uniform(0.0, 3.0, (m, 3)))
+    T[:, 1] *= 10.0  # the type without devices would be every job's best
+    inst = Instance(T, np.array([6.0, 0.0, 9.0]), np.ones(m), rng.choice([1.0, 2.0], m))
+    for compat in (Compat.GAVEL, Compat.NONE):
+        a = level_coefficients(inst, compat)
+        t_star = reference_optimum(a, inst.s, inst.W).t
+        plan = solve_forced(inst, compat)
+        assert plan.certificate.termination is Termination.OPTIMAL, plan.certificate
+        assert np.all(plan.time_share[:, 1] == 0.0)
+        check_plan(inst, a, plan, t_star)
