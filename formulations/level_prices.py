@@ -17,20 +17,22 @@ smallest feasible sigma). Any plan that reaches level t on every row with device
 the cut t + pi.(W - U) <= D(pi), valid for every pi.
 
 D is cheap: the hulls cost O(m n^2) vector operations, and only rows whose cheapest type per
-level sits below u_min = min_i u_i need more than one hull vertex (t^ <= u_min always). On a
-ray pi = scale rho (W.rho = 1) the least D is found in the same pass (`ray_minimum`): it is
-tau(rho) = max {t <= u_min : C(rho, t) <= 1}, the highest level the cluster can pay for when
-its devices are valued at rho, reached at scale = 1 / C'(rho, tau). Minimizing along rays
-removes the direction in which D is kinked at the optimum (the maximizing level jumps as the
-prices' scale crosses the optimal one), so the cutting planes only have to find the price
-ratios.
+level sits below the highest level that matters (u_min = min_i u_i, or what the budget can
+pay for) need more than one hull vertex. On a ray pi = scale rho (W.rho = 1) the least D is
+found in the same pass (`ray_minimum`): it is tau(rho) = max {t <= u_min : C(rho, t) <= 1},
+the highest level the cluster can pay for when its devices are valued at rho, reached at
+scale = 1 / C'(rho, tau). Minimizing along rays removes the direction in which D is kinked at
+the optimum (the maximizing level jumps as the prices' scale crosses the optimal one), so the
+cutting planes only have to find the price ratios.
 
-`find_prices` runs Kelley's method with a trust region: the next direction minimizes the
-cuts' maximum over {p >= 0, sum_j p_j <= D(best)} (p_j = W_j pi_j; W.pi <= D(pi) for all pi)
-inside a box around the best prices, a small LP kept warm in a `HighsSession`. The model's
-minimum over the whole region is a proven lower bound on t*, the best D met a proven upper
-bound. The exact optimum is left to the active-set method of `max_min_fairness`, started
-from these prices with only the rows near a tie explicit.
+`PriceSearch` starts from a price direction, scales each price by its type's demand over its
+supply twice, then runs Kelley's method with a trust region: the next direction minimizes
+the cuts' maximum over {p >= 0, sum_j p_j <= D(best)} (p_j = W_j pi_j; W.pi <= D(pi) for all
+pi) inside a box around the best prices, a small LP kept warm in a `HighsSession`. The
+model's minimum over the whole region is a proven lower bound on t*, the best D met a proven
+upper bound, and the dual of the model's LP combines the plans met into one that reaches the
+lower bound (`PriceSearch.plan`). The exact optimum is left to the active-set method of
+`max_min_fairness`, started from these prices with only the rows near a tie explicit.
 """
 
 from __future__ import annotations
@@ -101,12 +103,13 @@ class LevelRows:
 
 @dataclass(frozen=True)
 class CostCurves:
-    """C(pi, .) on [0, u_min]. Every row's first hull vertex (full time on `first_kind`, at
-    level `first_level`, cost `first_cost`; the first edge has slope `first_slope`); for the
-    rows in `climbing` (first vertex below u_min) their further vertices `level`, `cost`,
-    `kind` (q, c) up to the first one at or above u_min (`count` (c,) vertices after the
-    first; +inf levels pad). The total slope is `start_slope` from 0, then `slope_after[b]`
-    from the sorted breakpoint `breakpoints[b]` on."""
+    """C(pi, .) on [0, limit] (limit <= u_min, see `cost_curves`). Every row's first hull
+    vertex (full time on `first_kind`, at level `first_level`, cost `first_cost`; the first
+    edge has slope `first_slope`); for the rows in `climbing` (first vertex below the limit)
+    their further vertices `level`, `cost`, `kind` (q, c) up to the first one at or above the
+    limit (`count` (c,) vertices after the first; +inf levels pad). The total slope is
+    `start_slope` from 0, then `slope_after[b]` from the sorted breakpoint `breakpoints[b]`
+    on."""
 
     pi: FloatArray
     first_level: FloatArray
@@ -198,7 +201,7 @@ def cost_curves(rows: LevelRows, pi: FloatArray, budget: float | None = None) ->
         below = vertex_level[:-1] < lowest
         breakpoints = vertex_level[:-1][below]
         jumps = (k_climb[None, :] * (edge_slope - previous))[below]
-    order = np.argsort(breakpoints, kind="stable")
+    order = np.argsort(breakpoints)
     return CostCurves(
         pi, first_level, first_cost, first_kind, first_slope, climbing, level, cost, kind,
         count, start_slope, breakpoints[order], start_slope + np.cumsum(jumps[order]),
@@ -380,16 +383,11 @@ class PriceSearch:
             HighsSettings(method="simplex", primal_tolerance=1e-10, dual_tolerance=1e-10),
         )
         self._region = INITIAL_REGION
-        self.best = self._evaluate(np.maximum(initial, 0.0), ray=True)
+        self._initial = np.maximum(initial, 0.0)
+        self.best = self._evaluate(self._initial, ray=True)
         """The evaluated point with the least D: its value is a proven upper bound on t*."""
         self._solve_whole(self.best)
-        point = self.best
-        for _ in range(DEMAND_STEPS):  # each price times its type's demand / supply
-            direction = point.pi if point.pi.any() else np.maximum(initial, 0.0)
-            point = self._evaluate(direction * np.maximum(point.use / rows.W, 1e-3), ray=True)
-            if point.value < self.best.value:
-                self.best = point
-            self._solve_whole(point)
+        self._last = self.best
 
     @property
     def evaluations(self) -> int:
@@ -410,6 +408,15 @@ class PriceSearch:
         n = self.rows.num_types
         W = self.rows.W
         prices = np.arange(1, n + 1)
+        while self.evaluations <= DEMAND_STEPS and self.gap > gap and not deadline.expired():
+            # each price times its type's demand over its supply at the last prices
+            last = self._last
+            direction = last.pi if last.pi.any() else self._initial
+            self._last = self._evaluate(direction * np.maximum(last.use / W, 1e-3), ray=True)
+            if self._last.value < self.best.value:
+                self.best = self._last
+            if not self._solve_whole(self._last):
+                return
         while self.gap > gap and self.evaluations < max_evaluations and not deadline.expired():
             centre = self.best.pi * W
             if centre.sum() <= 0 or self._region <= MIN_REGION:
