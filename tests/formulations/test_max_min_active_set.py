@@ -21,16 +21,11 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 import apportion.formulations.max_min_fairness as mmf
-from apportion.solver.model import (
-    Compat,
-    PolicyRequest,
-    Problem,
-    SolveOptions,
-    make_problem,
-)
+from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import MaxMinFairnessParameters
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
+from apportion.solver.validation import make_problem
 from tests.countdown import CountdownDeadline
 
 from .reference_max_min import Instance, dual_objective, reference_optimum
