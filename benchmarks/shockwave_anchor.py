@@ -1,81 +1,91 @@
-"""End-to-end anchor (formulations.md A4.7 item 9, data.md §4.1): replay the 120-job Shockwave
-trace on 32 GPUs with 120 s rounds and compare with the published simulation row.
+"""Reproduction of Shockwave's 120-job / 32-GPU table with `apportion.simulator`: the published
+rows (Shockwave, Themis, AlloX, Gandiva_fair, Gavel max-min, OSSP, MST) next to ours.
 
-    python benchmarks/shockwave_anchor.py [--jobs N] [--policies shockwave max_min_fairness ...]
-                                          [--time-limit 15] [--threads 2] [--synthetic]
+    python benchmarks/shockwave_anchor.py [--jobs N] [--rows shockwave max_min ...]
+        [--time-limit 15] [--workers 2] [--compat shockwave] [--restart-overhead S]
+        [--out DIR]
 
-Policies (default: all), named after the published rows: `shockwave` (ShockwaveRoundPolicy);
-through Gavel's round mechanism (GavelRoundPolicy, allocation recomputed on every arrival or
-completion, work in standalone seconds): `max_min_fairness` (weighted_max_min_fairness),
-`finish_time_fairness` = Themis (themis_finish_time_fairness, C_i state carried between
-calls), `gandiva_fair` = the static equal split of the published row (gandiva_fair_equal_split),
-`min_total_duration` = OSSP (min_makespan), `max_sum_throughput` = MST (max_sum_throughput,
-published key max_sum_throughput_perf_sim). The published AlloX row is not reproduced: AlloX is
-a non-preemptive matching of 1-device jobs, not a time share, and needs another driver.
+Jobs: ../shared/reference/shockwave/profiles_120jobs.json.gz (the per-epoch profiles of the
+120-job trace, what Shockwave's solver consumes) on 32 identical GPUs with 120 s rounds;
+without the file, 120 generated jobs with synthetic profiles (no published row to compare).
+Shockwave's knobs from config_tacc_32gpus.json (T = 20, k = 1e-3, lambda = 12, rho_max = 1,
+15 s per MILP). Rows, named as in the published summary
+(reproduce_120jobs_32gpus_policy_summary.json, `tacc_32gpus/<key>_sim`):
 
-Jobs: ../shared/reference/shockwave/profiles_120jobs.json.gz (read with
-`apportion.datasets.shockwave.read_shockwave_profiles`; `--jobs N` keeps the first N in trace
-order) or, when absent (or with --synthetic), `apportion.datasets.replay.synthetic_jobs`.
-Shockwave's knobs are config_tacc_32gpus.json's (T = 20, k = 1e-3, lambda = 12, rho_max = 1,
-gap 1e-3, 15 s per MILP) when present, else the same defaults. The replay is
-`apportion.datasets.replay.replay` (see its docstring for the round model). The published rows
-are the `tacc_32gpus/<policy>_sim` entries of reproduce_120jobs_32gpus_policy_summary.json
-(printed only for the full 120-job reference trace).
+  shockwave      -> shockwave (planning window, re-planned on changes and every 8 rounds)
+  themis         -> themis_finish_time_fairness (the published "Themis" row is Gavel's
+                    finish-time fairness policy, C_i state carried between solves)
+  themis_auction -> themis_auction (Themis's partial-allocation auction itself; no published
+                    row: Shockwave compared with Gavel's finish-time fairness under that name)
+  allox          -> allox, alpha = 0.2 (apportion's AlloX serves 1-GPU jobs only)
+  gandiva_fair   -> gandiva_fair_equal_split (Shockwave's baseline: a static equal split);
+                    `isolated` (Gavel's static 1/m share) is shown beside it
+  max_min        -> max_min_fairness (Gavel's LAS)
+  ossp           -> min_makespan (Gavel's min_total_duration)
+  mst            -> max_sum_throughput (Gavel's max_sum_throughput_perf)
+
+Runs go to worker processes (`apportion.simulator.sweep`); Shockwave's takes the longest.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
-from apportion.datasets.replay import (
-    GavelRoundPolicy,
-    ReplayJob,
-    RoundPolicy,
-    ShockwaveRoundPolicy,
-    jobs_from_profiles,
-    replay,
-    synthetic_jobs,
-)
+from apportion.datasets.generators import gavel_workload, shockwave_profiles
 from apportion.datasets.shockwave import read_shockwave_profiles
-from apportion.solver.model import Compat, SolveOptions
-from apportion.solver.parameters import GandivaFairParameters, ShockwaveParameters
+from apportion.simulator.cluster import single_type
+from apportion.simulator.engine import SimulationConfig
+from apportion.simulator.fidelity import Fidelity
+from apportion.simulator.output import write_outputs
+from apportion.simulator.sweep import Task, run_tasks
+from apportion.simulator.workload import Workload, first_jobs, workload_from_profiles
+from apportion.solver.model import Compat
+from apportion.solver.parameters import AlloxParameters, ShockwaveParameters
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "shockwave"
+REFERENCE = Path(
+    os.environ.get("APPORTION_REFERENCE")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+) / "shockwave"
+"""The reference data beside the checkout (or where $APPORTION_REFERENCE points)."""
 PROFILES = REFERENCE / "profiles_120jobs.json.gz"
 CONFIG = REFERENCE / "config_tacc_32gpus.json"
 SUMMARY = REFERENCE / "reproduce_120jobs_32gpus_policy_summary.json"
-PUBLISHED_KEYS = {
-    "shockwave": "tacc_32gpus/shockwave_sim",
-    "finish_time_fairness": "tacc_32gpus/finish_time_fairness_sim",
-    "gandiva_fair": "tacc_32gpus/gandiva_fair_sim",
-    "max_min_fairness": "tacc_32gpus/max_min_fairness_sim",
-    "min_total_duration": "tacc_32gpus/min_total_duration_sim",
-    "max_sum_throughput": "tacc_32gpus/max_sum_throughput_perf_sim",
+
+ROWS: dict[str, tuple[str, str]] = {
+    # row: (policy, published key)
+    "shockwave": ("shockwave", "tacc_32gpus/shockwave_sim"),
+    "themis": ("themis_finish_time_fairness", "tacc_32gpus/finish_time_fairness_sim"),
+    "themis_auction": ("themis_auction", ""),
+    "allox": ("allox", "tacc_32gpus/allox_sim"),
+    "gandiva_fair": ("gandiva_fair_equal_split", "tacc_32gpus/gandiva_fair_sim"),
+    "isolated": ("isolated", ""),
+    "max_min": ("max_min_fairness", "tacc_32gpus/max_min_fairness_sim"),
+    "ossp": ("min_makespan", "tacc_32gpus/min_total_duration_sim"),
+    "mst": ("max_sum_throughput", "tacc_32gpus/max_sum_throughput_perf_sim"),
 }
-GAVEL_POLICIES = {
-    "finish_time_fairness": "themis_finish_time_fairness",
-    "gandiva_fair": "gandiva_fair",
-    "max_min_fairness": "weighted_max_min_fairness",
-    "min_total_duration": "min_makespan",
-    "max_sum_throughput": "max_sum_throughput",
-}
-"""Benchmark name -> apportion policy run by GavelRoundPolicy."""
-GAVEL_PARAMETERS: dict[str, object] = {
-    "gandiva_fair": GandivaFairParameters(static_equal_split=True),  # gandiva_fair_equal_split
-}
-"""Parameters other than the policy's defaults."""
-PUBLISHED_FALLBACK = {"shockwave": (24197.0, 9958.0, 1.78, 0.75, 0.075, 2.57, 0.82)}
-"""(makespan s, avg JCT s, worst rho, mean rho, frac rho > 1, worst Themis rho, util)."""
+METRICS = (
+    ("makespan_s", "makespan_s", "makespan s", "{:>10,.0f}"),
+    ("avg_jct_s", "avg_jct_s", "avg JCT s", "{:>10,.0f}"),
+    ("worst_rho", "ftf_max", "worst rho", "{:>9.2f}"),
+    ("mean_rho", "ftf_mean", "mean rho", "{:>8.2f}"),
+    ("frac_rho_gt1", "frac_ftf_gt1", "rho>1", "{:>6.3f}"),
+    ("worst_rho_themis", "ftf_themis_max", "worst rho(Themis)", "{:>17.2f}"),
+    ("utilization", "cluster_util", "util", "{:>5.2f}"),
+)
 
 
-def load_jobs(num_jobs: int, synthetic: bool) -> tuple[list[ReplayJob], str]:
-    if PROFILES.exists() and not synthetic:
-        jobs = jobs_from_profiles(read_shockwave_profiles(PROFILES))
-        return jobs[:num_jobs], f"reference profiles ({PROFILES.name}), first {num_jobs}"
-    return synthetic_jobs(num_jobs, seed=0), f"synthetic_jobs({num_jobs}, seed=0)"
+def load_workload(jobs: int) -> tuple[Workload, bool]:
+    cluster = single_type(32)
+    if PROFILES.exists():
+        w = workload_from_profiles(read_shockwave_profiles(PROFILES), cluster, str(PROFILES))
+        return first_jobs(w, jobs), jobs >= 120
+    table = gavel_workload(jobs, seed=0, jobs_per_hour=80.0,
+                           scale_probabilities=(92 / 120, 20 / 120, 8 / 120, 0.0))
+    return workload_from_profiles(shockwave_profiles(table, seed=0), cluster, "generated"), False
 
 
 def shockwave_parameters() -> ShockwaveParameters:
@@ -90,89 +100,61 @@ def shockwave_parameters() -> ShockwaveParameters:
     )
 
 
-def published(policy: str) -> tuple[float, ...] | None:
-    if SUMMARY.exists() and policy in PUBLISHED_KEYS:
-        row = json.loads(SUMMARY.read_text()).get(PUBLISHED_KEYS[policy])
-        if row:
-            return tuple(
-                float(row[k])
-                for k in (
-                    "makespan_s",
-                    "avg_jct_s",
-                    "ftf_max",
-                    "ftf_mean",
-                    "frac_ftf_gt1",
-                    "ftf_themis_max",
-                    "cluster_util",
-                )
-            )
-    return PUBLISHED_FALLBACK.get(policy)
+def published() -> dict[str, dict[str, float]]:
+    return json.loads(SUMMARY.read_text()) if SUMMARY.exists() else {}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=120)
-    parser.add_argument("--gpus", type=int, default=32)
-    parser.add_argument("--round", type=float, default=120.0, help="round length (s)")
-    parser.add_argument(
-        "--policies", nargs="+", default=list(PUBLISHED_KEYS), choices=PUBLISHED_KEYS
-    )
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
     parser.add_argument("--time-limit", type=float, default=15.0, help="s per Shockwave MILP")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--synthetic", action="store_true", help="ignore the reference trace")
-    parser.add_argument(
-        "--compat",
-        choices=["none", "shockwave"],
-        default="none",
-        help="shockwave = upstream's absolute-timestamp guard and rho (A4.3)",
-    )
+    parser.add_argument("--threads", type=int, default=1, help="HiGHS threads per MILP")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--compat", choices=["none", "shockwave"], default="none")
+    parser.add_argument("--restart-overhead", type=float, default=0.0)
+    parser.add_argument("--out", help="write the simulator's tables, plots and report here")
     args = parser.parse_args()
-    jobs, source = load_jobs(args.jobs, args.synthetic)
-    full_reference = source.startswith("reference") and args.jobs >= 120
-    print(f"jobs: {source}; {args.gpus} GPUs, rounds of {args.round:g} s; compat {args.compat}")
-    columns = "makespan s   avg JCT s  worst rho  mean rho  rho>1  worst rho(Themis)  util"
-    print(f"{'policy':<20} {'run':<10} {columns}")
-    for name in args.policies:
-        policy: RoundPolicy
-        if name == "shockwave":
-            policy = ShockwaveRoundPolicy(
-                shockwave_parameters(),
-                SolveOptions(time_limit_s=args.time_limit, threads=args.threads),
-                compat=Compat(args.compat),
-            )
-        else:
-            policy = GavelRoundPolicy(policy=GAVEL_POLICIES[name], name=name,
-                                      parameters=GAVEL_PARAMETERS.get(name))
-        started = time.perf_counter()
-        result = replay(jobs, args.gpus, policy, args.round)
-        wall = time.perf_counter() - started
-        m = result.metrics
-        print(
-            f"{name:<20} {'ours':<10} {m.makespan_s:>10,.0f} {m.avg_jct_s:>11,.0f} "
-            f"{m.worst_rho:>10.2f} {m.mean_rho:>9.2f} {m.frac_rho_gt1:>6.3f} "
-            f"{m.worst_rho_themis:>18.2f} {m.utilization:>5.2f}"
+    workload, full = load_workload(args.jobs)
+    cluster = single_type(32)
+    tasks = []
+    for row in args.rows:
+        policy, _ = ROWS[row]
+        if not policy:
+            continue
+        params: object | None = None
+        if policy == "shockwave":
+            params = shockwave_parameters()
+        elif policy == "allox":
+            params = AlloxParameters(alpha=0.2)
+        config = SimulationConfig(
+            policy=policy, parameters=params, compat=Compat(args.compat), round_s=120.0,
+            time_limit_s=args.time_limit, threads=args.threads,
+            fidelity=Fidelity(restart_overhead_s=args.restart_overhead),
         )
-        row = published(name) if full_reference else None
-        if row is not None:
-            print(
-                f"{'':<20} {'published':<10} {row[0]:>10,.0f} {row[1]:>11,.0f} {row[2]:>10.2f} "
-                f"{row[3]:>9.2f} {row[4]:>6.3f} {row[5]:>18.2f} {row[6]:>5.2f}"
-            )
-            ours = (m.makespan_s, m.avg_jct_s, m.worst_rho)
-            labels = ("makespan", "avg JCT", "worst rho")
-            ratios = ", ".join(
-                f"{label} {a / b - 1.0:+.1%}"
-                for label, a, b in zip(labels, ours, row[:3], strict=True)
-            )
-            print(f"{'':<20} ours vs published: {ratios}")
-        solves = getattr(policy, "solves", 0)
-        solve_time = getattr(policy, "solve_time_s", 0.0)
-        branches = getattr(policy, "branches", None)
-        extra = f", branches {branches}" if branches else ""
-        print(
-            f"{'':<20} {result.rounds} rounds, {solves} solves ({solve_time:.1f} s in solve), "
-            f"wall {wall:.1f} s{extra}"
-        )
+        tasks.append(Task(row, workload, cluster, config))
+    print(f"{workload.num_jobs} jobs from {Path(workload.source).name}, 32 GPUs, 120 s rounds, "
+          f"compat {args.compat}, restart overhead {args.restart_overhead:g} s")
+    started = time.perf_counter()
+    results = {r.run["label"]: r for r in run_tasks(tasks, workers=args.workers)}
+    wall = time.perf_counter() - started
+    reference = published() if full else {}
+    head = " ".join(f"{label:>{len(fmt.format(0.0))}}" for _, _, label, fmt in METRICS)
+    print(f"{'row':<15} {'run':<10} {head} {'unfin':>5} {'wall s':>7}")
+    for row in args.rows:
+        policy, key = ROWS[row]
+        result = results.get(row)
+        if result is not None:
+            s = result.summary
+            cells = " ".join(fmt.format(s[ours]) for ours, _, _, fmt in METRICS)
+            print(f"{row:<15} {'ours':<10} {cells} {s['unfinished']:>5} {s['wall_s']:>7.1f}")
+        if key and key in reference:
+            pub = reference[key]
+            cells = " ".join(fmt.format(pub[theirs]) for _, theirs, _, fmt in METRICS)
+            print(f"{'':<15} {'published':<10} {cells}")
+    print(f"wall {wall:.1f} s for {len(tasks)} runs on {args.workers} workers")
+    if args.out:
+        write_outputs(list(results.values()), args.out, title="Shockwave 120 jobs / 32 GPUs")
 
 
 if __name__ == "__main__":

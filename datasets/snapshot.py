@@ -204,9 +204,7 @@ def build_request(
     idx = np.flatnonzero(active_mask(table, time_s, start))
     report.active = len(idx)
     # job types for every row (so that a job keeps its type in every snapshot)
-    rng = np.random.default_rng(seed)
-    draws = rng.random(len(table))
-    keys_by_scale = {s: throughputs.job_keys(s) for s in {int(x) for x in np.unique(scale)}}
+    keys, drawn = row_job_keys(table, throughputs, scale, seed)
     job_types = table.column("job_type")
     tenants = table.column("tenant")
     counts = cluster.count
@@ -246,14 +244,11 @@ def build_request(
         if s == 0:
             report.excluded["fractional GPU count (--gpus exact)"] += 1
             continue
-        key = (str(job_types[k]), s)
-        sampled = key not in throughputs.isolated
-        if sampled:
-            options = keys_by_scale.get(s) or []
-            if not options:
-                report.excluded[f"no job type at scale factor {s} in the throughput table"] += 1
-                continue
-            key = options[int(draws[k] * len(options))]
+        key = keys[k]
+        sampled = bool(drawn[k])
+        if key is None:
+            report.excluded[f"no job type at scale factor {s} in the throughput table"] += 1
+            continue
         thr = {
             t: v for t, v in throughputs.throughput(key, cluster.types).items() if counts[t] >= s
         }
@@ -267,7 +262,7 @@ def build_request(
         profile = None
         if epoch_profiles is not None:
             profile = epoch_profiles.get(job_id)
-            problem = _profile_problem(profile, float(job_gpus), s)
+            problem = profile_problem(profile, float(job_gpus), s)
             if problem:
                 report.excluded[problem] += 1
                 continue
@@ -277,7 +272,7 @@ def build_request(
             if rows is None:
                 report.excluded["no goodput table for the job"] += 1
                 continue
-            configurations = [r for r in rows if _fits(r, layout)]
+            configurations = [r for r in rows if configuration_fits(r, layout)]
             if not configurations:
                 report.excluded["no goodput configuration fits the cluster"] += 1
                 continue
@@ -338,6 +333,33 @@ def build_request(
     return request, report
 
 
+def row_job_keys(
+    table: JobTable, throughputs: ThroughputTable, scale: np.ndarray, seed: int = 0
+) -> tuple[list[JobKey | None], np.ndarray]:
+    """Each row's throughput-table key and whether it was drawn: the row's own (job type,
+    scale factor) when the table has it, else a type drawn (seeded by `seed`, one draw per row
+    independent of the snapshot time) uniformly among the table's keys at the row's scale
+    factor; None when the table has no key at that scale factor."""
+    rng = np.random.default_rng(seed)
+    draws = rng.random(len(table))
+    keys_by_scale = {s: throughputs.job_keys(s) for s in {int(x) for x in np.unique(scale)}}
+    job_types = table.column("job_type")
+    keys: list[JobKey | None] = []
+    drawn = np.zeros(len(table), dtype=bool)
+    for k in range(len(table)):
+        s = int(scale[k])
+        key: JobKey = (str(job_types[k]), s)
+        if key not in throughputs.isolated:
+            options = keys_by_scale.get(s) or []
+            if not options:
+                keys.append(None)
+                continue
+            key = options[int(draws[k] * len(options))]
+            drawn[k] = True
+        keys.append(key)
+    return keys, drawn
+
+
 def _start_times(
     table: JobTable, scale: np.ndarray, total_devices: int, mode: str
 ) -> tuple[np.ndarray, list[str]]:
@@ -373,7 +395,7 @@ def epochs_done(durations_s: Sequence[float], run_time_s: float) -> int:
     return int(np.searchsorted(np.cumsum(durations_s), run_time_s, side="right"))
 
 
-def _profile_problem(profile: EpochProfile | None, gpus: float, scale: int) -> str:
+def profile_problem(profile: EpochProfile | None, gpus: float, scale: int) -> str:
     """Why `profile` cannot describe a job with `gpus` GPUs at scale factor `scale` ("" = ok)."""
     if profile is None:
         return "no epoch profile for the job"
@@ -400,7 +422,7 @@ def node_sizes(cluster: ClusterSpec, include_nodes: bool = True) -> dict[str, li
     return sizes
 
 
-def _fits(row: GoodputRow, layout: Mapping[str, list[int]]) -> bool:
+def configuration_fits(row: GoodputRow, layout: Mapping[str, list[int]]) -> bool:
     """`row` is a configuration the snapshot's validation accepts on `layout`."""
     acc_type, nodes, devices, goodput = row
     sizes = layout.get(acc_type)

@@ -462,12 +462,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 
     snapshot = _add_snapshot(sub)
 
-    from apportion.server.replay_cli import add_replay, cmd_replay
+    from apportion.simulator.cli import add_simulate
 
-    replay = add_replay(sub)
-    replay.set_defaults(handler=cmd_replay)
+    simulate = add_simulate(sub)
 
-    for subparser in (solve, validate, listing, serve, snapshot, replay):
+    for subparser in (solve, validate, listing, serve, snapshot, simulate):
         _add_common(subparser)
     return parser, serve
 

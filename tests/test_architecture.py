@@ -1,6 +1,6 @@
 """The architecture's rules, checked on the source: no import cycles among apportion's modules
-(function-local and type-checking imports included), and the solver libraries driven only by
-the solver layer."""
+(function-local and type-checking imports included), the solver libraries driven only by the
+solver layer, and the lower packages never importing the higher ones."""
 
 from __future__ import annotations
 
@@ -111,3 +111,25 @@ def test_solver_libraries_only_in_the_solver_layer() -> None:
         if layer not in path.parents and {"highspy", "clarabel"} & third_party_imports(path)
     ]
     assert not offenders, offenders
+
+
+def test_lower_packages_never_import_higher_ones() -> None:
+    """solver <- formulations <- server; datasets below formulations; nothing imports the
+    simulator but the server's command line."""
+    rank = {"apportion.solver": 0, "apportion.datasets": 1, "apportion.formulations": 2,
+            "apportion.simulator": 3, "apportion.server": 4}
+    known = modules()
+    wrong = []
+    for name, path in known.items():
+        here = next(r for p, r in rank.items() if name.startswith(p))
+        for target in imports(name, path, known):
+            there = next(r for p, r in rank.items() if target.startswith(p))
+            allowed = there <= here or (
+                # the simulator drives the service's conversion (its wire mode) ...
+                name.startswith("apportion.simulator") and target.startswith("apportion.server")
+            ) or (
+                # ... and only the command line reaches back into the simulator
+                name == "apportion.server.cli" and target.startswith("apportion.simulator"))
+            if not allowed:
+                wrong.append(f"{name} -> {target}")
+    assert not wrong, wrong
