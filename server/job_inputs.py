@@ -122,6 +122,12 @@ _OPTIONAL_COLUMNS: dict[str, float] = {
 }
 
 
+def numeric_column(values: Sequence[float]) -> FloatArray:
+    """A repeated numeric field as float64 (`np.fromiter` with the length known: half the
+    time of `np.asarray`, which first looks for nested sequences)."""
+    return np.fromiter(values, np.float64, len(values))
+
+
 def read_columns(
     msg: snapshot_pb.JobColumns, cluster: Cluster, violations: list[Violation]
 ) -> MainColumns:
@@ -147,7 +153,7 @@ def read_columns(
             usable_columns.append(k)
             targets.append(type_index[name])
     throughput = np.zeros((m, cluster.num_types))
-    given = np.asarray(msg.throughput, dtype=np.float64)
+    given = numeric_column(msg.throughput)
     if given.size != m * len(names):
         violations.append(Violation(f"{p}.throughput",
                                     f"has {given.size} entries; {m} jobs x {len(names)} "
@@ -156,7 +162,7 @@ def read_columns(
         throughput[:, targets] = given.reshape(m, len(names))[:, usable_columns]
     numeric: dict[str, np.ndarray] = {}
     for name, default in _OPTIONAL_COLUMNS.items():
-        column = np.asarray(getattr(msg, name), dtype=np.float64)
+        column = numeric_column(getattr(msg, name))
         if column.size not in (0, m):
             violations.append(Violation(f"{p}.{name}",
                                         f"has {column.size} entries; must be empty or {m}"))
