@@ -76,6 +76,7 @@ from apportion.solver.result import (
     Termination,
     relative_gap,
 )
+from apportion.solver.row_classes import identical_rows
 
 SAMPLE_CLASSES = 400
 """Class count above which the active-set method is used (below: one LP over all classes,
@@ -150,9 +151,8 @@ def level_coefficients(
 
 def aggregate(a: FloatArray, s: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, IntArray]:
     """Classes of identical (a row, s): (class a, class s, class size k, job -> class index)."""
-    key = np.concatenate([a, s[:, None]], axis=1)
-    uniq, inverse, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
-    return uniq[:, :-1], uniq[:, -1], counts.astype(np.float64), inverse.reshape(-1)
+    first, inverse, counts = identical_rows(np.concatenate([a, s[:, None]], axis=1))
+    return a[first], s[first], counts.astype(np.float64), inverse
 
 
 def _build_full(
