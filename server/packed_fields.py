@@ -43,8 +43,13 @@ def encode_varints(values: NDArray[np.integer]) -> bytes:
     v = np.asarray(values).astype(np.int64).view(np.uint64)
     if not v.size:
         return b""
+    top = int(v.max())
+    if top < 0x80:  # one byte each (statuses, type indices)
+        return v.astype(np.uint8).tobytes()
     size = np.ones(v.size, np.int64)
     for k in range(1, _MAX_VARINT_BYTES):
+        if top < 1 << (7 * k):
+            break
         size += v >= np.uint64(1 << (7 * k))
     start = np.cumsum(size) - size
     out = np.empty(int(size.sum()), np.uint8)
