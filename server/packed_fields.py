@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -28,7 +29,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from numpy.typing import NDArray
 
-_FIXED = {
+_FIXED: dict[int, np.dtype[np.floating]] = {
     FieldDescriptor.TYPE_DOUBLE: np.dtype("<f8"),
     FieldDescriptor.TYPE_FLOAT: np.dtype("<f4"),
 }
@@ -100,8 +101,9 @@ def _read_varint(data: bytes, at: int) -> tuple[int, int]:
         shift += 7
 
 
-def _check(descriptor: Descriptor, name: str) -> FieldDescriptor:
-    field = descriptor.fields_by_name[name]
+def _check(descriptor: Any, name: str) -> FieldDescriptor:
+    """The field `name` of a message descriptor, if a repeated double, float, int32 or enum."""
+    field: FieldDescriptor = descriptor.fields_by_name[name]
     if not field.is_repeated or (field.type not in _FIXED and field.type not in _VARINT):
         raise TypeError(f"{descriptor.full_name}.{name} is not a repeated double, float, int32 "
                         f"or enum field")
@@ -125,7 +127,7 @@ def _numeric_only(descriptor: Descriptor) -> type[Message]:
             copy = numeric.field.add()
             copy.CopyFrom(field)
             if copy.type == FieldDescriptor.TYPE_ENUM:
-                copy.type = FieldDescriptor.TYPE_INT32
+                copy.type = descriptor_pb2.FieldDescriptorProto.TYPE_INT32
                 copy.ClearField("type_name")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
