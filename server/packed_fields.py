@@ -29,6 +29,8 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from numpy.typing import NDArray
 
+from apportion.server.wire_peek import field_bytes
+
 _FIXED: dict[int, np.dtype[np.floating]] = {
     FieldDescriptor.TYPE_DOUBLE: np.dtype("<f8"),
     FieldDescriptor.TYPE_FLOAT: np.dtype("<f4"),
@@ -89,18 +91,6 @@ def decode_varints(data: bytes) -> NDArray[np.int64]:
     return value.view(np.int64)
 
 
-def _read_varint(data: bytes, at: int) -> tuple[int, int]:
-    """(value, position after it) of the one varint at `at` (tags and lengths)."""
-    value = shift = 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-
-
 def _check(descriptor: Any, name: str) -> FieldDescriptor:
     """The field `name` of a message descriptor, if a repeated double, float, int32 or enum."""
     field: FieldDescriptor = descriptor.fields_by_name[name]
@@ -142,19 +132,10 @@ def read_packed(message: Message, names: Iterable[str]) -> dict[str, NDArray[np.
     wanted = {name: _check(descriptor, name) for name in names}
     numeric = _numeric_only(descriptor).FromString(message.SerializeToString())
     numeric.DiscardUnknownFields()
-    data = numeric.SerializeToString()
-    blocks: dict[int, list[bytes]] = {}
-    at = 0
-    while at < len(data):
-        tag, at = _read_varint(data, at)
-        if tag & 7 != _LENGTH_DELIMITED:
-            raise ValueError(f"unexpected wire type {tag & 7} in {descriptor.full_name}")
-        size, at = _read_varint(data, at)
-        blocks.setdefault(tag >> 3, []).append(data[at:at + size])
-        at += size
+    data = numeric.SerializeToString()  # only packed numeric blocks now
     out: dict[str, NDArray[np.generic]] = {}
     for name, field in wanted.items():
-        block = b"".join(blocks.get(field.number, []))
+        block = field_bytes(data, field.number) or b""
         if field.type in _FIXED:
             out[name] = np.frombuffer(block, _FIXED[field.type]).astype(
                 _FIXED[field.type].newbyteorder("="))
