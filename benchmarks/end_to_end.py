@@ -18,6 +18,22 @@ types; distinct: every row drawn independently), written as the snapshot file a 
 
 Ratios printed: convert / solve (rows) and, for the columnar wire, (parse + convert + respond) /
 (that + solve).
+
+With `--grpc` the same requests also go to a real `apportion serve --workers 1` on 127.0.0.1
+(started once, warmed with each request before timing), best of `--repeat`, wall s at the
+client from the call to the decoded response:
+
+* grpc rows: the rows request and plan (the client raises its receive limit to 256 MiB: a
+  rows plan for 100,000 jobs exceeds the default 4 MiB);
+* grpc col: jobs in `Snapshot.job_columns`, plan in `Plan.columns`, on a channel with gRPC's
+  default limits (the plan must fit 4 MiB);
+* non-solve: everything but the solve over gRPC with the columnar forms, grpc col - solve
+  (the in-process `solve()` above), and its share of grpc col. Target for max-min fairness at
+  32,768 and 100,000 jobs: <= 25% or <= 0.3 s;
+* same call, share 1: the same from one call alone (its wall time minus the build and solve
+  times its response reports), steadier on a busy machine, where the two best-of times above
+  may come from calm and busy moments; it counts what the certificate does not book as solve
+  time (the plan's assembly) as overhead.
 """
 
 from __future__ import annotations
@@ -29,8 +45,10 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
+import grpc
 import numpy as np
 from google.protobuf import json_format
+from served import start_server, stop
 
 from apportion.datasets.synthetic import catalog_problem, distinct_problem
 from apportion.server.cli import load_request
@@ -38,6 +56,10 @@ from apportion.server.convert import plan_to_response, request_to_model
 from apportion.solver.model import Problem
 from apportion.solver.solve import solve
 from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1 import allocation_service_pb2_grpc as service_grpc
+
+ROWS_CLIENT_OPTIONS = [("grpc.max_receive_message_length", 256 << 20),
+                       ("grpc.max_send_message_length", 256 << 20)]
 
 
 def request_of(problem: Problem, policy: str) -> service_pb.SolveRequest:
@@ -86,8 +108,27 @@ def best(repeat: int, run: Callable[[], Any]) -> tuple[float, Any]:
     return min(times), result
 
 
-def measure(request: service_pb.SolveRequest, folder: Path, repeat: int) -> dict[str, float]:
-    """The stage times (s) and sizes (MB) of one request."""
+def grpc_call_s(address: str, request: service_pb.SolveRequest, repeat: int,
+                options: list[tuple[str, int]] | None = None) -> tuple[float, float]:
+    """(best wall time (s) of `repeat` Solve calls at the client after one warm-up call, that
+    call's wall time minus the build and solve times its response reports)."""
+    with grpc.insecure_channel(address, options=options or []) as channel:
+        stub = service_grpc.AllocationServiceStub(channel)
+        response = stub.Solve(request, timeout=600)
+        if response.stats.termination != service_pb.TERMINATION_REASON_OPTIMAL:
+            raise RuntimeError(f"not optimal over gRPC: {response.stats.detail}")
+        calls = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            stats = stub.Solve(request, timeout=600).stats
+            wall = time.perf_counter() - started
+            calls.append((wall, wall - stats.build_time_s - stats.solve_time_s))
+    return min(calls)
+
+
+def measure(request: service_pb.SolveRequest, folder: Path, repeat: int,
+            address: str | None = None) -> dict[str, float]:
+    """The stage times (s) and sizes (MB) of one request (over gRPC too with `address`)."""
     text = json_format.MessageToJson(request)
     path = folder / "snapshot.json"
     path.write_text(text)
@@ -114,12 +155,19 @@ def measure(request: service_pb.SolveRequest, folder: Path, repeat: int) -> dict
     wire = out["col pb"] + out["col conv"] + out["col resp"]
     out["conv/solve"] = out["convert"] / out["solve"]
     out["wire/total"] = wire / (wire + out["solve"])
+    if address is not None:
+        out["grpc rows"], _ = grpc_call_s(address, request, repeat, ROWS_CLIENT_OPTIONS)
+        out["grpc col"], out["same call"] = grpc_call_s(address, by_columns, repeat)
+        out["non-solve"] = out["grpc col"] - out["solve"]
+        out["share"] = out["non-solve"] / out["grpc col"]
+        out["share 1"] = out["same call"] / out["grpc col"]
     return out
 
 
 COLUMNS = ("json MB", "proto MB", "parse json", "parse cli", "parse pb", "convert", "col pb",
            "col conv", "solve", "respond", "resp MB", "col resp", "col MB", "conv/solve",
            "wire/total")
+GRPC_COLUMNS = ("grpc rows", "grpc col", "non-solve", "share", "same call", "share 1")
 
 
 def main() -> None:
@@ -128,24 +176,33 @@ def main() -> None:
     parser.add_argument("--families", nargs="+", default=["catalog", "distinct"])
     parser.add_argument("--policy", default="weighted_max_min_fairness")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--grpc", action="store_true",
+                        help="also time the calls over gRPC to a real apportion serve")
     args = parser.parse_args()
+    columns = COLUMNS + GRPC_COLUMNS if args.grpc else COLUMNS
     print(f"policy {args.policy}; wall s, best of {args.repeat}")
-    header = f"{'family':<9}{'jobs':>7}" + "".join(f"{c:>11}" for c in COLUMNS)
+    header = f"{'family':<9}{'jobs':>7}" + "".join(f"{c:>11}" for c in columns)
     print("columnar = jobs in Snapshot.job_columns, plan in Plan.columns")
     print(header)
     print("-" * len(header))
     makers = {"catalog": catalog_problem, "distinct": distinct_problem}
-    with TemporaryDirectory() as tmp:
-        for family in args.families:
-            for size in args.sizes:
-                row = measure(request_of(makers[family](size), args.policy), Path(tmp),
-                              args.repeat)
-                cells = "".join(
-                    f"{row[c]:>10.1f}x" if c == "conv/solve" else
-                    f"{row[c]:>11.0%}" if c == "wire/total" else f"{row[c]:>11.3f}"
-                    for c in COLUMNS
-                )
-                print(f"{family:<9}{size:>7}{cells}")
+    server, address = (start_server("--workers", "1")[:2] if args.grpc else (None, None))
+    try:
+        with TemporaryDirectory() as tmp:
+            for family in args.families:
+                for size in args.sizes:
+                    row = measure(request_of(makers[family](size), args.policy), Path(tmp),
+                                  args.repeat, address)
+                    cells = "".join(
+                        f"{row[c]:>10.1f}x" if c == "conv/solve" else
+                        f"{row[c]:>11.0%}" if c in ("wire/total", "share", "share 1") else
+                        f"{row[c]:>11.3f}"
+                        for c in columns
+                    )
+                    print(f"{family:<9}{size:>7}{cells}", flush=True)
+    finally:
+        if server is not None:
+            stop(server)
 
 
 if __name__ == "__main__":

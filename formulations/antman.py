@@ -1,9 +1,10 @@
 """AntMan (D7): opportunistic jobs in the spare memory and compute of devices.
 
 Resource-guaranteed jobs keep the devices they hold (`SharedDevices.guaranteed_job`); waiting
-guaranteed jobs take whole free devices in arrival order (all of one type), before and
-independently of any opportunistic job. Each opportunistic job (one device) then gets at most
-one device, a generalized assignment problem (D7):
+guaranteed jobs take whole free devices in arrival order (all of one type the job can use:
+throughput > 0), before and independently of any opportunistic job. Each opportunistic job
+(one device) then gets at most one device of a type it can use, a generalized assignment
+problem (D7):
 
     maximize   sum_{o,d} v_o a[o,d] - lambda sum_{o,d} delta_{g(d),o} a[o,d]
     subject to sum_d a[o,d] <= 1
@@ -26,7 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from apportion.formulations.group_plans import ExactRun, compared_plan, groups_plan
+from apportion.formulations.group_plans import (
+    NO_USABLE_TYPE,
+    ExactRun,
+    compared_plan,
+    groups_plan,
+)
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
@@ -77,12 +83,15 @@ class AntmanInstance:
     delta: FloatArray
     """(O, D) extra slowdown of the device's guaranteed job with o (0 without one)."""
     slowdown_weight: float
+    usable: np.ndarray
+    """(O, D) bool: the job has throughput on the device's type (other pairs never form)."""
 
 
 def fits(inst: AntmanInstance) -> np.ndarray:
-    """(O, D) pairs that fit alone (memory, utilization, budget)."""
+    """(O, D) pairs that fit alone (usable type, memory, utilization, budget)."""
     return np.asarray(
-        (inst.memory[:, None] <= inst.memory_room[None, :] + _EPS)
+        inst.usable
+        & (inst.memory[:, None] <= inst.memory_room[None, :] + _EPS)
         & (inst.utilization[:, None] <= inst.utilization_room[None, :] + _EPS)
         & (inst.delta <= inst.budget[None, :] + _EPS)
     )
@@ -97,10 +106,13 @@ def assignment_value(inst: AntmanInstance, device: IntArray) -> float:
 
 
 def feasible(inst: AntmanInstance, device: IntArray) -> bool:
-    """Every capacity and budget of the model holds for the assignment."""
+    """Every capacity and budget of the model holds for the assignment, and every job is on a
+    device of a type it can use."""
     d = inst.memory_room.size
     on = np.nonzero(device >= 0)[0]
     where = device[on]
+    if not inst.usable[on, where].all():
+        return False
     memory = np.bincount(where, inst.memory[on], minlength=d)
     util = np.bincount(where, inst.utilization[on], minlength=d)
     delta = np.bincount(where, inst.delta[on, where], minlength=d) if on.size else np.zeros(d)
@@ -123,7 +135,8 @@ def least_utilized(inst: AntmanInstance, busy_utilization: float,
     device = np.full(inst.value.size, -1, np.int64)
     for o in range(inst.value.size):
         ok = (
-            (util < busy_utilization)
+            inst.usable[o]
+            & (util < busy_utilization)
             & (used < busy_memory_gib)
             & (inst.memory[o] <= memory_left + _EPS)
             & (inst.utilization[o] <= util_left + _EPS)
@@ -229,7 +242,7 @@ def _guaranteed_devices(problem: Problem) -> tuple[IntArray, list[int], list[str
         need = int(jobs.scale_factor[i])
         free = (holder < 0) & (devices.used_memory_gib <= _EPS) & (devices.utilization <= _EPS)
         placed = False
-        for j in range(problem.cluster.num_types):
+        for j in np.nonzero(problem.jobs.throughput[i] > 0)[0].tolist():
             candidates = np.nonzero(free & (devices.type_index == j))[0]
             if candidates.size >= need:
                 holder[candidates[:need]] = i
@@ -277,6 +290,7 @@ def antman_instance(problem: Problem, params: AntmanParameters, holder: IntArray
         budget=devices.slowdown_budget,
         delta=delta,
         slowdown_weight=params.slowdown_weight,
+        usable=jobs.throughput[opp][:, devices.type_index] > 0,
     )
 
 
@@ -313,6 +327,10 @@ def solve_policy(
     groups, status, reasons = _groups(problem, inst, holder, device)
     for i, reason in zip(waiting, why, strict=True):
         status[i], reasons[i] = JobStatus.DEFERRED, reason
+    nowhere = np.asarray(~problem.usable.any(axis=1))
+    for i in range(m):
+        if nowhere[i] and status[i] is not JobStatus.ALLOCATED:
+            status[i], reasons[i] = JobStatus.UNSERVABLE, NO_USABLE_TYPE
     return compared_plan(problem, GroupSection(tuple(groups)), status, reasons,
                          "antman_least_utilized", heuristic_value, exact, options.relative_gap)
 

@@ -74,6 +74,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from apportion.formulations.gavel_lp import JobClasses
 from apportion.solver.backends.clarabel import Cone, ConeKind, ConicModel, solve_clarabel
 from apportion.solver.backends.lp import solve_lp
 from apportion.solver.backends.status import SolverStatus
@@ -209,6 +210,38 @@ def solve_market(
             second = third
     slack = POLISH_SLACK * max(1.0, float(budgets.sum()))
     return second if second.objective >= first.objective - slack else first
+
+
+def solve_market_by_class(
+    a: FloatArray,
+    s: FloatArray,
+    W: FloatArray,
+    budgets: FloatArray,
+    deadline: Deadline = NO_DEADLINE,
+    time_budget: FloatArray | None = None,
+) -> MarketSolution:
+    """`solve_market` with identical buyers merged (same utility row, scale factor, budget and
+    time budget): exact, and the program shrinks from one buyer per job to one per class.
+
+    Why it is exact: the Eisenberg-Gale program is concave and invariant under swapping
+    identical buyers, so averaging an optimum over each class is an optimum in which a class's
+    k members hold equal rows x. Those symmetric points are the points of the merged market
+    with buyer budget k B, time budget k L and holdings X = k x: its objective k B log(k u)
+    differs from k B log u by the constant k B log k. The classes' equilibrium is spread evenly
+    over the members and certified again on the whole market (objective and dual bound per
+    job), so the reported certificate does not rely on the argument."""
+    m = a.shape[0]
+    cap = np.ones(m) if time_budget is None else time_budget
+    classes = JobClasses.of(a, s, budgets, cap)
+    if classes.rep.size == m:
+        return solve_market(a, s, W, budgets, deadline, time_budget)
+    rep, of, k = classes.rep, classes.inverse, classes.count
+    merged = solve_market(a[rep], s[rep], W, k * budgets[rep], deadline, k * cap[rep])
+    X = merged.X[of] / k[of, None]
+    detail = "; ".join(filter(None, [merged.detail, f"{rep.size} classes of identical jobs"]))
+    return certify_market(a, s, W, budgets, X, merged.prices, merged.time_dual[of],
+                          merged.status, merged.solver_version, merged.solve_time_s,
+                          merged.size, detail, time_budget)
 
 
 def polish_prices(
@@ -472,7 +505,7 @@ def solve_policy(
                        market=MarketSection(np.zeros(m)))
     build = time.perf_counter() - started
     cap = uncapped_budget(s[idx], W) if params.uncapped else None
-    sol = solve_market(a[idx], s[idx], W, budgets[idx], deadline, cap)
+    sol = solve_market_by_class(a[idx], s[idx], W, budgets[idx], deadline, cap)
     scale = max(1.0, float(budgets[idx].sum()))  # the objective's natural magnitude
     objective = sol.objective if np.isfinite(sol.objective) else None
     bound = sol.bound if np.isfinite(sol.bound) else None

@@ -649,7 +649,7 @@ class ZModel:
         sub = self.pos[cells.rows]
         a[sub, cells.cols] = cells.values() / rhs[cells.rows]
         lp = LevelProblem(a=a, s=cells.s[jobs], W=cells.W, k=np.ones(jobs.size))
-        sol = solve_levels(lp, SolverPreference.AUTO, deadline, options.threads, options.seed)
+        sol = solve_levels(lp, SolverPreference.AUTO, deadline, options.threads)
         raw = np.zeros((cells.m, cells.n))
         raw[jobs] = sol.X
         y = np.zeros(cells.m)

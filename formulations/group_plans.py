@@ -23,6 +23,9 @@ from apportion.solver.result import (
     relative_gap,
 )
 
+NO_USABLE_TYPE = "no usable accelerator type (zero throughput or too few devices)"
+"""Reason of a job that can run on no type (`Problem.usable` is false on every type)."""
+
 
 def groups_plan(
     problem: Problem,

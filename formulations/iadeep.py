@@ -1,17 +1,21 @@
 """IADeep (D9): groups sharing a device, with a configuration per member, as set packing.
 
-Columns are (group, configuration) pairs: every job alone in each of its configurations, and
-every group of `interference` with the configurations its entry names. A column's value is
-the sum over members of w_i x relative throughput of its configuration / its slowdown in the
-group; its memory is the members' memory in those configurations, which must fit a device;
-with `max_slowdown`, columns where a member is slower than that are left out. Choose columns
-with every job at most once and at most one column per device (D9):
+Columns are (group, configuration, accelerator type) triples: every job alone in each of its
+configurations, and every group of `interference` with the configurations its entry names,
+on each type every member can use (throughput > 0, at least its GPU count of devices). A
+column's value is the sum over members of w_i x relative throughput of its configuration /
+its slowdown in the group; its memory is the members' memory in those configurations, which
+must fit a device of its type; with `max_slowdown`, columns where a member is slower than that
+are left out. Choose columns with every job at most once and at most one column per device of
+each type (D9):
 
-    maximize sum_c v_c x_c  s.t.  sum_{c contains i} x_c <= 1,  sum_c devices_c x_c <= D.
+    maximize sum_c v_c x_c  s.t.  sum_{c contains i} x_c <= 1,
+                                  sum_{c on type j} devices_c x_c <= D_j  for every type j.
 
-Exact as a HiGHS MIP. IADeep's own scheduler (compat iadeep) takes jobs in arrival order: an
-idle device if any, otherwise the device whose group with the job has the smallest largest
-slowdown (over the configurations listed for that group), else the job waits.
+Exact as a HiGHS MIP. IADeep's own scheduler (compat iadeep) takes jobs in arrival order: idle
+devices of the first type it can use that has them, otherwise the device whose group with the
+job (on that device's type) has the smallest largest slowdown (over the configurations listed
+for that group), else the job waits.
 """
 
 from __future__ import annotations
@@ -22,12 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from apportion.formulations.group_plans import ExactRun, compared_plan
+from apportion.formulations.group_plans import NO_USABLE_TYPE, ExactRun, compared_plan
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
 from apportion.solver.groups import ColocationGroup, GroupSection
-from apportion.solver.model import Compat, IntArray, Problem, SolveOptions
+from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import IadeepParameters
 from apportion.solver.result import (
     JobStatus,
@@ -49,12 +53,15 @@ class Column:
     value: float
     memory_gib: float
     devices: int
+    type_index: int
+    """The accelerator type whose devices the group shares."""
 
 
 @dataclass(frozen=True)
 class IadeepInstance:
     columns: tuple[Column, ...]
-    devices: int
+    devices: IntArray
+    """(n,) devices of each accelerator type that groups may take."""
     num_jobs: int
     arrival_order: IntArray
 
@@ -64,37 +71,51 @@ def _configs(sharing: SharingInputs, i: int, memory: float) -> tuple[JobConfigur
     return own or (JobConfiguration("", 1.0, memory),)
 
 
+def type_devices(problem: Problem, params: IadeepParameters) -> tuple[IntArray, FloatArray]:
+    """(n,) devices of each type groups may take and (n,) the memory free on every one of them
+    (GiB): the shared devices when given (the least free memory among a type's), otherwise
+    the cluster's devices with `device_memory_gib` each."""
+    n = problem.cluster.num_types
+    devices = (problem.sharing or SharingInputs()).devices
+    if devices is None:
+        return (problem.cluster.count.astype(np.int64).copy(),
+                np.full(n, float(params.device_memory_gib)))
+    count = np.bincount(devices.type_index, minlength=n).astype(np.int64)[:n]
+    room = np.full(n, np.inf)
+    np.minimum.at(room, devices.type_index, devices.memory_gib - devices.used_memory_gib)
+    return count, room
+
+
 def iadeep_instance(problem: Problem, params: IadeepParameters) -> IadeepInstance:
     jobs = problem.jobs
     m = jobs.num_jobs
     sharing = problem.sharing or SharingInputs()
     memory = sharing.gpu_memory(m)
-    if sharing.devices is not None:
-        device_memory = float((sharing.devices.memory_gib - sharing.devices.used_memory_gib)
-                              .min(initial=np.inf))
-        devices = sharing.devices.count
-    else:
-        device_memory = params.device_memory_gib
-        devices = int(problem.cluster.count.sum())
+    devices, device_memory = type_devices(problem, params)
+    usable = problem.usable & (jobs.scale_factor[:, None] <= devices[None, :])
     cap = params.max_slowdown if params.max_slowdown > 0 else np.inf
     columns: list[Column] = []
     weight = jobs.priority_weight
     for i in range(m):
-        for k, conf in enumerate(_configs(sharing, i, float(memory[i]))):
-            if conf.gpu_memory_gib <= device_memory + _EPS:
-                columns.append(Column((i,), (k,), (1.0,), float(weight[i] * conf.throughput),
-                                      conf.gpu_memory_gib, int(jobs.scale_factor[i])))
+        for j in np.nonzero(usable[i])[0].tolist():
+            for k, conf in enumerate(_configs(sharing, i, float(memory[i]))):
+                if conf.gpu_memory_gib <= device_memory[j] + _EPS:
+                    columns.append(Column((i,), (k,), (1.0,),
+                                          float(weight[i] * conf.throughput),
+                                          conf.gpu_memory_gib, int(jobs.scale_factor[i]), j))
     for entry in sharing.interference:
+        if max(entry.slowdown) > cap:
+            continue
         chosen = entry.configurations or (0,) * len(entry.jobs)
         confs = [_configs(sharing, i, float(memory[i]))[c]
                  for i, c in zip(entry.jobs, chosen, strict=True)]
         need = sum(conf.gpu_memory_gib for conf in confs)
-        if need > device_memory + _EPS or max(entry.slowdown) > cap:
-            continue
         value = sum(weight[i] * conf.throughput / s
                     for i, conf, s in zip(entry.jobs, confs, entry.slowdown, strict=True))
-        columns.append(Column(entry.jobs, tuple(chosen), entry.slowdown, float(value), need,
-                              int(jobs.scale_factor[entry.jobs[0]])))
+        common = usable[list(entry.jobs)].all(axis=0) & (need <= device_memory + _EPS)
+        for j in np.nonzero(common)[0].tolist():
+            columns.append(Column(entry.jobs, tuple(chosen), entry.slowdown, float(value), need,
+                                  int(jobs.scale_factor[entry.jobs[0]]), j))
     order = np.lexsort((np.arange(m), jobs.arrival_time_s))
     return IadeepInstance(tuple(columns), devices, m, order.astype(np.int64))
 
@@ -103,10 +124,18 @@ def packing_value(inst: IadeepInstance, chosen: list[int]) -> float:
     return float(sum(inst.columns[c].value for c in chosen))
 
 
+def devices_used(inst: IadeepInstance, chosen: list[int]) -> IntArray:
+    """(n,) devices of each type the chosen columns take."""
+    used = np.zeros(inst.devices.size, np.int64)
+    for c in chosen:
+        used[inst.columns[c].type_index] += inst.columns[c].devices
+    return used
+
+
 def is_packing(inst: IadeepInstance, chosen: list[int]) -> bool:
     members = [i for c in chosen for i in inst.columns[c].members]
-    used = sum(inst.columns[c].devices for c in chosen)
-    return len(members) == len(set(members)) and used <= inst.devices
+    return len(members) == len(set(members)) and bool(
+        (devices_used(inst, chosen) <= inst.devices).all())
 
 
 @dataclass(frozen=True)
@@ -131,18 +160,19 @@ def solve_packing(inst: IadeepInstance, deadline: Deadline, gap: float,
     for c, column in enumerate(inst.columns):
         rows.extend(column.members)
         cols.extend([c] * len(column.members))
-    m = inst.num_jobs
+    m, n = inst.num_jobs, inst.devices.size
     ones = np.ones(len(rows))
     devices = np.array([column.devices for column in inst.columns], np.float64)
+    types = np.array([column.type_index for column in inst.columns], np.int64)
     matrix = sp.vstack([
         sp.csc_matrix((ones, (np.array(rows), np.array(cols))), shape=(m, k)),
-        sp.csc_matrix(devices[None, :]),
+        sp.csc_matrix((devices, (types, np.arange(k))), shape=(n, k)),
     ]).tocsc()
     model = LinearModel(
         cost=np.array([column.value for column in inst.columns]),
         matrix=matrix,
-        row_lower=np.full(m + 1, -INFINITY),
-        row_upper=np.concatenate([np.ones(m), [float(inst.devices)]]),
+        row_lower=np.full(m + n, -INFINITY),
+        row_upper=np.concatenate([np.ones(m), inst.devices.astype(np.float64)]),
         col_lower=np.zeros(k),
         col_upper=np.ones(k),
         integer=np.ones(k, bool),
@@ -156,24 +186,26 @@ def solve_packing(inst: IadeepInstance, deadline: Deadline, gap: float,
 
 def least_interference(inst: IadeepInstance) -> list[int]:
     """IADeep's per-arrival greedy (compat): the chosen columns."""
-    by_members: dict[frozenset[int], list[int]] = {}
+    by_members: dict[tuple[frozenset[int], int], list[int]] = {}
     for c, column in enumerate(inst.columns):
-        by_members.setdefault(frozenset(column.members), []).append(c)
-    alone: dict[int, int] = {}  # each job's first configuration that fits a device
+        by_members.setdefault((frozenset(column.members), column.type_index), []).append(c)
+    alone: dict[int, dict[int, int]] = {}  # per job and type, its first configuration that fits
     for c, column in enumerate(inst.columns):
         if len(column.members) == 1:
-            alone.setdefault(column.members[0], c)
+            alone.setdefault(column.members[0], {}).setdefault(column.type_index, c)
     devices: list[int] = []  # the column on each busy device
-    free = inst.devices
+    free = inst.devices.copy()
     for i in inst.arrival_order.tolist():
-        if i in alone and free >= inst.columns[alone[i]].devices:
-            devices.append(alone[i])
-            free -= inst.columns[alone[i]].devices
+        idle = [c for j, c in sorted(alone.get(i, {}).items())
+                if free[j] >= inst.columns[c].devices]
+        if idle:
+            devices.append(idle[0])
+            free[inst.columns[idle[0]].type_index] -= inst.columns[idle[0]].devices
             continue
         best: tuple[float, int, int] | None = None
         for slot, c in enumerate(devices):
             current = inst.columns[c]
-            options = by_members.get(frozenset(current.members) | {i}, [])
+            options = by_members.get((frozenset(current.members) | {i}, current.type_index), [])
             for option in options:
                 if inst.columns[option].devices != current.devices:
                     continue
@@ -216,16 +248,22 @@ def _groups(problem: Problem, inst: IadeepInstance, chosen: list[int]
     m = problem.jobs.num_jobs
     status = [JobStatus.DEFERRED] * m
     reasons = ["no device left for it alone or in a listed group"] * m
+    fits = problem.jobs.scale_factor[:, None] <= inst.devices[None, :]
+    for i in np.nonzero(~(problem.usable & fits).any(axis=1))[0].tolist():
+        status[i], reasons[i] = JobStatus.UNSERVABLE, NO_USABLE_TYPE
     ids = sharing.devices.ids if sharing.devices is not None else ()
     types = (sharing.devices.type_index if sharing.devices is not None
              else np.repeat(np.arange(problem.cluster.num_types), problem.cluster.count))
+    of_type = [np.nonzero(types == j)[0].tolist() for j in range(inst.devices.size)]
     memory = sharing.gpu_memory(m)
-    next_device = 0
+    next_device = np.zeros(inst.devices.size, np.int64)
     groups: list[ColocationGroup] = []
     for c in sorted(chosen, key=lambda c: min(inst.columns[c].members)):
         column = inst.columns[c]
-        span = list(range(next_device, next_device + column.devices))
-        next_device += column.devices
+        j = column.type_index
+        first = int(next_device[j])
+        span = of_type[j][first:first + column.devices]
+        next_device[j] += column.devices
         names = tuple(
             _configs(sharing, i, float(memory[i]))[k].name
             for i, k in zip(column.members, column.configurations, strict=True)
@@ -233,7 +271,7 @@ def _groups(problem: Problem, inst: IadeepInstance, chosen: list[int]
         groups.append(ColocationGroup(
             members=column.members,
             slowdown=column.slowdown,
-            type_index=int(types[span[0]]) if span and span[0] < len(types) else -1,
+            type_index=j,
             devices=column.devices,
             device_ids=tuple(ids[d] for d in span if d < len(ids)),
             configurations=names if any(names) else (),

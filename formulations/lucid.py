@@ -1,10 +1,12 @@
 """Lucid's pairing step (D8) as a maximum-weight matching.
 
 A waiting job may share the devices of a running job that runs alone when Lucid's four rules
-hold: the same GPU count, their device memory fits one device (strictly), their sharing scores
+hold and it can use the running job's accelerator type (throughput > 0 there): the same GPU
+count, their device memory fits one device (strictly), their sharing scores
 sum to at most 2, and the waiting job's priority value (estimated duration x GPUs, smaller =
 sooner) is at most twice the running job's. With `pair_pending`, two waiting jobs may also
-start together (same rules, the larger priority value at most twice the smaller).
+start together (same rules, the larger priority value at most twice the smaller, both with
+the same type of most devices among those each can use).
 
 Edge weight: the pair's predicted benefit, speed(a with b) + speed(b with a) - 1 (the total
 relative throughput gained over the running job alone); only positive benefits are edges.
@@ -27,7 +29,7 @@ from apportion.formulations.group_placement import (
     free_devices,
     place_group,
 )
-from apportion.formulations.group_plans import ExactRun, compared_plan, solo
+from apportion.formulations.group_plans import NO_USABLE_TYPE, ExactRun, compared_plan, solo
 from apportion.formulations.matching import max_weight_matching
 from apportion.formulations.pair_speeds import pair_speeds
 from apportion.solver.deadline import Deadline
@@ -58,6 +60,9 @@ class LucidInstance:
     apply)."""
     speed: FloatArray
     """(m, m) speed of a while sharing with b (NaN = unknown: no pair)."""
+    on_type: BoolArray
+    """(m, m) the pair has a type to share that both can use (throughput > 0, enough
+    devices): the running member's, or for two waiting jobs their common one."""
     device_memory_gib: float
     max_score_sum: int = 2
     pair_pending: bool = False
@@ -83,7 +88,7 @@ def allowed_pairs(inst: LucidInstance) -> BoolArray:
     pp = inst.pending[:, None] & inst.pending[None, :] if inst.pair_pending else False
     kind = pending_first | running_first | pp
     prio = unknown | rule_pr | rule_rp | (pp & rule_pp)
-    ok = kind & same & memory & score & prio
+    ok = kind & same & memory & score & prio & inst.on_type
     np.fill_diagonal(ok, False)
     return np.asarray(ok & ok.T)
 
@@ -125,10 +130,8 @@ def instance(problem: Problem, params: LucidParameters) -> tuple[LucidInstance, 
     jobs, hist = problem.jobs, problem.history
     m = jobs.num_jobs
     sharing = problem.sharing or SharingInputs()
-    running_any = hist.running(m)
-    partnered = (
-        hist.colocated_with >= 0 if hist.colocated_with.size == m else np.zeros(m, bool)
-    )
+    running_any, partner = _running_with_partners(problem)
+    partnered = partner >= 0
     running = running_any & ~partnered
     pending = ~running_any
     usable = problem.usable
@@ -142,9 +145,15 @@ def instance(problem: Problem, params: LucidParameters) -> tuple[LucidInstance, 
     for r in np.nonzero(running)[0]:
         pair_type[:, r] = current[r]
         pair_type[r, :] = current[r]
+    for a in np.nonzero(partnered & (current >= 0))[0]:  # a continuing pair shares a's type
+        b = int(partner[a])
+        pair_type[a, b] = pair_type[b, a] = current[a]
     if params.pair_pending:
         both = pending[:, None] & pending[None, :] & (default_type[:, None] == default_type)
         pair_type = np.where(both, default_type[:, None], pair_type)
+    safe = np.maximum(pair_type, 0)
+    rows = np.arange(m)[:, None]
+    on_type = (pair_type >= 0) & usable[rows, safe] & usable[rows.T, safe]
     scores = sharing.scores(m)
     inst = LucidInstance(
         gpus=jobs.scale_factor,
@@ -154,11 +163,28 @@ def instance(problem: Problem, params: LucidParameters) -> tuple[LucidInstance, 
         scores=scores,
         priority=_priority(problem),
         speed=pair_speeds(problem, pair_type, scores),
+        on_type=np.asarray(on_type),
         device_memory_gib=params.device_memory_gib,
         max_score_sum=params.max_score_sum,
         pair_pending=params.pair_pending,
     )
     return inst, pair_type
+
+
+def _running_with_partners(problem: Problem) -> tuple[BoolArray, IntArray]:
+    """((m,) running, (m,) partner index or -1). A pair's shared devices may be reported on
+    one member only (`history.colocated_with` names the other): its partner runs too."""
+    hist = problem.history
+    m = problem.jobs.num_jobs
+    running = hist.running(m)
+    given = hist.colocated_with if hist.colocated_with.size == m else np.full(m, -1, np.int64)
+    partner = np.full(m, -1, np.int64)
+    holders = np.nonzero(running & (given >= 0))[0]
+    partner[holders] = given[holders]
+    partner[given[holders]] = holders
+    running = running.copy()
+    running[given[holders]] = True
+    return np.asarray(running, bool), partner
 
 
 def solve_policy(
@@ -215,8 +241,9 @@ def _groups(
     reasons = [""] * m
     groups: list[ColocationGroup] = []
     done = np.zeros(m, bool)
-    partner = hist.colocated_with if hist.colocated_with.size == m else np.full(m, -1)
-    for a in np.nonzero(hist.running(m))[0].tolist():
+    running, partner = _running_with_partners(problem)
+    holding = running & (hist.current_type >= 0 if hist.current_type.size == m else False)
+    for a in np.nonzero(holding)[0].tolist():
         if done[a]:
             continue
         b = int(mate[a]) if inst.running[a] else int(partner[a])
@@ -246,6 +273,11 @@ def _groups(
         usable = np.nonzero(problem.usable[list(members)].all(axis=0))[0]
         if q >= 0 and pair_type[p, q] >= 0:
             usable = np.array([pair_type[p, q]])
+        if usable.size == 0:
+            for i in members:
+                status[i], reasons[i] = JobStatus.UNSERVABLE, NO_USABLE_TYPE
+                done[i] = True
+            continue
         placed = None if blocked else place_group(problem, free, devices, usable)
         if placed is None:
             for i in members:

@@ -12,17 +12,30 @@ How it is solved fast and exactly:
    permutations is optimal and gives them identical rows. The LP over classes (capacity rows
    weighted by the class size k_c) therefore has the same optimum, and per-job duals are the
    class duals divided by k_c. Catalog workloads collapse from 10^5 jobs to ~10^2 classes.
-2. **Pattern pricing (active set).** Given capacity prices pi and the level t, each job's
+2. **Closed form** when capacity does not bind (`_solve_uncongested`); one LP over all classes
+   (Clarabel) up to `SAMPLE_CLASSES` classes.
+3. **Prices from the dual.** Above that, capacity prices come first (`level_prices`): the
+   Lagrangian dual of the capacity rows, D(pi) = W.pi + max_t [t - sum_i k_i c_i(pi, t)] with
+   c_i a class's cheapest cost to reach level t, is minimized by cutting planes over the n
+   prices, each evaluation a vectorized O(m n^2) pass (the rows' cost hulls) minimized along
+   the price ray. It stops at a proven relative gap of 1e-5 (about 20 evaluations), when the
+   prices are within about 1e-3 of optimal ones. Where its two bounds meet (t* = min_i max_j
+   a[i,j] with devices to spare, which the closed form misses) its own plan, the convex
+   combination of the plans it met, is the answer.
+4. **Pattern pricing (active set).** Given capacity prices pi and the level t, each job's
    cheapest way to reach level t is a *pattern*: one type j at time t/a_j, or two types at
    full time (the per-job LP has two rows, so a basic optimum has at most two non-zeros).
    Jobs whose best pattern is clear are eliminated: their device use is affine in t and enters
-   the capacity rows as one column. Only "ambiguous" jobs (near ties) stay as variables. After
-   each reduced solve, every eliminated job is re-priced; one whose pattern is no longer
-   optimal joins the ambiguous set, until none is. The stationarity of an optimal pattern is
-   exactly dual feasibility of the full LP for that job (y_i = s_i pi_j / a_j, sigma_i = 0 for
-   a single type; y_i = s_i (pi_2-pi_1)/(a_2-a_1), sigma_i = y_i a_1 - s_i pi_1 for a pair), so
-   the final duals certify the full LP.
-3. **Certificate, independent of the method.** The returned X is repaired onto the feasible
+   the capacity rows as one column. Only "ambiguous" jobs (near ties, within a relative band
+   of max(2e-3, 3 x the price search's gap)) stay as variables. After each reduced solve, every
+   eliminated job is re-priced; one whose pattern is no longer optimal joins the ambiguous
+   set, until none is (a stalled round is settled with exchange columns that carry the
+   eliminated jobs' dual constraints; if rounds run out, the full LP). The stationarity of an
+   optimal pattern is exactly dual feasibility of the full LP for that job (y_i = s_i pi_j /
+   a_j, sigma_i = 0 for a single type; y_i = s_i (pi_2-pi_1)/(a_2-a_1), sigma_i = y_i a_1 -
+   s_i pi_1 for a pair), so the final duals certify the full LP. With the prices of step 3
+   one reduced LP of a few hundred rows usually settles 10^5 jobs.
+5. **Certificate, independent of the method.** The returned X is repaired onto the feasible
    set (clip, scale rows and columns) and its minimum level recomputed; the duals are repaired
    onto the dual feasible set (y normalized, sigma recomputed as the smallest feasible value),
    and their objective is a proven upper bound. The gap between the two is reported; the
@@ -32,13 +45,16 @@ How it is solved fast and exactly:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from apportion.formulations import level_prices
+from apportion.formulations.level_prices import LevelRows, PriceSearch
 from apportion.formulations.normalizers import proportional_throughput, repair_time_share
+from apportion.solver.backends.highs import highs_version
 from apportion.solver.backends.lp import solve_lp
 from apportion.solver.backends.status import SolverResult, SolverStatus
 from apportion.solver.certificate import termination
@@ -60,19 +76,23 @@ from apportion.solver.result import (
     Termination,
     relative_gap,
 )
+from apportion.solver.row_classes import identical_rows
 
-SAMPLE_CLASSES = 2000
-"""Class count above which the active-set method is used (below: one LP over all classes)."""
+SAMPLE_CLASSES = 400
+"""Class count above which the active-set method is used (below: one LP over all classes,
+which Clarabel solves faster than the price search runs up to about this size)."""
+BAND_PER_GAP = 3.0
+"""The first near-tie band is this multiple of the price search's proven relative gap."""
 MAX_ACTIVE_SET_ROUNDS = 40
 """Reduced LPs before falling back to the full LP."""
 INITIAL_BAND = 0.02
-"""Relative cost band within which a row counts as a near tie at the sampled prices."""
+"""Largest relative cost band within which a row counts as a near tie at the first prices."""
+RECOVERED_GAP = 1e-10
+"""A price search whose proven bounds are this close (relative) answers by itself."""
 MAX_EXPLICIT_FRACTION = 0.5
 """Above this share of explicit rows the full LP is solved instead."""
 MAX_RELAXED_ROWS = 5000
 """Explicit rows up to which a stalled round is settled with exchange columns."""
-OWNER_BAND = 1e-3
-"""Rows within this relative band of an exchange column's bound are made explicit with it."""
 MIN_BAND = 2e-3
 """Smallest near-tie band in later rounds."""
 CERTIFIED_FRACTION = 1e-7
@@ -131,9 +151,8 @@ def level_coefficients(
 
 def aggregate(a: FloatArray, s: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, IntArray]:
     """Classes of identical (a row, s): (class a, class s, class size k, job -> class index)."""
-    key = np.concatenate([a, s[:, None]], axis=1)
-    uniq, inverse, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
-    return uniq[:, :-1], uniq[:, -1], counts.astype(np.float64), inverse.reshape(-1)
+    first, inverse, counts = identical_rows(np.concatenate([a, s[:, None]], axis=1))
+    return a[first], s[first], counts.astype(np.float64), inverse
 
 
 def _build_full(
@@ -308,31 +327,80 @@ def _exchange_columns(
     return np.stack(columns, axis=1), owners, movable
 
 
-def _patterns(
-    a: FloatArray, s: FloatArray, pi: FloatArray, t: float
-) -> tuple[FloatArray, NDArray[np.int64], NDArray[np.int64]]:
-    """Per-row cost of every pattern at prices pi and level t (inf where not valid).
-
-    Patterns: p < n is type p alone (time t/a_p <= 1); then every pair (j1, j2), j1 < j2, at
-    full time with levels bracketing t. Returns (cost (m, P), first type, second type)."""
-    n = a.shape[1]
-    pos = a > 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        single = np.where(
-            pos & (a >= t), s[:, None] * pi[None, :] * t / np.where(pos, a, 1.0), np.inf
-        )
+def _pattern_types(n: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Pattern p < n is type p alone (time t/a_p <= 1); then every pair (j1, j2), j1 < j2, at
+    full time with levels bracketing t. Returns (first type, second type) per pattern."""
     j1, j2 = np.triu_indices(n, k=1)
-    lo = np.minimum(a[:, j1], a[:, j2])
-    hi = np.maximum(a[:, j1], a[:, j2])
-    valid = pos[:, j1] & pos[:, j2] & (lo < t) & (t < hi)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        frac_hi = np.where(valid, (t - lo) / np.where(valid, hi - lo, 1.0), 0.0)
-    pi_lo = np.where(a[:, j1] <= a[:, j2], pi[j1][None, :], pi[j2][None, :])
-    pi_hi = np.where(a[:, j1] <= a[:, j2], pi[j2][None, :], pi[j1][None, :])
-    pair = np.where(valid, s[:, None] * (pi_lo * (1 - frac_hi) + pi_hi * frac_hi), np.inf)
-    first = np.concatenate([np.arange(n), j1])
-    second = np.concatenate([np.arange(n), j2])
-    return np.concatenate([single, pair], axis=1), first, second
+    return (np.concatenate([np.arange(n), j1]).astype(np.int64),
+            np.concatenate([np.arange(n), j2]).astype(np.int64))
+
+
+def _pattern_costs(
+    levels: FloatArray, s: FloatArray, pi: FloatArray, t: float
+) -> tuple[FloatArray, NDArray[np.int64], FloatArray]:
+    """Cheapest valid pattern per row at prices pi and level t: (its cost, its index, the
+    runner-up's cost); costs are +inf where no (second) pattern is valid. `levels` (n, m) is
+    the rows' level coefficients by type (0 = not allowed)."""
+    n, m = levels.shape
+    best = np.full(m, np.inf)
+    runner_up = np.full(m, np.inf)
+    pattern = np.zeros(m, dtype=np.int64)
+
+    def offer(cost: FloatArray, index: int) -> None:
+        better = cost < best
+        np.copyto(runner_up, np.where(better, best, np.minimum(runner_up, cost)))
+        np.copyto(best, cost, where=better)
+        np.copyto(pattern, index, where=better)
+
+    for j in range(n):
+        offer(_single_cost(levels[j], s, pi[j], t), j)
+    index = n
+    for j1 in range(n):
+        for j2 in range(j1 + 1, n):
+            offer(_pair_cost(levels[j1], levels[j2], s, pi[j1], pi[j2], t), index)
+            index += 1
+    return best, pattern, runner_up
+
+
+def _single_cost(
+    level: FloatArray, s: FloatArray, price: FloatArray | float, t: float
+) -> FloatArray:
+    """Cost of reaching level t on one type (time t/level <= 1), +inf where not valid."""
+    cost = np.full(level.shape, np.inf)
+    np.divide(s * (price * t), level, out=cost, where=(level > 0) & (level >= t))
+    return cost
+
+
+def _pair_cost(
+    level1: FloatArray, level2: FloatArray, s: FloatArray, price1: FloatArray | float,
+    price2: FloatArray | float, t: float,
+) -> FloatArray:
+    """Cost of reaching level t at full time on two types whose levels bracket t strictly
+    (+inf elsewhere)."""
+    low = np.minimum(level1, level2)
+    high = np.maximum(level1, level2)
+    valid = (low > 0) & (low < t) & (t < high)
+    share_high = np.zeros(level1.shape)
+    np.divide(t - low, high - low, out=share_high, where=valid)
+    first_low = level1 <= level2
+    price_low = np.where(first_low, price1, price2)
+    price_high = np.where(first_low, price2, price1)
+    return np.where(valid, s * (price_low + share_high * (price_high - price_low)), np.inf)
+
+
+def _own_pattern_cost(
+    levels: FloatArray, s: FloatArray, pi: FloatArray, t: float, pattern: NDArray[np.int64],
+    first: NDArray[np.int64], second: NDArray[np.int64],
+) -> FloatArray:
+    """Cost of each row's own `pattern` at (pi, t), +inf where it is not valid at t."""
+    cols = np.arange(levels.shape[1])
+    j1, j2 = first[pattern], second[pattern]
+    level1, level2 = levels[j1, cols], levels[j2, cols]
+    return np.where(
+        j1 == j2,
+        _single_cost(level1, s, pi[j1], t),
+        _pair_cost(level1, level2, s, pi[j1], pi[j2], t),
+    )
 
 
 def _pattern_use(
@@ -393,7 +461,6 @@ def solve_levels(
     solver: SolverPreference = SolverPreference.AUTO,
     deadline: Deadline = NO_DEADLINE,
     threads: int = 0,
-    seed: int = 0,
 ) -> LevelSolution:
     """Solve the max-min LP over rows of `lp` (jobs or classes). AUTO = active set (exact)."""
     if solver is SolverPreference.AUTO:
@@ -402,24 +469,8 @@ def solve_levels(
             return uncongested
     if solver is not SolverPreference.AUTO or lp.a.shape[0] <= SAMPLE_CLASSES:
         chosen = SolverPreference.CLARABEL if solver is SolverPreference.AUTO else solver
-        out = _solve_classes(lp, chosen, deadline, threads)
-        res = out.result
-        return LevelSolution(
-            out.t,
-            out.X,
-            out.pi,
-            out.y,
-            res.status,
-            res.solver,
-            res.solver_version,
-            res.solve_time_s,
-            int(np.count_nonzero(lp.a)) + 1,
-            out.rows,
-            out.nonzeros,
-            "full LP",
-            res.detail,
-        )
-    return _active_set(lp, deadline, threads, seed)
+        return _full_lp(lp, chosen, deadline, threads, "full LP")
+    return _active_set(lp, deadline, threads)
 
 
 def _solve_uncongested(lp: LevelProblem) -> LevelSolution | None:
@@ -451,40 +502,47 @@ def _solve_uncongested(lp: LevelProblem) -> LevelSolution | None:
     )
 
 
-def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -> LevelSolution:
+def _active_set(lp: LevelProblem, deadline: Deadline, threads: int) -> LevelSolution:
+    """Prices from the Lagrangian dual (`level_prices`), then the active set on the rows near
+    a tie at those prices until every eliminated row is dual feasible (module docstring)."""
+    started = time.perf_counter()
     m, n = lp.a.shape
-    rng = np.random.default_rng(seed)
-    # Initial prices: the LP on a sample of rows with proportionally scaled capacity.
-    total = lp.k.sum()
-    sample = rng.choice(m, size=SAMPLE_CLASSES, replace=False, p=lp.k / total)
-    sub = LevelProblem(lp.a[sample], lp.s[sample], lp.W, lp.k[sample])
-    scale = sub.k.sum() / total
-    first_out = _solve_classes(
-        sub, SolverPreference.CLARABEL, deadline, threads, rhs_capacity=lp.W * scale
-    )
-    t = first_out.t
-    pi = first_out.pi / scale  # prices per device of the full cluster
-    solve_time = first_out.result.solve_time_s
+    priced = lp.W > 0  # a type without devices takes no time share (its capacity row is 0)
+    a = lp.a if priced.all() else np.where(priced[None, :], lp.a, 0.0)
+    if not np.all(a.max(axis=1) > 0):  # a row reaches no level: t* = 0, nothing to price
+        return _full_lp(lp, SolverPreference.CLARABEL, deadline, threads,
+                        "full LP (a row can use no type)")
+    rows = LevelRows.build(a[:, priced], lp.s, lp.k, lp.W[priced])
+    search = PriceSearch(rows, np.ones(rows.num_types))  # from every device priced alike
+    search.run(level_prices.PRICE_GAP, level_prices.MAX_EVALUATIONS, deadline)
+    pi = np.zeros(n)
+    pi[priced] = search.best.pi
+    searched = f"{search.evaluations} price evaluations, gap {search.gap:.1e}"
+    if deadline.expired() or search.gap <= RECOVERED_GAP:
+        return _price_search_solution(
+            lp, priced, search, time.perf_counter() - started, deadline.expired()
+        )
+    t = search.lower_bound if search.lower_bound > 0 else search.best.level
+    band = float(np.clip(BAND_PER_GAP * search.gap, MIN_BAND, INITIAL_BAND))
+    solve_time = time.perf_counter() - started
+    levels = np.ascontiguousarray(a.T)
+    first, second = _pattern_types(n)
     used_tolerance = 1e-7 * max(1.0, float(lp.W.max()))
-    band = INITIAL_BAND
     forced = np.zeros(m, dtype=bool)
-    cost, first, second = _patterns(lp.a, lp.s, pi, t)
+    best, pattern, runner_up = _pattern_costs(levels, lp.s, pi, t)
     iterations = 0
     settled = False
+    status = SolverStatus.OPTIMAL
     while iterations < MAX_ACTIVE_SET_ROUNDS:
         iterations += 1
-        pattern = np.argmin(cost, axis=1)
-        order = np.sort(cost, axis=1)
-        best = order[:, 0]
-        runner_up = order[:, 1] if order.shape[1] > 1 else np.full(m, np.inf)
         ambiguous = forced | ~np.isfinite(best) | (runner_up <= best * (1 + band) + 1e-300)
-        ambiguous |= _near_boundary(lp.a, t, band)
+        ambiguous |= _near_level(levels, t, band)
         amb = np.nonzero(ambiguous)[0]
         fix = np.nonzero(~ambiguous)[0]
         if amb.size > MAX_EXPLICIT_FRACTION * m:
             break
-        const, slope = _pattern_use(lp.a[fix], lp.s[fix], lp.k[fix], pattern[fix], first, second, n)
-        reduced = LevelProblem(lp.a[amb], lp.s[amb], lp.W, lp.k[amb])
+        const, slope = _pattern_use(a[fix], lp.s[fix], lp.k[fix], pattern[fix], first, second, n)
+        reduced = LevelProblem(a[amb], lp.s[amb], lp.W, lp.k[amb])
         out = _solve_classes(
             reduced,
             SolverPreference.CLARABEL,
@@ -495,14 +553,20 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -
         )
         res, t, Xa, pi, ya = out.result, out.t, out.X, out.pi, out.y
         solve_time += res.solve_time_s
-        if res.status.limit_reached or deadline.expired():
-            settled = True  # report what we have; the certificate says how good it is
+        status = res.status
+        if not res.solved and (res.status.limit_reached or deadline.expired()):
+            # time is up before this round's plan: the price search's plan and bound
+            return _price_search_solution(
+                lp, priced, search, time.perf_counter() - started, cut=True
+            )
+        if deadline.expired():  # a restricted plan, not verified: the certificate says how good
+            status, settled = SolverStatus.TIME_LIMIT, True
             break
         if not res.solved:
             break  # e.g. a wrong set of two-type patterns made the reduced LP infeasible
         # Re-price every row at the new (pi, t): an eliminated row whose pattern is no longer
         # optimal (or valid at t) violates dual feasibility of the full LP.
-        violated = _violations(lp, fix, pattern, pi, t)
+        violated = _violations(levels, lp.s, fix, pattern, pi, t, first, second)
         if not violated.any():
             settled = True
             break
@@ -511,10 +575,10 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -
         # value is a proven upper bound; if the restricted plan reaches it, we are done.
         if amb.size > MAX_RELAXED_ROWS:  # large: cheaper to make the violators explicit
             forced[fix[violated]] = True
-            cost, first, second = _patterns(lp.a, lp.s, pi, t)
+            best, pattern, runner_up = _pattern_costs(levels, lp.s, pi, t)
             band = max(band / 10, MIN_BAND)
             continue
-        fixed = LevelProblem(lp.a[fix], lp.s[fix], lp.W, lp.k[fix])
+        fixed = LevelProblem(a[fix], lp.s[fix], lp.W, lp.k[fix])
         exchange, owners, movable = _exchange_columns(fixed, pattern[fix], first, second, t)
         relaxed = _solve_classes(
             reduced,
@@ -528,7 +592,9 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -
         solve_time += relaxed.result.solve_time_s
         relaxed_ok = relaxed.result.solved
         certified = relaxed_ok and t >= relaxed.t * (1 - CERTIFIED_FRACTION)
-        if certified and not _violations(lp, fix, pattern, relaxed.pi, relaxed.t).any():
+        if certified and not _violations(
+            levels, lp.s, fix, pattern, relaxed.pi, relaxed.t, first, second
+        ).any():
             pi, ya = relaxed.pi, relaxed.y
             settled = True
             break
@@ -541,35 +607,22 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -
             pi = relaxed.pi
         else:
             forced[fix[violated]] = True
-        cost, first, second = _patterns(lp.a, lp.s, pi, t)
+        best, pattern, runner_up = _pattern_costs(levels, lp.s, pi, t)
         band = max(band / 10, MIN_BAND)
     if not settled:
         # Did not settle: solve the whole LP (still exact, only slower).
-        full = solve_levels(lp, SolverPreference.CLARABEL, deadline, threads)
-        return LevelSolution(
-            full.t,
-            full.X,
-            full.pi,
-            full.y,
-            full.status,
-            full.solver,
-            full.solver_version,
-            solve_time + full.solve_time_s,
-            full.variables,
-            full.constraints,
-            full.nonzeros,
-            f"full LP after {iterations} active-set rounds",
-            full.detail,
-        )
+        full = _full_lp(lp, SolverPreference.CLARABEL, deadline, threads,
+                        f"full LP after {iterations} active-set rounds ({searched})")
+        return replace(full, solve_time_s=solve_time + full.solve_time_s)
     X = np.zeros((m, n))
     X[amb] = Xa
-    X[fix] = _pattern_time(lp.a[fix], pattern[fix], first, second, t, n)
+    X[fix] = _pattern_time(a[fix], pattern[fix], first, second, t, n)
     y = np.zeros(m)
     y[amb] = ya
     # Eliminated rows: y from the stationarity of their pattern (class dual = k * job dual).
     rows_f = np.arange(fix.size)
     j1, j2 = first[pattern[fix]], second[pattern[fix]]
-    af = lp.a[fix]
+    af = a[fix]
     single = j1 == j2
     yf = np.zeros(fix.size)
     yf[single] = lp.s[fix][single] * pi[j1[single]] / af[rows_f[single], j1[single]]
@@ -577,38 +630,122 @@ def _active_set(lp: LevelProblem, deadline: Deadline, threads: int, seed: int) -
     pr = ~single
     yf[pr] = lp.s[fix][pr] * (pi[j2[pr]] - pi[j1[pr]]) / (a2[pr] - a1[pr])
     y[fix] = yf * lp.k[fix]
+    if status is SolverStatus.TIME_LIMIT:
+        # cut before the round was verified: the price search's proven duals, and its plan
+        # where it is the better one (the restricted plan's patterns may be invalid at t)
+        y = search.best.multipliers()
+        pi = np.zeros(n)
+        pi[priced] = search.best.pi
+        recovered = np.zeros((m, n))
+        recovered[:, priced] = search.plan()
+        if _least_level(lp, recovered) > _least_level(lp, X):
+            X, t = recovered, search.lower_bound
     return LevelSolution(
         t,
         X,
-        pi,
+        _price_unpriced(lp, priced, pi, y),
         y,
-        res.status,
+        status,
         res.solver,
         res.solver_version,
         solve_time,
         int(np.count_nonzero(reduced.a)) + 1,
         out.rows,
         out.nonzeros,
-        f"active set ({iterations} reduced LPs, {amb.size} of {m} rows explicit)",
+        f"active set ({searched}; {iterations} reduced LPs, {amb.size} of {m} rows explicit)",
         res.detail,
     )
 
 
+def _full_lp(
+    lp: LevelProblem, solver: SolverPreference, deadline: Deadline, threads: int, method: str
+) -> LevelSolution:
+    """The LP over every row of `lp`, in one solve."""
+    out = _solve_classes(lp, solver, deadline, threads)
+    res = out.result
+    return LevelSolution(
+        out.t,
+        out.X,
+        out.pi,
+        out.y,
+        res.status,
+        res.solver,
+        res.solver_version,
+        res.solve_time_s,
+        int(np.count_nonzero(lp.a)) + 1,
+        out.rows,
+        out.nonzeros,
+        method,
+        res.detail,
+    )
+
+
+def _price_search_solution(
+    lp: LevelProblem, priced: NDArray[np.bool_], search: PriceSearch, elapsed: float,
+    cut: bool,
+) -> LevelSolution:
+    """The price search's own answer: the plan recovered from its cutting-plane model (level
+    >= its lower bound) and the multipliers that prove D(best prices). Exact when the bounds
+    meet (e.g. t* = u_min with spare devices); otherwise what there is when time ran out."""
+    m, n = lp.a.shape
+    X = np.zeros((m, n))
+    X[:, priced] = search.plan()
+    pi = np.zeros(n)
+    pi[priced] = search.best.pi
+    y = search.best.multipliers()
+    how = f"{search.evaluations} price evaluations, gap {search.gap:.1e}"
+    return LevelSolution(
+        search.lower_bound, X, _price_unpriced(lp, priced, pi, y), y,
+        SolverStatus.TIME_LIMIT if cut else SolverStatus.OPTIMAL, "highs", highs_version(),
+        elapsed, 0, 0, 0,
+        f"active set: price search cut by the deadline ({how})" if cut
+        else f"active set: bounds met by the price search ({how})",
+        "time limit" if cut else "",
+    )
+
+
+def _least_level(lp: LevelProblem, X: FloatArray) -> float:
+    """The least level of the rows' plans X once repaired onto the devices (as `certify`
+    does for the jobs)."""
+    repaired = repair_time_share(X, lp.a > 0, lp.k * lp.s, lp.W)
+    return float(np.einsum("ij,ij->i", lp.a, repaired).min(initial=np.inf))
+
+
+def _price_unpriced(
+    lp: LevelProblem, priced: NDArray[np.bool_], pi: FloatArray, y: FloatArray
+) -> FloatArray:
+    """pi with every type without devices priced high enough that no cell of it needs sigma:
+    pi_j = max_i y_i a[i,j] / (k_i s_i) (it adds W_j pi_j = 0 to the dual objective)."""
+    if priced.all():
+        return pi
+    out = pi.copy()
+    per_job = y / (lp.k * lp.s)
+    for j in np.nonzero(~priced)[0]:
+        out[j] = float(np.max(per_job * lp.a[:, j], initial=0.0))
+    return out
+
+
 def _violations(
-    lp: LevelProblem, fix: NDArray[np.int64], pattern: NDArray[np.int64], pi: FloatArray, t: float
+    levels: FloatArray, s: FloatArray, fix: NDArray[np.int64], pattern: NDArray[np.int64],
+    pi: FloatArray, t: float, first: NDArray[np.int64], second: NDArray[np.int64],
 ) -> NDArray[np.bool_]:
     """Eliminated rows whose pattern is not a cheapest valid one at (pi, t), i.e. whose
     stationarity-derived duals are not feasible for the full LP."""
-    cost, _, _ = _patterns(lp.a[fix], lp.s[fix], pi, t)
-    best = cost.min(axis=1)
-    mine = cost[np.arange(fix.size), pattern[fix]]
+    sub = levels[:, fix]
+    best, _, _ = _pattern_costs(sub, s[fix], pi, t)
+    mine = _own_pattern_cost(sub, s[fix], pi, t, pattern[fix], first, second)
     violated = ~np.isfinite(mine) | (mine > best * (1 + 1e-9) + 1e-12)
-    return np.asarray(violated | _near_boundary(lp.a[fix], t, 1e-9))
+    return np.asarray(violated | _near_level(sub, t, 1e-9))
 
 
-def _near_boundary(a: FloatArray, t: float, band: float) -> NDArray[np.bool_]:
-    """Rows with an allowed cell whose level a[i,j] is within `band` (relative) of t."""
-    return np.asarray(((a > 0) & (np.abs(a - t) <= band * max(t, 1e-300))).any(axis=1))
+def _near_level(levels: FloatArray, t: float, band: float) -> NDArray[np.bool_]:
+    """Rows with an allowed cell whose level is within `band` (relative) of t; `levels` by type
+    (n, m)."""
+    near = np.zeros(levels.shape[1], dtype=bool)
+    width = band * max(t, 1e-300)
+    for level in levels:
+        near |= (level > 0) & (np.abs(level - t) <= width)
+    return near
 
 
 @dataclass(frozen=True)
@@ -672,7 +809,7 @@ def solve_policy(
     ca, cs, ck, inverse = aggregate(a, s)
     build_time = time.perf_counter() - started
     lp = LevelProblem(ca, cs, W, ck)
-    sol = solve_levels(lp, options.solver, deadline, options.threads, options.seed)
+    sol = solve_levels(lp, options.solver, deadline, options.threads)
     X = sol.X[inverse]
     y = sol.y[inverse] / ck[inverse]
     cert_started = time.perf_counter()

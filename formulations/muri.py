@@ -5,16 +5,21 @@ The core works on plain arrays (`MuriInstance`):
 * `admitted`: Muri's admission. Jobs in priority order (Muri-S: least remaining GPU-time
   first; Muri-L: least attained GPU-time first); each job that still fits takes a slot of its
   GPU count, which admits it and the next MAX_GROUP_SIZE - 1 jobs of the same GPU count.
+  A group always runs on one accelerator type every member can use (throughput > 0, at least
+  its GPU count of devices), within that type's GPUs.
 * `matching_groups`: Muri's grouping. Per GPU count, one vertex per group, an edge when the
-  union has at most `max_group_size` jobs and its used ratio w = sum_i sum_r t_i^r /
+  union has at most `max_group_size` jobs, a type all its members can use, and its used
+  ratio w = sum_i sum_r t_i^r /
   (R * period) exceeds lambda * size / R; a maximum-weight matching (exact, certified by
   `apportion.formulations.matching`) merges pairs while the admitted jobs need more GPUs than
   the cluster has; rounds repeat (pairs, then pairs of pairs). Groups slower than their members
-  run one after another are split again (autopack); groups are admitted in priority order.
+  run one after another are split again (autopack); groups are admitted in priority order,
+  each on the first type (cluster order) its members can use with its GPUs free.
 * `exact_groups`: the set packing those rounds approximate. Every group of 1..max_group_size
-  admitted jobs of one GPU count is a column of value sum_i w_i * solo_i / period (the members'
-  weighted throughput relative to running alone); choose disjoint columns within the cluster's
-  GPUs, maximizing the total. A HiGHS MIP with a proven bound; the matching plan is a feasible
+  admitted jobs of one GPU count, on every type all its members can use, is a column of value
+  sum_i w_i * solo_i / period (the members' weighted throughput relative to running alone);
+  choose columns with every job at most once and within every type's GPUs, maximizing the
+  total. A HiGHS MIP with a proven bound; the matching plan is a feasible
   point of it, so its objective is never above the exact one.
 
 `grouping_value` is that objective for any grouping, the common yardstick of the plan and the
@@ -33,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from apportion.formulations.group_placement import free_devices, place_group
-from apportion.formulations.group_plans import groups_plan
+from apportion.formulations.group_plans import NO_USABLE_TYPE, groups_plan
 from apportion.formulations.interleave import STAGES, best_periods
 from apportion.formulations.matching import Matching, greedy_matching, max_weight_matching
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
@@ -82,10 +87,27 @@ class MuriInstance:
     sort_merges: bool = True
     """Merge the heaviest pairs first (False: Muri's list order, whose sort is a no-op)."""
     autopack: bool = True
+    type_gpus: IntArray | None = None
+    """(n,) GPUs of each accelerator type (None: one type with all `cluster_gpus`)."""
+    usable: np.ndarray | None = None
+    """(m, n) bool: the job has throughput on the type (None: every job on every type)."""
 
     @property
     def num_jobs(self) -> int:
         return int(self.gpus.size)
+
+    def capacity(self) -> IntArray:
+        """(n,) GPUs of each accelerator type."""
+        if self.type_gpus is None:
+            return np.array([self.cluster_gpus], np.int64)
+        return self.type_gpus
+
+    def runs_on(self) -> np.ndarray:
+        """(m, n) bool: the job can run on the type (usable, and its GPUs fit the type)."""
+        capacity = self.capacity()
+        usable = (np.ones((self.num_jobs, capacity.size), bool) if self.usable is None
+                  else self.usable)
+        return np.asarray(usable & (self.gpus[:, None] <= capacity[None, :]))
 
     def solo_s(self) -> FloatArray:
         """(m,) iteration time of each job alone (s, with the overhead of a job alone)."""
@@ -101,6 +123,8 @@ class Grouping:
     """(G,) period of each group (s, with overheads)."""
     running: np.ndarray
     """(G,) bool: the group got GPUs."""
+    type_index: IntArray
+    """(G,) the accelerator type of each running group (-1 = not running)."""
     objective: float
     """`grouping_value` of the running groups."""
     matchings: tuple[Matching, ...] = ()
@@ -151,10 +175,10 @@ def grouping_value(instance: MuriInstance, groups: tuple[tuple[int, ...], ...],
 
 
 def admitted(instance: MuriInstance) -> IntArray:
-    """Muri's admitted jobs, in priority order (module docstring); a NaN priority is never
-    admitted."""
+    """Muri's admitted jobs, in priority order (module docstring); a job with a NaN priority
+    or no type it can run on is never admitted."""
     order = np.argsort(instance.priority, kind="stable")
-    order = order[~np.isnan(instance.priority[order])]
+    order = order[~np.isnan(instance.priority[order]) & instance.runs_on()[order].any(axis=1)]
     buckets: dict[int, list[int]] = {}
     for i in order.tolist():
         buckets.setdefault(int(instance.gpus[i]), []).append(i)
@@ -192,6 +216,9 @@ def _merge_weights(instance: MuriInstance, nodes: list[tuple[int, ...]]) -> Floa
         padded[row, : len(node)] = node
     busy = instance.stage_s.sum(axis=1)
     lam = instance.weight_threshold
+    # types every member of each node can use (padding: a row of True): a merge needs one
+    runs_on = np.vstack([instance.runs_on(), np.ones((1, instance.capacity().size), bool)])
+    node_types = np.asarray(runs_on[padded].all(axis=1))
     for sa, sb in itertools.product(range(1, instance.max_group_size), repeat=2):
         k = sa + sb
         if k > instance.max_group_size:
@@ -210,6 +237,7 @@ def _merge_weights(instance: MuriInstance, nodes: list[tuple[int, ...]]) -> Floa
         ratio = busy[members].sum(axis=1) / (STAGES * period)
         floor = lam * k / STAGES
         ok = (ratio > floor) & ~np.isclose(ratio, floor, rtol=1e-5, atol=0.0)
+        ok &= (node_types[a] & node_types[b]).any(axis=1)
         weight[a[ok], b[ok]] = ratio[ok]
         weight[b[ok], a[ok]] = ratio[ok]
     return weight
@@ -288,27 +316,36 @@ def _autopack(instance: MuriInstance, groups: list[tuple[int, ...]]) -> list[tup
 
 
 def _admit_groups(instance: MuriInstance, groups: list[tuple[int, ...]],
-                  matchings: tuple[Matching, ...], detail: str) -> Grouping:
-    """Order groups by their best member's priority, give GPUs while they last, and put each
-    group's members in their best pipeline order."""
+                  matchings: tuple[Matching, ...], detail: str,
+                  types: list[int] | None = None) -> Grouping:
+    """Order groups by their best member's priority, give each GPUs of one type its members
+    can use while they last (`types`: the type of each group, else the first in cluster order
+    with its GPUs free), and put each group's members in their best pipeline order."""
     key = [min(float(instance.priority[i]) for i in members) for members in groups]
     first = [min(members) for members in groups]
     order = sorted(range(len(groups)), key=lambda g: (key[g], first[g]))
-    free = instance.cluster_gpus
+    free = instance.capacity().copy()
+    runs_on = instance.runs_on()
     ordered: list[tuple[int, ...]] = []
     running = np.zeros(len(groups), bool)
+    type_index = np.full(len(groups), -1, np.int64)
     for rank, g in enumerate(order):
         members = groups[g]
         need = int(instance.gpus[members[0]])
-        if need <= free:
-            free -= need
+        room = runs_on[list(members)].all(axis=0) & (free >= need)
+        if types is not None:
+            room &= np.arange(free.size) == types[g]
+        if room.any():
+            j = int(np.argmax(room))
+            free[j] -= need
             running[rank] = True
+            type_index[rank] = j
         if len(members) > 1:
             _, best = period_of(instance, np.array([members], np.int64))
             members = tuple(int(i) for i in best[0])
         ordered.append(members)
     objective, periods = grouping_value(instance, tuple(ordered), running)
-    return Grouping(tuple(ordered), periods, running, objective, matchings, detail)
+    return Grouping(tuple(ordered), periods, running, type_index, objective, matchings, detail)
 
 
 def candidate_groups(instance: MuriInstance, candidates: IntArray) -> list[IntArray]:
@@ -329,9 +366,14 @@ def candidate_groups(instance: MuriInstance, candidates: IntArray) -> list[IntAr
 
 
 def count_candidate_groups(instance: MuriInstance, candidates: IntArray) -> int:
-    counts: dict[int, int] = {}
+    """Columns of the set packing: groups of candidates of one GPU count, per type all their
+    members can use."""
+    counts: dict[tuple[int, int], int] = {}
+    runs_on = instance.runs_on()
     for i in candidates.tolist():
-        counts[int(instance.gpus[i])] = counts.get(int(instance.gpus[i]), 0) + 1
+        for j in np.nonzero(runs_on[i])[0].tolist():
+            key = (int(instance.gpus[i]), j)
+            counts[key] = counts.get(key, 0) + 1
     return sum(
         math.comb(c, k) for c in counts.values() for k in range(1, instance.max_group_size + 1)
     )
@@ -352,29 +394,35 @@ def exact_groups(
     if total > MAX_SET_PACKING_COLUMNS:
         raise ValueError(
             f"{total} candidate groups (groups of up to {instance.max_group_size} of the "
-            f"{candidates.size} admitted jobs per GPU count) exceed {MAX_SET_PACKING_COLUMNS}"
+            f"{candidates.size} admitted jobs per GPU count and type) exceed "
+            f"{MAX_SET_PACKING_COLUMNS}"
         )
     groups = candidate_groups(instance, candidates)
+    runs_on = instance.runs_on()
     members_list: list[IntArray] = []
     orders: list[IntArray] = []
     values: list[FloatArray] = []
     gpus: list[IntArray] = []
-    periods: list[FloatArray] = []
+    kinds: list[IntArray] = []
     for block in groups:
         if block.shape[0] == 0:
             continue
         period, order = period_of(instance, block)
-        members_list.append(block)
-        orders.append(order)
-        values.append(group_values(instance, block, period))
-        gpus.append(instance.gpus[block[:, 0]])
-        periods.append(period)
+        # one column per (group, type all its members can use)
+        g_idx, t_idx = np.nonzero(runs_on[block].all(axis=1))
+        members_list.append(block[g_idx])
+        orders.append(order[g_idx])
+        values.append(group_values(instance, block, period)[g_idx])
+        gpus.append(instance.gpus[block[g_idx, 0]])
+        kinds.append(t_idx.astype(np.int64))
     m = instance.num_jobs
-    if not members_list:
+    capacity = instance.capacity()
+    if not members_list or sum(b.shape[0] for b in members_list) == 0:
         empty = _admit_groups(instance, [], (), "no admitted job")
         return ExactGroups(empty, SolverStatus.OPTIMAL, 0.0, 0)
     value = np.concatenate(values)
     gpu = np.concatenate(gpus)
+    kind = np.concatenate(kinds)
     cols = np.concatenate(
         [np.repeat(np.arange(b.shape[0]), b.shape[1]) + off
          for b, off in zip(members_list, np.cumsum([0] + [b.shape[0] for b in members_list])[:-1],
@@ -385,14 +433,15 @@ def exact_groups(
     matrix = sp.vstack(
         [
             sp.csc_matrix((np.ones(rows.size), (rows, cols)), shape=(m, count)),
-            sp.csc_matrix(gpu.astype(np.float64)[None, :]),
+            sp.csc_matrix((gpu.astype(np.float64), (kind, np.arange(count))),
+                          shape=(capacity.size, count)),
         ]
     ).tocsc()
     model = LinearModel(
         cost=value,
         matrix=matrix,
-        row_lower=np.full(m + 1, -INFINITY),
-        row_upper=np.concatenate([np.ones(m), [float(instance.cluster_gpus)]]),
+        row_lower=np.full(m + capacity.size, -INFINITY),
+        row_upper=np.concatenate([np.ones(m), capacity.astype(np.float64)]),
         col_lower=np.zeros(count),
         col_upper=np.ones(count),
         integer=np.ones(count, bool),
@@ -402,13 +451,15 @@ def exact_groups(
         model, HighsSettings(mip_rel_gap=relative_gap, threads=threads), deadline
     )
     chosen_groups: list[tuple[int, ...]] = []
+    chosen_types: list[int] = []
     if result.has_solution:
         chosen = np.nonzero(result.x > 0.5)[0]
         offsets = np.cumsum([0] + [b.shape[0] for b in members_list])
         for c in chosen.tolist():
             part = int(np.searchsorted(offsets, c, side="right") - 1)
             chosen_groups.append(tuple(int(i) for i in orders[part][c - offsets[part]]))
-    grouping = _admit_groups(instance, chosen_groups, (), "")
+            chosen_types.append(int(kind[c]))
+    grouping = _admit_groups(instance, chosen_groups, (), "", chosen_types)
     if incumbent is not None and incumbent.objective > grouping.objective:
         grouping = incumbent
     return ExactGroups(
@@ -443,7 +494,9 @@ def muri_instance(problem: Problem, params: MuriParameters, compat: Compat) -> M
         overhead = MURI_OVERHEAD
     else:
         overhead = (1.0, 1.0, 1.0, 1.0)
-    key = np.where(solo > 0, key, np.nan)  # no stage times: never admitted
+    usable = problem.usable
+    # no stage times or no type to run on: never admitted
+    key = np.where((solo > 0) & usable.any(axis=1), key, np.nan)
     return MuriInstance(
         stage_s=stage,
         gpus=gpus,
@@ -455,6 +508,8 @@ def muri_instance(problem: Problem, params: MuriParameters, compat: Compat) -> M
         overhead=overhead,
         sort_merges=compat is not Compat.MURI,
         autopack=params.autopack,
+        type_gpus=problem.cluster.count.astype(np.int64),
+        usable=usable,
     )
 
 
@@ -527,8 +582,10 @@ def _place(
     m = inst.num_jobs
     status = [JobStatus.DEFERRED] * m
     reasons = ["not admitted this round (GPUs taken by jobs served first)"] * m
+    no_stages = inst.stage_s.sum(axis=1) <= 0
     for i in np.nonzero(np.isnan(inst.priority))[0].tolist():
-        status[i], reasons[i] = JobStatus.UNSERVABLE, "no stage times (jobs[].stage_times)"
+        status[i] = JobStatus.UNSERVABLE
+        reasons[i] = "no stage times (jobs[].stage_times)" if no_stages[i] else NO_USABLE_TYPE
     free = free_devices(problem, holding=np.zeros(m, bool))
     solo = inst.solo_s()
     groups: list[ColocationGroup] = []
@@ -537,8 +594,7 @@ def _place(
         if not grouping.running[g]:
             continue
         need = int(inst.gpus[members[0]])
-        usable = np.nonzero(problem.usable[list(members)].all(axis=0))[0]
-        spot = place_group(problem, free, need, usable if usable.size else None)
+        spot = place_group(problem, free, need, grouping.type_index[g:g + 1])
         if spot is None:
             for i in members:
                 reasons[i] = "no accelerator type has the group's GPUs free"

@@ -2,7 +2,9 @@
 
 Each job has a throughput grid over (CPU cores per GPU, GiB per GPU), normalized so that 1 is
 its throughput at the GPU-proportional share (cluster CPUs / GPUs, memory / GPUs). Jobs get
-GPUs in the base order (every job that still fits); then:
+GPUs in the base order (every job that still fits): each on one accelerator type, the usable
+one (throughput > 0, enough devices) where it is fastest among those with its GPUs still free,
+and all its GPUs on nodes of that type; then:
 
 * OPT (exact): one grid point per job maximizing sum_i w_i tput_i, with total CPUs and memory
   within the cluster's and no job below its fair-share point (the largest grid point within
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from apportion.formulations.group_plans import ExactRun, compared_plan
+from apportion.formulations.group_plans import NO_USABLE_TYPE, ExactRun, compared_plan
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
@@ -67,12 +69,16 @@ class SynergyInstance:
 
     jobs: IntArray
     """(c,) snapshot indices of the jobs that got GPUs."""
+    job_type: IntArray
+    """(c,) the accelerator type each of them runs on (its GPUs are all on nodes of it)."""
     gpus: IntArray
     """(c,) their GPU counts."""
     weight: FloatArray
     """(c,) objective weights."""
     shapes: Shapes
     server_gpus: IntArray
+    server_type: IntArray
+    """(servers,) accelerator type of each server's GPUs."""
     server_cpus: FloatArray
     server_memory: FloatArray
     fair_cpus: float
@@ -122,8 +128,11 @@ def _points(grid: ResourceGrid, fair: tuple[int, int]) -> tuple[FloatArray, Floa
             int(np.nonzero(index == best)[0][0]))
 
 
-def choose_jobs(problem: Problem, order: BaseOrder, server_gpus: IntArray) -> IntArray:
-    """Jobs with a grid that get GPUs in the base order: every job that still fits."""
+def choose_jobs(problem: Problem, order: BaseOrder, server_gpus: IntArray,
+                server_type: IntArray) -> tuple[IntArray, IntArray]:
+    """Jobs with a grid that get GPUs in the base order, and the type of each: every job that
+    still fits on a type it can use (throughput > 0, enough devices), on the fastest such type
+    with its GPUs free (ties: cluster order)."""
     jobs = problem.jobs
     grids = (problem.sharing or SharingInputs()).resource_grid
     if order is BaseOrder.REMAINING_SERVICE:
@@ -135,24 +144,31 @@ def choose_jobs(problem: Problem, order: BaseOrder, server_gpus: IntArray) -> In
         key = problem.history.received_time_s.sum(axis=1) * jobs.scale_factor
     else:
         key = jobs.arrival_time_s
-    free = int(server_gpus.sum())
+    n = problem.cluster.num_types
+    free = np.bincount(server_type, weights=server_gpus, minlength=n).astype(np.int64)[:n]
+    usable = problem.usable
     chosen: list[int] = []
+    types: list[int] = []
     for i in np.argsort(key, kind="stable").tolist():
         if not grids or grids[i] is None:
             continue
         g = int(jobs.scale_factor[i])
-        if g <= free:
+        room = np.nonzero(usable[i] & (free >= g))[0]
+        if room.size:
+            j = int(room[np.argmax(jobs.throughput[i, room])])
             chosen.append(i)
-            free -= g
-    return np.array(chosen, np.int64)
+            types.append(j)
+            free[j] -= g
+    return np.array(chosen, np.int64), np.array(types, np.int64)
 
 
 def synergy_instance(problem: Problem, params: SynergyParameters) -> SynergyInstance:
     sharing = problem.sharing or SharingInputs()
     server_gpus = problem.cluster.node_devices.astype(np.int64)
+    server_type = problem.cluster.node_type.astype(np.int64)
     cpus, memory = sharing.node_cpus, sharing.node_memory_gib
     fair_cpus, fair_memory = fair_share(server_gpus, cpus, memory)
-    chosen = choose_jobs(problem, params.order, server_gpus)
+    chosen, job_type = choose_jobs(problem, params.order, server_gpus, server_type)
     job: list[IntArray] = []
     cpu_l: list[FloatArray] = []
     mem_l: list[FloatArray] = []
@@ -177,6 +193,7 @@ def synergy_instance(problem: Problem, params: SynergyParameters) -> SynergyInst
         offset += cpu.size
     return SynergyInstance(
         jobs=chosen,
+        job_type=job_type,
         gpus=problem.jobs.scale_factor[chosen],
         weight=problem.jobs.priority_weight[chosen],
         shapes=Shapes(
@@ -188,6 +205,7 @@ def synergy_instance(problem: Problem, params: SynergyParameters) -> SynergyInst
             np.array(best_l, np.int64),
         ),
         server_gpus=server_gpus,
+        server_type=server_type,
         server_cpus=np.asarray(cpus, np.float64),
         server_memory=np.asarray(memory, np.float64),
         fair_cpus=fair_cpus,
@@ -246,6 +264,14 @@ def solve_shapes(inst: SynergyInstance, deadline: Deadline, gap: float, threads:
                        (k, c + 2))
 
 
+def largest_servers(inst: SynergyInstance) -> IntArray:
+    """(types,) GPUs of the largest server of each accelerator type (0 = none)."""
+    n = int(max(inst.server_type.max(initial=-1), inst.job_type.max(initial=-1))) + 1
+    largest = np.zeros(n, np.int64)
+    np.maximum.at(largest, inst.server_type, inst.server_gpus)
+    return largest
+
+
 class Servers:
     """Free GPUs, cores and memory per server while jobs are placed."""
 
@@ -253,18 +279,22 @@ class Servers:
         self.gpus = inst.server_gpus.astype(np.int64).copy()
         self.cpus = inst.server_cpus.astype(np.float64).copy()
         self.memory = inst.server_memory.astype(np.float64).copy()
-        self.largest = int(inst.server_gpus.max(initial=0))
+        self.type = inst.server_type
+        self.largest = largest_servers(inst)
 
-    def fit(self, g: int, cpu: float, mem: float, split: bool) -> list[tuple[int, int]] | None:
-        """(server, GPUs) pieces for g GPUs with cpu cores and mem GiB per GPU: the server
-        with the fewest free GPUs that fits them all when g fits a server, else (or with
-        `split`) the servers with the most room first; None = no room."""
+    def fit(self, g: int, cpu: float, mem: float, split: bool,
+            type_index: int) -> list[tuple[int, int]] | None:
+        """(server, GPUs) pieces for g GPUs with cpu cores and mem GiB per GPU on servers of
+        type `type_index`: the server with the fewest free GPUs that fits them all when g fits
+        a server of the type, else (or with `split`) its servers with the most room first;
+        None = no room."""
         room = np.minimum(
             self.gpus,
             np.minimum(np.floor(self.cpus / cpu + _EPS) if cpu > 0 else self.gpus,
                        np.floor(self.memory / mem + _EPS) if mem > 0 else self.gpus),
         ).astype(np.int64)
-        if g <= self.largest:
+        room[self.type != type_index] = 0
+        if g <= self.largest[type_index]:
             ok = np.nonzero(room >= g)[0]
             if ok.size:
                 return [(int(ok[np.argmin(self.gpus[ok])]), g)]
@@ -306,8 +336,11 @@ def _shrink_for(inst: SynergyInstance, servers: Servers, place: Placement, job: 
     s = inst.shapes
     fair = int(s.fair[job])
     g = int(inst.gpus[job])
+    j = int(inst.job_type[job])
     for server in np.argsort(-servers.gpus, kind="stable").tolist():
-        if servers.gpus[server] < min(g, servers.largest) and not split:
+        if servers.type[server] != j:
+            continue
+        if servers.gpus[server] < min(g, servers.largest[j]) and not split:
             continue
         for other in range(inst.jobs.size):
             p = int(place.point[other])
@@ -321,7 +354,7 @@ def _shrink_for(inst: SynergyInstance, servers: Servers, place: Placement, job: 
             q = int(s.fair[other])
             servers.take(place.pieces[other], s.cpus[q], s.memory[q])
             place.point[other] = q
-            pieces = servers.fit(g, s.cpus[fair], s.memory[fair], split)
+            pieces = servers.fit(g, s.cpus[fair], s.memory[fair], split, j)
             if pieces is not None:
                 return pieces
     return None
@@ -336,7 +369,7 @@ def place(inst: SynergyInstance, wanted: IntArray, order: IntArray, split: bool)
     for job in order.tolist():
         g = int(inst.gpus[job])
         for p in dict.fromkeys([int(wanted[job]), int(s.fair[job])]):
-            pieces = servers.fit(g, s.cpus[p], s.memory[p], split)
+            pieces = servers.fit(g, s.cpus[p], s.memory[p], split, int(inst.job_type[job]))
             if pieces is not None:
                 break
         else:
@@ -351,35 +384,38 @@ def place(inst: SynergyInstance, wanted: IntArray, order: IntArray, split: bool)
 
 
 def assign_servers(inst: SynergyInstance, point: IntArray) -> list[list[tuple[int, int]]]:
-    """GPUs for every chosen job, consolidated, balancing the cores and memory the points ask
-    for: jobs by decreasing demand, each on the server with enough free GPUs whose load (the
-    larger of its core and memory shares already asked for) is lowest; jobs larger than every
-    server take the emptiest servers. Empty list = no server has its GPUs free."""
+    """GPUs for every chosen job on servers of its type, consolidated, balancing the cores and
+    memory the points ask for: jobs by decreasing demand, each on the server of its type with
+    enough free GPUs whose load (the larger of its core and memory shares already asked for)
+    is lowest; jobs larger than every server of their type take its emptiest servers. Empty
+    list = no server of its type has its GPUs free."""
     s = inst.shapes
     free = inst.server_gpus.astype(np.int64).copy()
     cap_cpu = np.maximum(inst.server_cpus, _EPS)
     cap_mem = np.maximum(inst.server_memory, _EPS)
     asked_cpu = np.zeros(free.size)
     asked_mem = np.zeros(free.size)
-    largest = int(inst.server_gpus.max(initial=0))
+    largest = largest_servers(inst)
     g = inst.gpus.astype(np.float64)
     demand = np.maximum(g * s.cpus[point] / cap_cpu.mean(), g * s.memory[point] / cap_mem.mean())
     pieces: list[list[tuple[int, int]]] = [[] for _ in range(inst.jobs.size)]
     for job in np.lexsort((-inst.gpus, -demand)).tolist():
         need = int(inst.gpus[job])
+        j = int(inst.job_type[job])
+        mine = inst.server_type == j
         cpu, mem = float(s.cpus[point[job]]), float(s.memory[point[job]])
-        if need <= largest:
-            ok = np.nonzero(free >= need)[0]
+        if need <= largest[j]:
+            ok = np.nonzero(mine & (free >= need))[0]
             if ok.size == 0:
                 continue
             load = np.maximum((asked_cpu[ok] + need * cpu) / cap_cpu[ok],
                               (asked_mem[ok] + need * mem) / cap_mem[ok])
             chosen = [(int(ok[np.lexsort((free[ok], load))[0]]), need)]
         else:
-            if free.sum() < need:
+            if free[mine].sum() < need:
                 continue
             chosen, left = [], need
-            for server in np.argsort(-free, kind="stable").tolist():
+            for server in np.argsort(np.where(mine, -free, 1), kind="stable").tolist():
                 take = int(min(free[server], left))
                 if take <= 0:
                     break
@@ -500,15 +536,18 @@ def _section(problem: Problem, inst: SynergyInstance, placement: Placement
     status = [JobStatus.DEFERRED] * m
     reasons = ["no GPUs left this round (base order)"] * m
     grids = (problem.sharing or SharingInputs()).resource_grid
+    usable = np.asarray(problem.usable.any(axis=1))
     for i in range(m):
         if not grids or grids[i] is None:
             status[i] = JobStatus.UNSERVABLE
             reasons[i] = "no resource profile (jobs[].resource_profile or resource_profiles)"
+        elif not usable[i]:
+            status[i] = JobStatus.UNSERVABLE
+            reasons[i] = NO_USABLE_TYPE
     cpus = np.full(m, np.nan)
     memory = np.full(m, np.nan)
     values = np.zeros(m)
     names = problem.cluster.node_names
-    node_type = problem.cluster.node_type
     groups: list[ColocationGroup] = []
     for c, i in enumerate(inst.jobs.tolist()):
         p = int(placement.point[c])
@@ -521,7 +560,6 @@ def _section(problem: Problem, inst: SynergyInstance, placement: Placement
         floor = s.tput[s.fair[c]]
         slowdown = floor / s.tput[p] if s.tput[p] > 0 else 1.0
         nodes = tuple((names[srv], k) for srv, k in placement.pieces[c])
-        first = placement.pieces[c][0][0]
-        groups.append(ColocationGroup((i,), (float(slowdown),), int(node_type[first]), g, nodes))
+        groups.append(ColocationGroup((i,), (float(slowdown),), int(inst.job_type[c]), g, nodes))
         status[i], reasons[i] = JobStatus.ALLOCATED, ""
     return GroupSection(tuple(groups), cpus, memory), status, reasons, values

@@ -27,6 +27,7 @@ from apportion.server.snapshot_inputs import snapshot_to_problem
 from apportion.server.topology_inputs import with_stages
 from apportion.solver import limits
 from apportion.solver.capabilities import PlanKind
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.errors import ValidationError, Violation, echo, listing
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.validation import JobPaths, flagged
@@ -109,13 +110,17 @@ def capability_violations(context: RequestContext, known: list[Violation]) -> li
 
 def request_to_model(
     request: service_pb.SolveRequest,
+    deadline: Deadline = NO_DEADLINE,
 ) -> tuple[Problem, PolicyRequest, SolveOptions]:
     """Validate and convert a request; raises ValidationError listing every violation.
 
     A request that passes can be solved: `solve` raises no ValueError on the model returned
-    (the fuzz tests hold every registered policy to this)."""
+    (the fuzz tests hold every registered policy to this). Raises `DeadlineExpiredError` when
+    `deadline` passes before the conversion is done (checked between stages and every few
+    thousand jobs in the long per-job loops)."""
     violations: list[Violation] = []
-    problem, paths = snapshot_to_problem(request.snapshot, violations)
+    problem, paths = snapshot_to_problem(request.snapshot, violations, deadline)
+    deadline.check()
     resolved = policy_to_model(request.policy, violations)
     options = options_to_model(request.options, violations)
     if resolved is None:
@@ -125,6 +130,7 @@ def request_to_model(
     problem = elastic_problem(request, problem, policy, violations)
     problem = sharing_problem(request, problem, policy, violations)
     options = partition_options(request.options, problem, policy, options, violations)
+    deadline.check()
     context = RequestContext(problem, policy, spec, options, request, paths)
     policy_level = capability_violations(context, violations)
     policy_level += fairness_input_violations(problem, policy)

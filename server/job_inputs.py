@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from apportion.server.packed_fields import read_packed
 from apportion.solver.errors import Violation, echo, key, listing
 from apportion.solver.model import DEFAULT_RESTART_PENALTY_S, Cluster, FloatArray, IntArray
 from apportion.solver.validation import JobPaths
@@ -146,8 +147,9 @@ def read_columns(
             first[name] = k
             usable_columns.append(k)
             targets.append(type_index[name])
+    numbers = read_packed(msg, ["throughput", *_OPTIONAL_COLUMNS])
     throughput = np.zeros((m, cluster.num_types))
-    given = np.asarray(msg.throughput, dtype=np.float64)
+    given = numbers["throughput"]
     if given.size != m * len(names):
         violations.append(Violation(f"{p}.throughput",
                                     f"has {given.size} entries; {m} jobs x {len(names)} "
@@ -156,7 +158,7 @@ def read_columns(
         throughput[:, targets] = given.reshape(m, len(names))[:, usable_columns]
     numeric: dict[str, np.ndarray] = {}
     for name, default in _OPTIONAL_COLUMNS.items():
-        column = np.asarray(getattr(msg, name), dtype=np.float64)
+        column = numbers[name].astype(np.float64)
         if column.size not in (0, m):
             violations.append(Violation(f"{p}.{name}",
                                         f"has {column.size} entries; must be empty or {m}"))

@@ -5,17 +5,19 @@ deadline it set then (the server: the call's gRPC deadline minus a margin, made 
 request waited for a worker; the CLI: ``--time-limit``, made before the file was read). The
 request's own ``options.time_limit_s`` also counts from the arrival. Validation, the solve and
 the response conversion all spend the one budget: a request whose budget is used up before
-the solve starts gets no solve and the termination `no_solution`, and the solver is given
+the solve starts (validation checks it between stages and within its long per-job loops)
+gets no solve and the termination `no_solution`, and the solver is given
 what is left minus an estimate of the time needed to build the response.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 
 from apportion.server.convert import plan_to_response, request_to_model
-from apportion.solver.deadline import Deadline
+from apportion.solver.deadline import Deadline, DeadlineExpiredError
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.registry import lookup
 from apportion.solver.result import Plan
@@ -34,9 +36,10 @@ class SolvedRequest:
     """A request taken through the pipeline: its validated model, the typed plan and the wire
     response (what the CLI prints and the server sends)."""
 
-    problem: Problem
-    policy: PolicyRequest
-    options: SolveOptions
+    problem: Problem | None
+    policy: PolicyRequest | None
+    options: SolveOptions | None
+    """The three are None when the budget ran out during validation."""
     plan: Plan | None
     """None when the budget ran out before the solve (the response says `no_solution`)."""
     response: service_pb.SolveResponse
@@ -66,19 +69,25 @@ def solve_request_typed(
     API's route)."""
     arrived = time.monotonic() if arrived_at is None else arrived_at
     caller = deadline if deadline is not None else Deadline.never()
-    problem, policy, options = request_to_model(request)
-    own = Deadline(arrived + options.time_limit_s) if options.time_limit_s > 0 else None
+    # the request's own limit as sent (validated with the rest below): conversion spends it too
+    asked = request.options.time_limit_s
+    own = Deadline(arrived + asked) if math.isfinite(asked) and asked > 0 else None
     if own is not None and own.at <= caller.at:
-        effective, limit_s = own, options.time_limit_s
+        effective, limit_s = own, asked
     else:
         effective = caller
         limit_s = caller.at - arrived if caller.bounded else 0.0
+    try:
+        problem, policy, options = request_to_model(request, effective)
+    except DeadlineExpiredError:  # an unknown policy name is still reported as invalid
+        response = _no_time_left(lookup(request.policy.name).name, limit_s, arrived,
+                                 ", while the request was validated")
+        return SolvedRequest(None, None, None, None, response)
     if effective.expired():
         response = _no_time_left(policy.name, limit_s, arrived)
         return SolvedRequest(problem, policy, options, None, response)
-    reserve = min(RESPONSE_MAX_SHARE * effective.remaining(),
-                  RESPONSE_S_PER_JOB * problem.jobs.num_jobs)
-    solver_deadline = Deadline(effective.at - reserve) if effective.bounded else effective
+    solver_deadline = effective.leaving(RESPONSE_S_PER_JOB * problem.jobs.num_jobs,
+                                        RESPONSE_MAX_SHARE)
     # the request's own limit is in `solver_deadline` already (counted from the arrival)
     plan = solve(problem, policy, replace(options, time_limit_s=0.0), solver_deadline)
     response = plan_to_response(plan, problem, policy, 0.0, limit_s,
@@ -87,7 +96,8 @@ def solve_request_typed(
     return SolvedRequest(problem, policy, options, plan, response)
 
 
-def _no_time_left(policy: str, limit_s: float, arrived: float) -> service_pb.SolveResponse:
+def _no_time_left(policy: str, limit_s: float, arrived: float,
+                  when: str = "") -> service_pb.SolveResponse:
     """The response for a request whose budget ran out before the solve could start."""
     response = service_pb.SolveResponse()
     stats = response.stats
@@ -97,7 +107,7 @@ def _no_time_left(policy: str, limit_s: float, arrived: float) -> service_pb.Sol
     stats.time_limit_s = limit_s
     stats.wall_time_s = time.monotonic() - arrived
     stats.detail = (
-        f"the time limit of {limit_s:g} s ran out before the solve started "
+        f"the time limit of {limit_s:g} s ran out before the solve started{when} "
         f"({stats.wall_time_s:.3f} s after the request arrived): not solved"
     )
     return response

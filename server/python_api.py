@@ -188,7 +188,10 @@ def solve(
     limit = message.options.time_limit_s
     deadline = Deadline(arrived + limit) if math.isfinite(limit) and limit > 0 else None
     solved = solve_request_typed(message, deadline, arrived)
-    return Solution(message, solved.response, solved.problem, solved.policy, solved.plan)
+    problem, typed = solved.problem, solved.policy
+    if problem is None or typed is None:  # the limit ran out while it was validated
+        problem, typed, _ = request_to_model(message)
+    return Solution(message, solved.response, problem, typed, solved.plan)
 
 
 def validate(

@@ -10,6 +10,7 @@ import numpy as np
 
 from apportion.server.elastic_inputs import fill_elastic_response, fill_partition_stats
 from apportion.server.fairness_inputs import fill_fairness_response
+from apportion.server.packed_fields import write_packed
 from apportion.server.sharing_inputs import fill_sharing_response
 from apportion.server.topology_inputs import fill_placement_response
 from apportion.solver.model import FloatArray, PolicyRequest, Problem
@@ -179,25 +180,27 @@ def fill_columns(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
     for j, name in enumerate(names):
         out.accelerator_prices[name] = float(plan.accelerator_prices[j])
     columns = out.columns
-    cells = np.nonzero(plan.time_share > 0)
-    columns.job_index.extend(cells[0].tolist())
-    columns.type_index.extend(cells[1].tolist())
-    columns.time_share.extend(plan.time_share[cells].tolist())
+    job_index, type_index = np.nonzero(plan.time_share > 0)
     m = problem.jobs.num_jobs
-    statuses = plan.job_status or (JobStatus.ALLOCATED,) * m
-    columns.status.extend([_JOB_STATUS[status] for status in statuses])
-    columns.effective_throughput.extend(plan.effective_throughput.tolist())
-    columns.normalized_throughput.extend(plan.normalized_throughput.tolist())
-    columns.objective_value.extend(plan.objective_value.tolist())
+    if plan.job_status:
+        status = np.fromiter(map(_JOB_STATUS.__getitem__, plan.job_status), np.int32, m)
+    else:
+        status = np.full(m, _JOB_STATUS[JobStatus.ALLOCATED], np.int32)
     with_dual = np.flatnonzero(plan.job_dual)
-    columns.dual_job_index.extend(with_dual.tolist())
-    columns.dual.extend(plan.job_dual[with_dual].tolist())
-    for i, reason in enumerate(plan.job_reason):
-        if reason:
-            columns.reason_job_index.append(i)
-            columns.reason.append(reason)
-    for name, values in _share_state(plan):
-        getattr(columns, name).extend(values.tolist())
+    write_packed(columns, {
+        "job_index": job_index, "type_index": type_index,
+        "time_share": plan.time_share[job_index, type_index], "status": status,
+        "effective_throughput": plan.effective_throughput,
+        "normalized_throughput": plan.normalized_throughput,
+        "objective_value": plan.objective_value,
+        "dual_job_index": with_dual, "dual": plan.job_dual[with_dual],
+    })
+    if any(plan.job_reason):
+        for i, reason in enumerate(plan.job_reason):
+            if reason:
+                columns.reason_job_index.append(i)
+                columns.reason.append(reason)
+    write_packed(columns, dict(_share_state(plan)))
 
 
 def fill_share_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:

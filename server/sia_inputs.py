@@ -20,6 +20,7 @@ import numpy as np
 
 from apportion.server.request_context import RequestContext
 from apportion.solver import limits
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.errors import Violation, echo, key, listing
 from apportion.solver.model import Cluster, GivenGoodput, IntArray, PolluxJobModel
 from apportion.solver.parameters import PolluxParameters, SiaParameters
@@ -196,8 +197,35 @@ class ConfigurationColumns:
     scale_unit: IntArray
 
 
+@dataclass(frozen=True)
+class _TypeShape:
+    """What a configuration entry is checked against: its type's index, node count and the
+    largest node's devices."""
+
+    index: int
+    nodes: int
+    per_node: int
+
+
+def _type_shapes(cluster: Cluster) -> dict[str, _TypeShape]:
+    """Each type's `_TypeShape` by name (a type without nodes is one node of all its devices)."""
+    node_sizes: dict[int, list[int]] = {}
+    for t, d in zip(cluster.node_type.tolist(), cluster.node_devices.tolist(), strict=True):
+        node_sizes.setdefault(int(t), []).append(int(d))
+    shapes = {}
+    for t, name in enumerate(cluster.type_names):
+        sizes = node_sizes.get(t, [int(cluster.count[t])])
+        shapes[name] = _TypeShape(t, len(sizes), max(sizes) if sizes else 0)
+    return shapes
+
+
+def _rate_ok(goodput: float) -> bool:
+    """`rate_ok` for one Python float (the scalar form costs a numpy call per entry)."""
+    return goodput == 0 or limits.MIN_RATE <= goodput <= limits.MAX_RATE  # NaN fails both
+
+
 def _given_goodput(
-    job: snapshot_pb.Job, p: str, cluster: Cluster, node_sizes: dict[int, list[int]],
+    job: snapshot_pb.Job, p: str, cluster: Cluster, shapes: dict[str, _TypeShape],
     violations: list[Violation],
 ) -> tuple[GivenGoodput, ...]:
     """The job's valid `configurations` entries (shapes that exist on the cluster's nodes)."""
@@ -206,56 +234,60 @@ def _given_goodput(
                                     f"{len(job.configurations)} entries is more than "
                                     f"{limits.MAX_CONFIGURATIONS_PER_JOB}"))
         return ()
-    names = cluster.type_names
     entries: list[GivenGoodput] = []
     for k, conf in enumerate(job.configurations):
+        name, nodes, devices = conf.accelerator_type, conf.nodes, conf.devices
+        goodput = conf.goodput
+        shape = shapes.get(name)
+        if shape is not None and 1 <= nodes <= shape.nodes \
+                and nodes <= devices <= nodes * shape.per_node and _rate_ok(goodput):
+            if goodput > 0:  # 0 = invalid configuration: the job cannot run there
+                entries.append(GivenGoodput(shape.index, nodes, devices, float(goodput)))
+            continue
         fp = f"{p}.configurations[{k}]"
-        if conf.accelerator_type not in names:
+        if shape is None:
             violations.append(
                 Violation(
                     f"{fp}.accelerator_type",
-                    f"unknown accelerator type {echo(conf.accelerator_type)}; the cluster has "
-                    f"{listing(names)}",
+                    f"unknown accelerator type {echo(name)}; the cluster has "
+                    f"{listing(cluster.type_names)}",
                 )
             )
-            continue
-        t = names.index(conf.accelerator_type)
-        sizes = node_sizes.get(t, [int(cluster.count[t])])
-        per_node = max(sizes) if sizes else 0
-        if conf.nodes < 1 or conf.nodes > len(sizes):
+        elif nodes < 1 or nodes > shape.nodes:
             violations.append(
                 Violation(
                     f"{fp}.nodes",
-                    f"must be in [1, {len(sizes)}] (nodes of type "
-                    f"{echo(conf.accelerator_type)}), got {conf.nodes}",
+                    f"must be in [1, {shape.nodes}] (nodes of type {echo(name)}), got {nodes}",
                 )
             )
-        elif conf.devices < conf.nodes or conf.devices > conf.nodes * per_node:
+        elif devices < nodes or devices > nodes * shape.per_node:
             violations.append(
                 Violation(
                     f"{fp}.devices",
-                    f"{conf.devices} devices on {conf.nodes} node(s) exceeds a node "
-                    f"(at most {per_node} per node of type {echo(conf.accelerator_type)}) or "
+                    f"{devices} devices on {nodes} node(s) exceeds a node "
+                    f"(at most {shape.per_node} per node of type {echo(name)}) or "
                     "leaves a node empty",
                 )
             )
-        elif not rate_ok(conf.goodput):
-            violations.append(Violation(f"{fp}.goodput", f"{RATE_RULE}, got {conf.goodput}"))
-        elif conf.goodput > 0:  # 0 = invalid configuration: the job cannot run there
-            entries.append(GivenGoodput(t, conf.nodes, conf.devices, float(conf.goodput)))
+        else:
+            violations.append(Violation(f"{fp}.goodput", f"{RATE_RULE}, got {goodput}"))
     return tuple(entries)
 
 
+DEADLINE_EVERY_JOBS = 1024
+"""The per-job loop checks the request's deadline this often (jobs)."""
+
+
 def configuration_columns(
-    jobs: Sequence[snapshot_pb.Job], m: int, cluster: Cluster, violations: list[Violation]
+    jobs: Sequence[snapshot_pb.Job], m: int, cluster: Cluster, violations: list[Violation],
+    deadline: Deadline = NO_DEADLINE,
 ) -> ConfigurationColumns:
     """Per-configuration goodput, Pollux models and elasticity of every job (m >= len(jobs):
-    jobs beyond the `jobs` messages, the columnar ones, have the defaults)."""
+    jobs beyond the `jobs` messages, the columnar ones, have the defaults). Raises
+    `DeadlineExpiredError` once `deadline` passes."""
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
     n = cluster.num_types
-    node_sizes: dict[int, list[int]] = {}
-    for t, d in zip(cluster.node_type.tolist(), cluster.node_devices.tolist(), strict=True):
-        node_sizes.setdefault(int(t), []).append(int(d))
+    shapes = _type_shapes(cluster)
     given: list[tuple[GivenGoodput, ...]] = [()] * m
     models: list[PolluxJobModel | None] = [None] * m
     lo = np.ones(m, np.int64)
@@ -263,9 +295,11 @@ def configuration_columns(
     unit = np.ones((m, n), np.int64)
     top = limits.MAX_DEVICES_PER_TYPE
     for i, job in enumerate(jobs):
+        if i % DEADLINE_EVERY_JOBS == 0:
+            deadline.check()
         p = f"snapshot.jobs[{i}]"
         if job.configurations:
-            given[i] = _given_goodput(job, p, cluster, node_sizes, violations)
+            given[i] = _given_goodput(job, p, cluster, shapes, violations)
         if job.HasField("pollux"):
             models[i] = _pollux_model(job.pollux, f"{p}.pollux", type_index, n, violations)
         if not job.HasField("elasticity"):

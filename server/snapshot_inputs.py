@@ -21,6 +21,7 @@ from apportion.server.market_inputs import epoch_columns
 from apportion.server.sia_inputs import configuration_columns
 from apportion.server.topology_inputs import with_topology
 from apportion.solver import limits
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.errors import Violation, echo
 from apportion.solver.model import (
     DEFAULT_RESTART_PENALTY_S,
@@ -110,14 +111,15 @@ def _clean_cluster(cluster: Cluster) -> Cluster:
     )
 
 
-def _jobs(msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation]
-          ) -> tuple[Jobs, JobPaths]:
+def _jobs(msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation],
+          deadline: Deadline) -> tuple[Jobs, JobPaths]:
     """Every job's columns as given (judged by `snapshot_violations`) and their field paths,
     with the epoch and configuration inputs read and validated by their own modules."""
     main, paths = read_jobs(msg, cluster, violations)
     m = len(main.ids)
+    deadline.check()
     epochs = epoch_columns(msg.jobs, main.epochs_done, main.total_epochs, violations)
-    configs = configuration_columns(msg.jobs, m, cluster, violations)
+    configs = configuration_columns(msg.jobs, m, cluster, violations, deadline)
     return Jobs(
         ids=tuple(main.ids),
         throughput=main.throughput,
@@ -183,12 +185,13 @@ def _tenants(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> tuple[Te
 
 
 def snapshot_to_problem(
-    msg: snapshot_pb.Snapshot, violations: list[Violation]
+    msg: snapshot_pb.Snapshot, violations: list[Violation], deadline: Deadline = NO_DEADLINE
 ) -> tuple[Problem, JobPaths]:
     """Build the model from a snapshot, appending every violation found to `violations`;
-    with the field paths of its jobs."""
+    with the field paths of its jobs. Raises `DeadlineExpiredError` once `deadline` passes."""
     cluster = _cluster(msg.cluster, violations)
-    jobs, paths = _jobs(msg, cluster, violations)
+    jobs, paths = _jobs(msg, cluster, violations, deadline)
+    deadline.check()
     violations += snapshot_violations(cluster, jobs, msg.time_s, msg.round_duration_s, paths)
     cluster = _clean_cluster(cluster)
     jobs = _clean_jobs(jobs, cluster)

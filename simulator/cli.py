@@ -191,8 +191,15 @@ def add_simulate(sub: Any) -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="re-solve at least every N rounds (default: time shares and queues on "
-        "arrivals and completions only, planning windows every 8, configurations "
-        "every round)",
+        "arrivals and completions only, planning windows every 8, configurations and "
+        "co-location groups every round)",
+    )
+    pol.add_argument(
+        "--placement",
+        metavar="PLACER",
+        help="place every round's grants on devices with the placement stage: 'exact' (the "
+        "MILP) or a compat placer such as blox_consolidated or tiresias_yarn (a wrong name "
+        "lists them); needs nodes in the cluster (default: the simulator's best fit on nodes)",
     )
     sim = p.add_argument_group("simulation")
     sim.add_argument(
@@ -329,6 +336,16 @@ def policy_configs(args: argparse.Namespace) -> list[tuple[str, SimulationConfig
         estimate_error=args.estimate_error,
         recalibrate=args.recalibrate,
     )
+    placement = None
+    if args.placement:
+        from apportion.solver.stages import PlacementParameters, Placer
+
+        known = [placer.value for placer in Placer]
+        if args.placement not in known:
+            raise InputError(
+                f"--placement {args.placement!r}: expected one of {', '.join(known)}"
+            )
+        placement = PlacementParameters(placer=Placer(args.placement))
     out = []
     labels: set[str] = set()
     for entry in args.policies:
@@ -378,6 +395,7 @@ def policy_configs(args: argparse.Namespace) -> list[tuple[str, SimulationConfig
                     window=tuple(args.window) if args.window else None,
                     max_rounds=args.max_rounds,
                     server=args.server or "",
+                    placement=placement,
                 ),
             )
         )

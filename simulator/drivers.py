@@ -19,12 +19,16 @@ reads the answer as a `plans.Decision`. Which driver runs is the policy's plan k
 * CONFIGURATION (`ConfigurationDriver`): each job runs in its chosen configuration (type,
   devices, nodes); re-solved every round by default (Sia's scheduling interval); a changed
   configuration is a restart.
+* GROUPS (`GroupsDriver`): the co-location policies' groups; every member of a group runs
+  on the group's devices (held once) at its speed alone divided by its slowdown in the
+  group; re-solved every round by default (the plan is for one round), with the running
+  groups and pairs sent back as the current placements.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -53,6 +57,14 @@ class Grant:
     partner: int = -1
     """Global index of the job sharing these devices (space sharing); -1 = alone."""
     lease_extended: bool = False
+    group: int = -1
+    """GROUPS plans: global index of the group's first member (every member of a group
+    shares these devices); -1 = not in a group."""
+    slowdown: float = 1.0
+    """The job's time per step in its group over its time per step alone (GROUPS)."""
+    device_ids: tuple[int, ...] = ()
+    """The devices (topology indices) when the placement stage chose them; empty = only
+    counts per type and node are kept."""
 
 
 @dataclass
@@ -95,7 +107,38 @@ def driver_for(kind: PlanKind, resolve_every: int | None) -> Driver:
         return WindowDriver(WINDOW_RESOLVE_ROUNDS if resolve_every is None else resolve_every)
     if kind is PlanKind.QUEUE:
         return QueueDriver(resolve_every or 0)
+    if kind is PlanKind.GROUPS:
+        return GroupsDriver(1 if resolve_every is None else resolve_every)
     return ConfigurationDriver(1 if resolve_every is None else resolve_every)
+
+
+def _where_it_ran(ctx: RoundContext, g: Grant) -> Grant:
+    """`g` on the nodes and devices the job held in the previous round (the placement stage
+    may have moved it from where the driver put it)."""
+    before = ctx.state.placement[g.job]
+    if before is None or before.type_index != g.type_index or before.devices != g.devices:
+        return g
+    return replace(g, nodes=before.nodes, device_ids=before.device_ids)
+
+
+def _reserve(
+    ctx: RoundContext,
+    pool: DevicePool,
+    type_index: int,
+    devices: int,
+    nodes: NodeDevices,
+    previous: NodeDevices,
+    what: str,
+) -> NodeDevices:
+    """Take `devices` of the type from `pool` on `nodes` (the plan's), else on nodes chosen
+    here preferring `previous`; SimulationError naming `what` when they do not fit."""
+    if pool.has_nodes and not nodes:
+        chosen = pool.choose(type_index, devices, previous)
+        nodes = chosen if chosen is not None else ()
+    why = pool.reserve(type_index, devices, nodes)
+    if why:
+        raise SimulationError(f"round {ctx.index}: {what} does not fit ({why})")
+    return nodes
 
 
 def _due(changed: bool, index: int, solved_at: int, every: int) -> bool:
@@ -231,7 +274,7 @@ class QueueDriver:
 
     def grants(self, ctx: RoundContext) -> list[Grant]:
         alive = set(ctx.active.tolist())
-        self.running = {i: g for i, g in self.running.items() if i in alive}
+        self.running = {i: _where_it_ran(ctx, g) for i, g in self.running.items() if i in alive}
         pool = ctx.new_pool()
         for g in self.running.values():
             if pool.reserve(g.type_index, g.devices, g.nodes):
@@ -243,16 +286,10 @@ class QueueDriver:
                 i = int(ctx.active[start.job])
                 if i in self.running:
                     continue
-                nodes = start.nodes
-                if pool.has_nodes and not nodes:
-                    chosen = pool.choose(start.type_index, start.devices)
-                    nodes = chosen if chosen is not None else ()
-                why = pool.reserve(start.type_index, start.devices, nodes)
-                if why:
-                    raise SimulationError(
-                        f"round {ctx.index}: the queue plan starts job {i} where it does not "
-                        f"fit ({why})"
-                    )
+                nodes = _reserve(
+                    ctx, pool, start.type_index, start.devices, start.nodes, (),
+                    f"job {i} that the queue plan starts",
+                )
                 self.running[i] = Grant(i, start.type_index, start.devices, nodes)
         return [self.running[i] for i in sorted(self.running)]
 
@@ -274,18 +311,65 @@ class ConfigurationDriver:
                 if conf is None:
                     continue
                 i = int(ctx.active[row])
-                nodes = conf.nodes
-                if pool.has_nodes and not nodes:
-                    before = ctx.state.placement[i]
-                    chosen = pool.choose(
-                        conf.type_index, conf.devices, before.nodes if before is not None else ()
-                    )
-                    nodes = chosen if chosen is not None else ()
-                why = pool.reserve(conf.type_index, conf.devices, nodes)
-                if why:
-                    raise SimulationError(
-                        f"round {ctx.index}: the configuration of job {i} does not fit ({why})"
-                    )
+                before = ctx.state.placement[i]
+                nodes = _reserve(
+                    ctx, pool, conf.type_index, conf.devices, conf.nodes,
+                    before.nodes if before is not None else (), f"the configuration of job {i}",
+                )
                 self.chosen[i] = Grant(i, conf.type_index, conf.devices, nodes)
         alive = set(ctx.active.tolist())
-        return [g for i, g in sorted(self.chosen.items()) if i in alive]
+        kept = self.solved_at != ctx.index  # held since an earlier round
+        return [
+            _where_it_ran(ctx, g) if kept else g
+            for i, g in sorted(self.chosen.items())
+            if i in alive
+        ]
+
+
+@dataclass
+class GroupsDriver:
+    """The groups of a co-location plan, kept until the next solve (every round by default)."""
+
+    resolve_every: int = 1
+    solved_at: int = -1
+    groups: list[Grant] = field(default_factory=list)
+
+    def grants(self, ctx: RoundContext) -> list[Grant]:
+        if _due(ctx.changed, ctx.index, self.solved_at, self.resolve_every):
+            decision = ctx.solve()
+            self.solved_at = ctx.index
+            self.groups = []
+            taken: set[int] = set()
+            pool = ctx.new_pool()
+            for group in decision.groups if decision.has_plan else ():
+                members = [int(ctx.active[x]) for x in group.members]
+                twice = [i for i in members if i in taken]
+                if twice:
+                    raise SimulationError(
+                        f"round {ctx.index}: the plan puts job "
+                        f"{ctx.problem().jobs.ids[group.members[members.index(twice[0])]]!r} in "
+                        "two groups"
+                    )
+                taken.update(members)
+                lead = min(members)
+                before = ctx.state.placement[lead]
+                previous = (
+                    before.nodes
+                    if before is not None and before.type_index == group.type_index
+                    else ()
+                )
+                nodes = _reserve(
+                    ctx, pool, group.type_index, group.devices, group.nodes, previous,
+                    f"the group of jobs {sorted(members)}",
+                )
+                for i, slowdown in zip(members, group.slowdown, strict=True):
+                    self.groups.append(
+                        Grant(i, group.type_index, group.devices, nodes, group=lead,
+                              slowdown=float(slowdown))
+                    )
+        alive = set(ctx.active.tolist())
+        kept = self.solved_at != ctx.index  # held since an earlier round
+        return sorted(
+            (_where_it_ran(ctx, g) if kept else g for g in self.groups if g.job in alive),
+            key=lambda g: g.job,
+        )

@@ -8,13 +8,17 @@ every round:
    arriving inside a round waits for the next one);
 2. the policy's driver (`drivers`, chosen by the policy's plan kind) returns the round's
    grants, solving a snapshot when it needs one (the snapshot holds the active jobs only);
+   with `SimulationConfig.placement` the placement stage then chooses their devices
+   (`device_placement`);
 3. the grants are checked (only active jobs, each at most once, never more devices than a
-   type or a node has, gangs whole) and every granted job progresses: at its true speed on
-   the granted type (its pair speed when it shares devices, its goodput in a configuration),
-   times the round's noise factor, after the restart overhead when it did not hold the same
-   devices in the previous round. A job that completes inside a round finishes at that
-   instant (the JCT uses the actual finish, not the round's end); its devices stay idle
-   until the round ends, as in Gavel's simulator.
+   type or a node has, no device twice, gangs whole, a pair's or group's devices held once)
+   and every granted job progresses: at its true speed on the granted type (its pair speed
+   when it shares devices, its goodput in a configuration, its speed alone over its
+   slowdown in a co-location group: the workload's pair speed for two jobs of known types,
+   else the plan's predicted slowdown), times the round's noise factor, after the restart
+   overhead when it did not hold the same devices in the previous round. A job that
+   completes inside a round finishes at that instant (the JCT uses the actual finish, not
+   the round's end); its devices stay idle until the round ends, as in Gavel's simulator.
 
 Rounds with no active job are skipped (the clock jumps to the round of the next arrival). A
 round in which a fresh solve runs nothing while nothing else can arrive ends the simulation:
@@ -32,11 +36,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from apportion.datasets.cluster import ClusterSpec
+from apportion.simulator.device_placement import place_round, shared_key
 from apportion.simulator.drivers import Grant, RoundContext, driver_for
 from apportion.simulator.errors import SimulationError, SimulationInputError
 from apportion.simulator.fidelity import Fidelity
@@ -48,11 +53,12 @@ from apportion.simulator.solvers import (
     RemoteSolver,
     Solver,
     check_snapshot,
+    service_reading,
     timed,
 )
 from apportion.simulator.state import JobState, Placement
 from apportion.simulator.workload import Workload, check_fits
-from apportion.solver.capabilities import PlanKind
+from apportion.solver.capabilities import Capabilities, PlanKind
 from apportion.solver.errors import ValidationError
 from apportion.solver.model import (
     Cluster,
@@ -64,6 +70,7 @@ from apportion.solver.model import (
     SolverPreference,
 )
 from apportion.solver.registry import PolicySpec, lookup, resolve_parameters
+from apportion.solver.stages import PlacementParameters
 
 MAX_ROUNDS = 1_000_000
 """Default bound on simulated rounds."""
@@ -102,6 +109,9 @@ class SimulationConfig:
     """HOST:PORT of an `apportion serve` to solve with ("" = in this process)."""
     check_first_snapshot: bool = True
     """Validate the first snapshot with the service's rules before running."""
+    placement: PlacementParameters | None = None
+    """The placement stage on every round's grants (`simulator.device_placement`; needs a
+    node layout); None = the simulator's own best-fit placement on nodes."""
 
     def policy_request(self) -> tuple[PolicySpec, PolicyRequest]:
         try:
@@ -137,6 +147,15 @@ class RoundLog:
     grant_devices: list[int] = field(default_factory=list)
     grant_nodes: list[str] = field(default_factory=list)
     """"node:devices;node:devices" ("" without a node layout)."""
+    grant_shared: list[int] = field(default_factory=list)
+    """The smallest job index of the pair or group holding the same devices (the job itself
+    in a group of one; -1 = not in a pair or group)."""
+    grant_slowdown: list[float] = field(default_factory=list)
+    """The job's slowdown in its group (1 outside groups)."""
+    grant_device_ids: list[str] = field(default_factory=list)
+    """"d,d,..." the devices (topology indices) the placement stage chose ("" = not used)."""
+    unplaced: list[int] = field(default_factory=list)
+    """Grants the placement stage could not place in the round (0 without it)."""
 
 
 @dataclass
@@ -173,6 +192,12 @@ def simulate(
     if workload.num_jobs == 0:
         raise SimulationInputError(f"{workload.source}: no jobs to simulate")
     check_fits(workload, cluster)
+    if config.placement is not None and not cluster.nodes:
+        raise SimulationInputError(
+            "--placement needs a cluster with nodes (e.g. --cluster v100:16:8 for 8-device "
+            "nodes, or a cluster file)"
+        )
+    _check_inputs(config.policy, spec.capabilities, workload)
     kind = spec.capabilities.plan_kind
     model = model_cluster(cluster)
     m, n = workload.num_jobs, model.num_types
@@ -228,6 +253,22 @@ def simulate(
     )
 
 
+def _check_inputs(name: str, caps: Capabilities, workload: Workload) -> None:
+    """Refuse a policy that reads inputs no workload of the simulator can give it."""
+    if caps.reads_resource_profiles:
+        raise SimulationInputError(
+            f"policy {name!r} reads each job's throughput over CPU cores and host memory "
+            "(resource profiles) and the nodes' CPUs and memory, which the simulator does not "
+            "model yet"
+        )
+    if caps.reads_stage_times and workload.stage_s.shape != (workload.num_jobs, 4):
+        raise SimulationInputError(
+            f"policy {name!r} reads each job's time per iteration in storage, CPU, GPU and "
+            f"network (stage times); the workload ({workload.source or 'given'}) has none (no "
+            "trace format carries them; set Workload.stage_s)"
+        )
+
+
 def check_grants(
     r: int,
     active: IntArray,
@@ -238,11 +279,15 @@ def check_grants(
 ) -> None:
     """The invariants of round `r` (SimulationError when a driver breaks one): only active
     jobs run, each once, gangs whole (configurations may choose their device count), a pair
-    on the same devices, never more devices than a type or a node has."""
+    or a group on the same devices (held once), never more devices than a type or a node
+    has."""
     alive = set(active.tolist())
     seen: set[int] = set()
     pool = DevicePool(cluster)
     placed: dict[int, Grant] = {}
+    grouped: dict[int, Grant] = {}
+    holder: dict[int, int] = {}
+    """device -> the pair, group or job holding it."""
     scale = workload.scale_factor
     for g in grants:
         ident = workload.ids[g.job] if 0 <= g.job < workload.num_jobs else str(g.job)
@@ -251,10 +296,28 @@ def check_grants(
         if g.job in seen:
             raise SimulationError(f"round {r}: job {ident!r} is granted twice")
         seen.add(g.job)
+        owner = shared_key(g) if shared_key(g) >= 0 else g.job
+        for d in g.device_ids:
+            if holder.setdefault(d, owner) != owner:
+                raise SimulationError(f"round {r}: device {d} is granted twice")
+        if g.device_ids and len(set(g.device_ids)) != g.devices:
+            raise SimulationError(f"round {r}: job {ident!r} holds {len(g.device_ids)} devices "
+                                  f"for a grant of {g.devices}")
         if kind is not PlanKind.CONFIGURATION and g.devices != scale[g.job]:
             raise SimulationError(
                 f"round {r}: job {ident!r} got {g.devices} devices, its gang is {int(scale[g.job])}"
             )
+        if g.group >= 0 and g.group in grouped:
+            first = grouped[g.group]
+            if (first.type_index, first.devices, first.nodes) != (
+                g.type_index,
+                g.devices,
+                g.nodes,
+            ):
+                raise SimulationError(
+                    f"round {r}: group member {ident!r} is not on the group's devices"
+                )
+            continue
         if g.partner >= 0 and g.partner in placed:
             other = placed[g.partner]
             same = (other.type_index, other.devices, other.nodes) == (
@@ -269,6 +332,8 @@ def check_grants(
         if why:
             raise SimulationError(f"round {r}: granting job {ident!r} exceeds the cluster: {why}")
         placed[g.job] = g
+        if g.group >= 0:
+            grouped[g.group] = g
 
 
 class _Loop:
@@ -337,6 +402,7 @@ class _Loop:
             solved: list[tuple[float, Decision]] = []
             grants = self._grants(r, now, active, changed, solved)
             busy = self._advance(r, now, grants)
+            state.accrue_entitlement(delta)
             finished_now = int((~np.isnan(state.finish_s[active])).sum())
             finished_count += finished_now
             state.contention_sum[active] += active.size
@@ -353,6 +419,11 @@ class _Loop:
                     continue
                 if solved:
                     left = int(np.isnan(state.finish_s).sum())
+                    if self.log.unplaced[-1] and cfg.placement is not None:
+                        return (
+                            f"stalled: the placement stage ({cfg.placement.placer}) placed none "
+                            f"of the policy's {self.log.unplaced[-1]} grants ({left} jobs left)"
+                        )
                     return (
                         f"stalled: the policy runs none of the {left} remaining jobs "
                         f"({solved[-1][1].termination}"
@@ -375,7 +446,10 @@ class _Loop:
         solved: list[tuple[float, Decision]],
     ) -> list[Grant]:
         def make_problem() -> Problem:
-            return build_problem(self.context, self.state, active, now)
+            problem = build_problem(self.context, self.state, active, now)
+            if self.context.capabilities.reads_device_sharing:
+                problem = service_reading(problem, self.request, self.options)
+            return problem
 
         def solve_problem(problem: Problem) -> Decision:
             if not self.checked:
@@ -397,9 +471,39 @@ class _Loop:
             solve_problem=solve_problem,
             new_pool=lambda: DevicePool(self.cluster),
         )
-        grants = self.driver.grants(ctx)
+        grants = self._true_slowdowns(self.driver.grants(ctx))
+        unplaced = 0
+        if self.config.placement is not None:
+            grants, unplaced = place_round(
+                ctx.problem(), active, grants, self.state, self.config.placement, self.options
+            )
+        self.log.unplaced.append(unplaced)
         check_grants(r, active, grants, self.w, self.cluster, self.kind)
         return grants
+
+    def _true_slowdowns(self, grants: list[Grant]) -> list[Grant]:
+        """Two jobs sharing devices in a group run at the workload's pair speeds when it has
+        them for their job types (their true speeds, as for space-sharing pairs); every
+        other member at the slowdown its plan predicted."""
+        pairs = self.w.pairs
+        if pairs is None or not any(g.group >= 0 for g in grants):
+            return grants
+        members: dict[int, list[Grant]] = {}
+        for g in grants:
+            if g.group >= 0:
+                members.setdefault(g.group, []).append(g)
+        out = []
+        for g in grants:
+            both = members.get(g.group, []) if g.group >= 0 else []
+            if len(both) == 2:
+                other = both[1] if both[0].job == g.job else both[0]
+                row = pairs.rates.get((self.w.job_type[g.job], self.w.job_type[other.job]))
+                alone = float(self.w.throughput[g.job, g.type_index])
+                if row is not None and alone > 0:
+                    pair = float(row[g.type_index])
+                    g = replace(g, slowdown=alone / pair if pair > 0 else math.inf)
+            out.append(g)
+        return out
 
     def _rate(self, g: Grant) -> float:
         i, j = g.job, g.type_index
@@ -418,6 +522,12 @@ class _Loop:
             key = (self.w.job_type[i], self.w.job_type[g.partner])
             row = self.w.pairs.rates.get(key)
             return float(row[j]) if row is not None else 0.0
+        if g.group >= 0:
+            if not g.slowdown > 0:
+                raise SimulationError(
+                    f"job {self.w.ids[i]!r} got slowdown {g.slowdown} in its group"
+                )
+            return float(self.w.throughput[i, j]) / g.slowdown
         if g.devices != self.w.scale_factor[i]:
             raise SimulationError(
                 f"job {self.w.ids[i]!r} was given {g.devices} devices; without goodput "
@@ -432,20 +542,23 @@ class _Loop:
         overhead = min(self.config.fidelity.restart_overhead_s, delta)
         noise = self.config.fidelity.speed_factors(r, w.num_jobs)
         busy = np.zeros(self.cluster.num_types)
-        pair_used: dict[int, float] = {}
+        shared: dict[int, tuple[int, int, float]] = {}
+        """Devices held by a pair or a group: key -> (type, devices, longest use)."""
         new_placement: dict[int, Placement] = {}
         for g in grants:
             i = g.job
             rate = self._rate(g)
             if noise is not None:
                 rate *= float(noise[i])
-            placed = Placement(g.type_index, g.devices, g.nodes, g.partner)
+            key = shared_key(g)
+            placed = Placement(g.type_index, g.devices, g.nodes, key, g.device_ids)
             before = state.placement[i]
-            kept = before is not None and (before.type_index, before.devices, before.nodes) == (
-                placed.type_index,
-                placed.devices,
-                placed.nodes,
-            )
+            kept = before is not None and (
+                before.type_index,
+                before.devices,
+                before.nodes,
+                sorted(before.device_ids),
+            ) == (placed.type_index, placed.devices, placed.nodes, sorted(placed.device_ids))
             if before is not None:
                 self.lease_opportunities += 1
                 self.lease_extensions += int(kept)
@@ -465,19 +578,14 @@ class _Loop:
                 state.work_done[i] += rate * avail
             state.run_s[i] += used
             state.device_s[i] += g.devices * used
-            if g.partner >= 0:
-                key = min(i, g.partner)
-                if key in pair_used:
-                    busy[g.type_index] += g.devices * max(used, pair_used.pop(key))
-                else:
-                    pair_used[key] = used
+            if key >= 0:
+                longest = max(used, shared[key][2]) if key in shared else used
+                shared[key] = (g.type_index, g.devices, longest)
             else:
                 busy[g.type_index] += g.devices * used
             new_placement[i] = placed
-        for g in grants:  # a pair whose partner was not granted (never, but stay safe)
-            key = min(g.job, g.partner) if g.partner >= 0 else -1
-            if key in pair_used:
-                busy[g.type_index] += g.devices * pair_used.pop(key)
+        for type_index, devices, longest in shared.values():
+            busy[type_index] += devices * longest
         state.place({i: p for i, p in new_placement.items() if math.isnan(state.finish_s[i])})
         return busy
 
@@ -507,3 +615,6 @@ class _Loop:
             log.grant_type.append(g.type_index)
             log.grant_devices.append(g.devices)
             log.grant_nodes.append(";".join(f"{names[k]}:{d}" for k, d in g.nodes))
+            log.grant_shared.append(shared_key(g))
+            log.grant_slowdown.append(g.slowdown)
+            log.grant_device_ids.append(",".join(str(d) for d in g.device_ids))

@@ -103,6 +103,7 @@ def run_result(outcome: Outcome, load: float | None = None) -> RunResult:
             busy[:, j] / (counts[j] * config.round_s) if counts[j] > 0 else np.zeros(len(busy))
         )
     rounds["solves"] = np.array(log.solves, np.int64)
+    rounds["unplaced"] = np.array(log.unplaced, np.int64)
     rounds["solve_wall_s"] = np.array(log.solve_wall_s, np.float64)
     rounds["solver_s"] = np.array(log.solver_s, np.float64)
     rounds["termination"] = np.array(log.termination, dtype=object)
@@ -112,6 +113,9 @@ def run_result(outcome: Outcome, load: float | None = None) -> RunResult:
         "type": np.array(log.grant_type, np.int64),
         "devices": np.array(log.grant_devices, np.int64),
         "nodes": np.array(log.grant_nodes, dtype=object),
+        "shared_with": np.array(log.grant_shared, np.int64),
+        "slowdown": np.array(log.grant_slowdown, np.float64),
+        "device_ids": np.array(log.grant_device_ids, dtype=object),
     }
     summary = summarize(jobs, rounds, float(busy.sum()), devices)
     summary.update(

@@ -2,7 +2,8 @@
 
 jobs.csv      one row per job and run (label, policy, seed, load first)
 rounds.csv    one row per round and run
-grants.csv    one row per (round, job) that ran: type index and devices
+grants.csv    one row per (round, job) that ran: type index, devices, nodes, the pair or
+              group sharing its devices (its smallest job index) and its slowdown there
 summary.csv   one row per run
 aggregate.csv mean and 95% confidence half-width over seeds (sweeps)
 *.parquet     the same tables when pyarrow is installed (`apportion[sim]`)

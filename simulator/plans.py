@@ -12,13 +12,18 @@ either shape touches this module only. What is read depends on the policy's plan
   when the plan names them); a 0/1 schedule (rounds x jobs) runs each job on its gang of the
   type with the most devices, as the service writes it;
 * QUEUE: the pending jobs to start now, with their type, device count and nodes;
-* CONFIGURATION: each job's configuration (type, devices, devices per node).
+* CONFIGURATION: each job's configuration (type, devices, devices per node);
+* GROUPS: the groups of jobs sharing devices for the round (members, each member's
+  predicted slowdown, the devices' type and count, devices per node when the plan names
+  them); a job alone is a group of one.
 
 Besides, every kind may return state a client sends back with the next snapshot (`Carry`):
 finish-time fairness's C_i with the iso_i and R_i it used, Shockwave's reference finish
 times and their bookkeeping, Gandiva_fair's stride passes, and the pairs of the previous plan
-(Gandiva's pairing). Leases (Themis's auction, Astraea) and Astraea's device-time bookkeeping
-are not carried: each solve sees the jobs without them.
+(Gandiva's pairing; the two-job groups of a GROUPS plan, Lucid's pairs), the leases of
+Themis's auction and Astraea (end and time share), and the devices each tenant is entitled to
+under Astraea's plan (the simulator measures the device-time used and accrues the entitled
+device-time itself, `state.JobState`).
 """
 
 from __future__ import annotations
@@ -94,6 +99,20 @@ class Configured:
 
 
 @dataclass(frozen=True)
+class Grouped:
+    """Jobs sharing the same devices for a round (GROUPS plans)."""
+
+    members: tuple[int, ...]
+    """Indices into the snapshot's jobs."""
+    slowdown: tuple[float, ...]
+    """Per member: time per step in the group over time per step alone (> 1 = slower)."""
+    type_index: int
+    devices: int
+    nodes: NodeDevices = ()
+    """(node index, devices) named by the plan; empty = the simulator places the group."""
+
+
+@dataclass(frozen=True)
 class Carry:
     """State to send back with the next snapshot, per snapshot job (None = not returned)."""
 
@@ -113,6 +132,13 @@ class Carry:
     pairs."""
     stride_pass: FloatArray | None = None
     """(k,) Gandiva_fair's stride pass after the planned quanta; NaN = none."""
+    lease_expires_s: FloatArray | None = None
+    """(k,) end of each job's lease (absolute s; 0 = no lease); None = the plan has no
+    leases."""
+    lease_time_share: FloatArray | None = None
+    """(k,) fraction of its lease the job runs on the leased devices (1 without a lease)."""
+    entitled_devices: tuple[tuple[str, float], ...] | None = None
+    """Astraea: (tenant, devices it is entitled to while the plan holds); None = n/a."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +161,8 @@ class Decision:
     """Pending jobs to start now (QUEUE)."""
     configurations: tuple[Configured | None, ...] = ()
     """Per job, its configuration; None = not allocated (CONFIGURATION)."""
+    groups: tuple[Grouped, ...] = ()
+    """The running groups (GROUPS)."""
     carry: Carry = field(default_factory=Carry)
 
     @property
@@ -177,6 +205,19 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
                     )
                 )
         return replace(base, starts=tuple(starts))
+    if kind is PlanKind.GROUPS:
+        groups = tuple(
+            Grouped(
+                tuple(g.members),
+                tuple(float(x) for x in g.slowdown),
+                g.type_index,
+                g.devices,
+                tuple(sorted((nodes[name], d) for name, d in g.node_devices if name in nodes)),
+            )
+            for g in (plan.groups.groups if plan.groups is not None else ())
+            if g.type_index >= 0 and g.devices > 0 and g.members
+        )
+        return _with_groups(base, groups, problem.jobs.num_jobs)
     configured: list[Configured | None] = []
     for choice in plan.configurations.choices if plan.configurations is not None else ():
         if choice is None or not choice.placed or choice.devices <= 0:
@@ -185,6 +226,18 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
         placement = tuple((nodes[name], d) for name, d in choice.node_devices if name in nodes)
         configured.append(Configured(choice.type_index, choice.devices, placement))
     return replace(base, configurations=tuple(configured))
+
+
+def _with_groups(base: Decision, groups: tuple[Grouped, ...], k: int) -> Decision:
+    """`base` with the groups, and the two-job groups as the pairs sent back (Lucid reads
+    them as `history.jobs[].colocated_with`)."""
+    pairs = np.full(k, -1, np.int64)
+    for g in groups:
+        if len(g.members) == 2:
+            a, b = g.members
+            pairs[a], pairs[b] = b, a
+    partner = tuple(int(x) for x in pairs) if (pairs >= 0).any() else ()
+    return replace(base, groups=groups, carry=replace(base.carry, partner=partner))
 
 
 def _own_rounds(
@@ -250,6 +303,20 @@ def _carry_from_plan(plan: Plan, k: int) -> Carry:
             if share > 0:
                 pairs[a], pairs[b] = b, a
         partner = tuple(int(x) for x in pairs)
+    leases = (
+        plan.auction.leases
+        if plan.auction is not None
+        else plan.usage.leases
+        if plan.usage is not None
+        else None
+    )
+    entitled = None
+    if plan.usage is not None:
+        rates = plan.usage.entitled_devices
+        entitled = tuple(
+            (usage.tenant, float(rate))
+            for usage, rate in zip(plan.usage.tenants[: len(rates)], rates, strict=True)
+        )
     return Carry(
         isolated_time_s=_opt(shares.cumulative_isolated_time_s),
         isolated_throughput=_opt(shares.isolated_throughput),
@@ -258,7 +325,27 @@ def _carry_from_plan(plan: Plan, k: int) -> Carry:
         reference_state=packed,
         partner=partner,
         stride_pass=_opt(plan.stride.stride_pass) if plan.stride is not None else None,
+        **_lease_arrays(
+            None
+            if leases is None
+            else [None if x is None else (x.expires_s, x.time_share) for x in leases],
+            k,
+        ),
+        entitled_devices=entitled,
     )
+
+
+def _lease_arrays(
+    leases: Sequence[tuple[float, float] | None] | None, k: int
+) -> dict[str, FloatArray | None]:
+    """Carry's lease columns from (end, time share) per job (None = no lease)."""
+    if leases is None:
+        return {"lease_expires_s": None, "lease_time_share": None}
+    ends, shares = np.zeros(k), np.ones(k)
+    for i, lease in enumerate(leases):
+        if lease is not None:
+            ends[i], shares[i] = lease
+    return {"lease_expires_s": ends, "lease_time_share": shares}
 
 
 def _opt(values: FloatArray | None) -> FloatArray | None:
@@ -266,9 +353,10 @@ def _opt(values: FloatArray | None) -> FloatArray | None:
 
 
 def decision_from_response(
-    response: service_pb.SolveResponse, problem: Problem, kind: PlanKind
+    response: service_pb.SolveResponse, problem: Problem, kind: PlanKind, lease_s: float = 0.0
 ) -> Decision:
-    """The decision of a response from `apportion serve` for the snapshot of `problem`."""
+    """The decision of a response from `apportion serve` for the snapshot of `problem`
+    (`lease_s`: the policy's lease length, s, for Astraea's entitlement; 0 = none)."""
     stats = response.stats
     base = Decision(
         termination=_TERMINATION_FROM_WIRE.get(stats.termination, Termination.ERROR),
@@ -282,7 +370,9 @@ def decision_from_response(
     node_index = {name: k for k, name in enumerate(problem.cluster.node_names)}
     k, n = problem.jobs.num_jobs, len(names)
     entries = [(job_index[e.job_id], e) for e in response.plan.jobs if e.job_id in job_index]
-    base = replace(base, carry=_carry_from_response(entries, response, job_index, k))
+    base = replace(
+        base, carry=_carry_from_response(entries, response, job_index, k, problem, lease_s)
+    )
     if not base.has_plan:
         return base
     planned = tuple(
@@ -325,6 +415,25 @@ def decision_from_response(
                 )
         starts.sort(key=lambda s: s.job)
         return replace(base, starts=tuple(starts))
+    if kind is PlanKind.GROUPS:
+        groups = tuple(
+            Grouped(
+                tuple(job_index[x] for x in g.job_ids),
+                tuple(g.slowdown),
+                type_index[g.accelerator_type],
+                g.devices,
+                tuple(
+                    sorted(
+                        (node_index[name], d)
+                        for name, d in g.node_devices.items()
+                        if name in node_index
+                    )
+                ),
+            )
+            for g in response.plan.groups
+            if g.accelerator_type in type_index and g.devices > 0 and g.job_ids
+        )
+        return _with_groups(base, groups, k)
     configured: list[Configured | None] = [None] * k
     for i, entry in entries:
         conf = entry.configuration
@@ -349,7 +458,15 @@ def _carry_from_response(
     response: service_pb.SolveResponse,
     job_index: Mapping[str, int],
     k: int,
+    problem: Problem,
+    lease_s: float,
 ) -> Carry:
+    """The state to send back; Astraea's entitled devices are the growth of the entitled
+    device-time the plan projects over its lease (`lease_s`) over the one sent."""
+    fairness_usage = problem.fairness.tenant_usage if problem.fairness is not None else ()
+    tenants = {name or job_id for name, job_id in zip(problem.jobs.tenant, problem.jobs.ids,
+                                                       strict=True)}
+
     def column(name: str) -> FloatArray | None:
         given = [(i, entry) for i, entry in entries if _has(entry, name)]
         if not given:
@@ -379,6 +496,21 @@ def _carry_from_response(
                 a, b = job_index[c.job_a], job_index[c.job_b]
                 pairs[a], pairs[b] = b, a
         partner = tuple(int(x) for x in pairs)
+    leases = None
+    if any(entry.HasField("lease") for _, entry in entries):
+        found: list[tuple[float, float] | None] = [None] * k
+        for i, entry in entries:
+            if entry.HasField("lease"):
+                found[i] = (entry.lease.expires_s, entry.lease.time_share)
+        leases = found
+    entitled = None
+    if response.plan.tenant_usage and lease_s > 0:
+        sent = {u.tenant: u.entitled_gpu_time_s for u in fairness_usage}
+        entitled = tuple(
+            (u.tenant, (u.entitled_gpu_time_s - sent.get(u.tenant, 0.0)) / lease_s)
+            for u in response.plan.tenant_usage
+            if u.tenant in tenants
+        )
     return Carry(
         isolated_time_s=column("cumulative_isolated_time_s"),
         isolated_throughput=column("isolated_throughput"),
@@ -387,4 +519,6 @@ def _carry_from_response(
         reference_state=state,
         partner=partner,
         stride_pass=column("stride_pass"),
+        **_lease_arrays(leases, k),
+        entitled_devices=entitled,
     )

@@ -6,7 +6,8 @@ per-job array present, defaults applied), so that a snapshot sent to `apportion 
 one problem. What is filled beyond the common fields follows the policy's capabilities:
 epoch profiles always when the workload has them, co-location rates when the policy reads
 them, configurations (goodput per (type, nodes, devices), elasticity, restart penalty) when
-it reads configurations.
+it reads configurations, per-iteration stage times (Muri) when it reads them and the workload
+has them.
 
 The policy sees estimated throughputs (`ProblemContext.estimated`, the true ones unless
 `Fidelity.estimate_error` is set) and the true remaining work (Gavel's simulator does the
@@ -23,7 +24,7 @@ from apportion.datasets.cluster import ClusterSpec
 from apportion.simulator.state import JobState
 from apportion.simulator.workload import Workload, epochs_done
 from apportion.solver.capabilities import Capabilities
-from apportion.solver.fairness_model import FairnessInputs
+from apportion.solver.fairness_model import FairnessInputs, TenantUsage
 from apportion.solver.model import (
     Cluster,
     Colocations,
@@ -35,6 +36,7 @@ from apportion.solver.model import (
     Problem,
     ReferenceFinishState,
 )
+from apportion.solver.sharing import GroupInterference, SharingInputs
 
 DEFAULT_RESTART_PENALTY_S = 30.0
 """The restart penalty configuration policies assume when the snapshot gives none (s)."""
@@ -129,6 +131,11 @@ def build_problem(ctx: ProblemContext, state: JobState, active: IntArray, now_s:
         )
     if caps.reads_configurations:
         jobs = _with_configurations(ctx, jobs, pick)
+    sharing = None
+    if caps.reads_stage_times and w.stage_s.size:
+        sharing = SharingInputs(stage_s=w.stage_s[active])
+    if caps.reads_device_sharing and w.pairs is not None and w.pairs.rates:
+        sharing = replace(sharing or SharingInputs(), interference=pair_interference(w, active))
     return Problem(
         cluster=ctx.cluster,
         jobs=jobs,
@@ -136,17 +143,74 @@ def build_problem(ctx: ProblemContext, state: JobState, active: IntArray, now_s:
         time_s=float(now_s),
         round_duration_s=float(ctx.round_s),
         colocations=colocations,
-        fairness=_fairness(state, active),
+        fairness=_fairness(w, state, active, float(now_s)),
+        sharing=sharing,
     )
 
 
-def _fairness(state: JobState, active: IntArray) -> FairnessInputs | None:
-    """Gandiva_fair's stride passes carried from the previous plans (None when no job has
-    one, as the service reads a snapshot that names none)."""
+def pair_interference(w: Workload, active: IntArray) -> tuple[GroupInterference, ...]:
+    """Every two snapshot jobs of equal gangs whose job types have pair speeds, as a measured
+    group: each member's slowdown = its speed alone over its speed in the pair, the largest
+    over the types where both run (the co-location policies' interference has no type).
+    Quadratic in the active jobs."""
+    rates, thr = w.pairs.rates if w.pairs is not None else {}, w.throughput
+    out: list[GroupInterference] = []
+    pick = active.tolist()
+    for x, a in enumerate(pick):
+        for y in range(x + 1, len(pick)):
+            b = pick[y]
+            if w.scale_factor[a] != w.scale_factor[b]:
+                continue
+            ra = rates.get((w.job_type[a], w.job_type[b]))
+            rb = rates.get((w.job_type[b], w.job_type[a]))
+            if ra is None or rb is None:
+                continue
+            both = (ra > 0) & (rb > 0) & (thr[a] > 0) & (thr[b] > 0)
+            if not both.any():
+                continue
+            slow_a = float((thr[a][both] / ra[both]).max())
+            slow_b = float((thr[b][both] / rb[both]).max())
+            out.append(GroupInterference((x, y), (slow_a, slow_b)))
+    return tuple(out)
+
+
+def _fairness(
+    w: Workload, state: JobState, active: IntArray, now_s: float
+) -> FairnessInputs | None:
+    """The fairness state carried from the previous plans (None when there is none, as the
+    service reads a snapshot that names none): Gandiva_fair's stride passes; the leases of
+    Themis's auction and Astraea, for jobs that still hold the devices (they ran in the
+    previous round; the service takes no lease without a current placement); Astraea's
+    device-time used per job (GPU-seconds held so far) and per tenant (its jobs', finished ones
+    included), with the tenant's entitled device-time accrued so far."""
+    k = active.size
     passes = state.stride_pass[active]
-    if not np.isfinite(passes).any():
+    holds = (state.current_type[active] >= 0) & (state.lease_expires_s[active] > now_s)
+    leases = np.where(holds, state.lease_expires_s[active], 0.0)
+    shares = np.where(holds, state.lease_time_share[active], 1.0)
+    usage: tuple[TenantUsage, ...] = ()
+    gpu_time = np.zeros(k)
+    if state.tracks_usage:
+        gpu_time = state.device_s[active].copy()
+        used: dict[str, float] = {}
+        for i in np.flatnonzero(state.device_s > 0).tolist():
+            key = w.tenant[i] or w.ids[i]
+            used[key] = used.get(key, 0.0) + float(state.device_s[i])
+        names = sorted(set(used) | set(state.tenant_entitled_s))
+        usage = tuple(
+            TenantUsage(name, used.get(name, 0.0), state.tenant_entitled_s.get(name, 0.0))
+            for name in names
+        )
+    if not (np.isfinite(passes).any() or leases.any() or gpu_time.any() or usage):
         return None
-    return replace(FairnessInputs.empty(active.size), stride_pass=passes)
+    return replace(
+        FairnessInputs.empty(k),
+        stride_pass=passes,
+        lease_expires_s=leases,
+        lease_time_share=shares,
+        gpu_time_s=gpu_time,
+        tenant_usage=usage,
+    )
 
 
 def _fractional_epochs(durations: FloatArray, work_done: float) -> float:

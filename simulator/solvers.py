@@ -11,7 +11,7 @@ with the service's field paths before a simulation starts.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from apportion.simulator.errors import SimulationError, SimulationInputError
@@ -79,7 +79,8 @@ class RemoteSolver:
             code = exc.code() if hasattr(exc, "code") else None
             detail = exc.details() if hasattr(exc, "details") else str(exc)
             raise SimulationError(f"--server {self.address}: {code}: {detail}") from exc
-        return decision_from_response(response, problem, kind)
+        lease_s = float(getattr(self.policy.parameters, "lease_s", 0.0) or 0.0)
+        return decision_from_response(response, problem, kind, lease_s)
 
     def close(self) -> None:
         if self._channel is not None:
@@ -100,6 +101,24 @@ def check_snapshot(problem: Problem, policy: PolicyRequest, options: SolveOption
             f"policy {policy.requested_name or policy.name!r} cannot take this workload "
             f"(first snapshot at t={problem.time_s:g} s):\n{exc}"
         ) from exc
+
+
+def service_reading(problem: Problem, policy: PolicyRequest, options: SolveOptions) -> Problem:
+    """`problem` with the device-sharing inputs the service derives from its snapshot (the
+    devices from the cluster's nodes, each job's sharing defaults, the groups' measured
+    interference): the co-location policies then see in this process what `apportion
+    serve` gives them."""
+    from apportion.server.convert import request_to_model
+    from apportion.solver.errors import ValidationError
+
+    try:
+        read, _, _ = request_to_model(request_message(problem, policy, options))
+    except ValidationError as exc:
+        raise SimulationInputError(
+            f"policy {policy.requested_name or policy.name!r} cannot take the snapshot at "
+            f"t={problem.time_s:g} s:\n{exc}"
+        ) from exc
+    return replace(problem, sharing=read.sharing)
 
 
 @dataclass

@@ -21,8 +21,11 @@ class Placement:
     devices: int
     nodes: NodeDevices
     """(node index, devices) pairs; empty without a node layout."""
-    partner: int = -1
-    """Job index it shares these devices with (space sharing); -1 = alone."""
+    shared: int = -1
+    """The smallest job index of the pair or group sharing these devices (space sharing,
+    co-location groups); -1 = alone."""
+    device_ids: tuple[int, ...] = ()
+    """The devices (topology indices) when the placement stage chose them."""
 
 
 @dataclass
@@ -60,10 +63,23 @@ class JobState:
     """(m,) Gandiva_fair's stride pass of the last plan that included the job (NaN = none)."""
     current_type: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
     """(m,) the type of the placement a snapshot reports for the job (-1 = none): its
-    placement in the previous round, except the second job of a co-located pair (the pair's
-    shared devices are reported once, by its first job)."""
+    placement in the previous round, except the later jobs of a co-located pair or group (the
+    shared devices are reported once, by its first unfinished job: the service refuses
+    current placements above a type's devices)."""
     current_devices: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
     current_nodes: list[tuple[int, ...]] = field(default_factory=list)
+    lease_expires_s: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) end of the job's lease in the last plan that included it (absolute s; 0 = none)."""
+    lease_time_share: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(m,) the fraction of its lease the job runs on the leased devices (1 = all)."""
+    tracks_usage: bool = False
+    """A plan returned Astraea's bookkeeping: snapshots then carry each job's device-time
+    used (`device_s`) and each tenant's used and entitled device-time."""
+    tenant_rate: dict[str, float] = field(default_factory=dict)
+    """Devices each tenant is entitled to under the last plan (Astraea)."""
+    tenant_entitled_s: dict[str, float] = field(default_factory=dict)
+    """Entitled device-time accrued so far per tenant (device-s): the entitled devices of the
+    plan in force times each simulated round's length."""
     contention_sum: FloatArray = field(default_factory=lambda: np.zeros(0))
     """(m,) sum over the rounds the job was active of the number of active jobs."""
     active_rounds: FloatArray = field(default_factory=lambda: np.zeros(0))
@@ -89,6 +105,8 @@ class JobState:
             current_type=np.full(m, -1, np.int64),
             current_devices=np.zeros(m, np.int64),
             current_nodes=[()] * m,
+            lease_expires_s=np.zeros(m),
+            lease_time_share=np.ones(m),
             contention_sum=np.zeros(m),
             active_rounds=np.zeros(m),
         )
@@ -100,10 +118,14 @@ class JobState:
         self.current_type[:] = -1
         self.current_devices[:] = 0
         self.current_nodes = [()] * m
-        for i, placed in placements.items():
+        reported: set[int] = set()
+        for i in sorted(placements):
+            placed = placements[i]
             self.placement[i] = placed
-            if 0 <= placed.partner < i and placed.partner in placements:
-                continue  # reported by the pair's first job
+            if placed.shared >= 0:
+                if placed.shared in reported:
+                    continue  # shared devices are reported once, by the first job still there
+                reported.add(placed.shared)
             self.current_type[i] = placed.type_index
             self.current_devices[i] = placed.devices
             self.current_nodes[i] = tuple(node for node, _ in placed.nodes)
@@ -125,8 +147,22 @@ class JobState:
         if carry.stride_pass is not None:
             given = np.isfinite(carry.stride_pass)
             self.stride_pass[active[given]] = carry.stride_pass[given]
+        if carry.lease_expires_s is not None and carry.lease_time_share is not None:
+            self.lease_expires_s[active] = carry.lease_expires_s
+            self.lease_time_share[active] = carry.lease_time_share
+        if carry.entitled_devices is not None:
+            self.tracks_usage = True
+            self.tenant_rate = dict(carry.entitled_devices)
         if carry.partner:
             partner = np.asarray(carry.partner, np.int64)
             self.partner[active] = np.where(partner >= 0, active[np.maximum(partner, 0)], -1)
         else:
             self.partner[active] = -1
+
+    def accrue_entitlement(self, seconds: float) -> None:
+        """A round of `seconds` under the plan in force: each tenant's entitled device-time
+        grows by its entitled devices times the round."""
+        for tenant, devices in self.tenant_rate.items():
+            self.tenant_entitled_s[tenant] = self.tenant_entitled_s.get(tenant, 0.0) + (
+                devices * seconds
+            )

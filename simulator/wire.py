@@ -133,6 +133,17 @@ def snapshot_message(problem: Problem) -> snapshot_pb.Snapshot:
     for i in range(m):
         _job(msg.jobs.add(), problem, i)
     _colocations(msg, problem)
+    ids = problem.jobs.ids
+    for group in problem.sharing.interference if problem.sharing is not None else ():
+        msg.interference.add(
+            job_ids=[ids[i] for i in group.jobs], slowdown=[float(x) for x in group.slowdown]
+        )
+    for usage in problem.fairness.tenant_usage if problem.fairness is not None else ():
+        msg.tenant_usage.add(
+            tenant=usage.tenant,
+            gpu_time_s=usage.gpu_time_s,
+            entitled_gpu_time_s=usage.entitled_gpu_time_s,
+        )
     msg.history.elapsed_since_reset_s = hist.elapsed_since_reset_s
     for i in range(m):
         entry = _history_entry(problem, i)
@@ -186,6 +197,11 @@ def _job(out: snapshot_pb.Job, problem: Problem, i: int) -> None:
                 out.elasticity.scale_unit[name] = int(jobs.scale_unit[i, j])
     if jobs.restart_penalty_s.size:
         out.restart_penalty_s = float(jobs.restart_penalty_s[i])
+    stages = problem.sharing.stage_s if problem.sharing is not None else np.zeros((0, 4))
+    if stages.shape[0] == jobs.num_jobs and np.isfinite(stages[i]).all():
+        storage, cpu, gpu, network = (float(x) for x in stages[i])
+        out.stage_times.storage_s, out.stage_times.cpu_s = storage, cpu
+        out.stage_times.gpu_s, out.stage_times.network_s = gpu, network
 
 
 def _colocations(msg: snapshot_pb.Snapshot, problem: Problem) -> None:
@@ -242,12 +258,12 @@ def _history_entry(problem: Problem, i: int) -> snapshot_pb.JobHistory | None:
     if fairness is not None:
         if math.isfinite(fairness.stride_pass[i]):
             entry.stride_pass = float(fairness.stride_pass[i])
-        if (
-            any(b is not None for b in fairness.bids)
-            or fairness.tenant_usage
-            or (fairness.lease_expires_s.any() or fairness.gpu_time_s.any())
-        ):
-            raise SimulationInputError("bids, leases and device-time cannot be sent yet")
+        if any(b is not None for b in fairness.bids):
+            raise SimulationInputError("Themis bid tables cannot be sent by the simulator yet")
+        if fairness.lease_expires_s[i] > 0:
+            entry.lease_expires_s = float(fairness.lease_expires_s[i])
+            entry.lease_time_share = float(fairness.lease_time_share[i])
+        entry.gpu_time_s = float(fairness.gpu_time_s[i])
     if entry == snapshot_pb.JobHistory(job_id=jobs.ids[i]):
         return None
     return entry

@@ -114,6 +114,9 @@ class Workload:
     configurations: tuple[tuple[GoodputEntry, ...], ...] = ()
     """Per job, its goodput per configuration; empty = no goodput tables."""
     pairs: PairRates | None = None
+    stage_s: FloatArray = field(default_factory=lambda: np.zeros((0, 4)))
+    """(m, 4) time per iteration in storage, CPU, GPU and network (s; Muri's interleaving
+    profile); empty = none (no trace format carries them: set them on the workload)."""
     lines: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
     """(m,) line of each job in its source file (0 = unknown); empty = none known."""
     source: str = ""
@@ -154,6 +157,7 @@ class Workload:
             configurations=tuple(self.configurations[k] for k in pick)
             if self.configurations
             else (),
+            stage_s=self.stage_s[idx] if self.stage_s.size else self.stage_s,
             lines=self.lines[idx] if self.lines.size else self.lines,
         )
 

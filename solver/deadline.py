@@ -82,6 +82,15 @@ class Deadline:
         now = time.monotonic()
         return Deadline(now + fraction * max(0.0, self.at - now))
 
+    def leaving(self, seconds: float, max_share: float = 0.5) -> Deadline:
+        """A deadline `seconds` earlier, for a stage that must leave that much time to the
+        work after it (decoding, building a response); never more than `max_share` of the
+        time left from now is held back. Without a deadline, none."""
+        if not self.bounded:
+            return self
+        held = min(max(0.0, seconds), max_share * self.remaining())
+        return Deadline(self.at - held)
+
     def earliest(self, other: Deadline) -> Deadline:
         """The earlier of the two deadlines."""
         return self if self.at <= other.at else other

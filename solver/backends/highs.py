@@ -369,6 +369,15 @@ class HighsSession:
         self.num_cols += matrix.shape[1]
         self.nonzeros += int(matrix.nnz)
 
+    def add_row(self, lower: float, upper: float, coefficients: FloatArray) -> None:
+        """Append one row `lower <= coefficients @ x <= upper` given densely (num_cols,): for
+        the small models of cutting-plane loops, without building a sparse matrix per row."""
+        index = np.flatnonzero(coefficients).astype(np.int32)
+        self._highs.addRow(float(lower), float(upper), int(index.size), index,
+                           np.asarray(coefficients, np.float64)[index])
+        self.num_rows += 1
+        self.nonzeros += int(index.size)
+
     def change_coefficient(self, row: int, col: int, value: float) -> None:
         self._highs.changeCoeff(int(row), int(col), float(value))
 

@@ -45,6 +45,7 @@ def random_instance(seed: int, jobs: int, devices: int, u_max: float = 1.0,
         budget=rng.choice([0.0, 0.15, 0.4, np.inf], devices),
         delta=rng.choice([0.0, 0.05, 0.1, 0.3], (jobs, devices)),
         slowdown_weight=weight,
+        usable=rng.random((jobs, devices)) < 0.8,
     )
 
 

@@ -427,3 +427,38 @@ def test_uncapped_lets_one_job_hold_several_gangs() -> None:
     assert capped.time_share[0, 0] == pytest.approx(1.0, abs=1e-6)
     assert plain.time_share[0, 0] == pytest.approx(2.0, abs=1e-6)
     assert plain.certificate.termination is Termination.OPTIMAL
+
+
+@st.composite
+def repeated_instances(draw: st.DrawFn) -> Instance:
+    """An instance whose jobs repeat: each job of a small instance 1-4 times (the solve merges
+    identical buyers, so these are the markets where merging matters)."""
+    base = draw(instances())
+    times = np.array([draw(st.integers(1, 4)) for _ in range(base.T.shape[0])])
+    idx = np.repeat(np.arange(base.T.shape[0]), times)
+    return Instance(base.T[idx], base.W, base.s[idx], base.w[idx])
+
+
+@given(repeated_instances(), st.sampled_from(list(BudgetSource)))
+def test_identical_jobs_reach_the_equilibrium_of_the_whole_market(
+    inst: Instance, source: BudgetSource
+) -> None:
+    """With repeated jobs the plan still satisfies every equilibrium condition job by job, and
+    cvxpy's program over all jobs (no merging) reaches the same objective and utilities."""
+    import cvxpy as cp
+
+    problem = inst.problem()
+    plan = run(problem, source)
+    check_equilibrium(problem, plan, source)
+    a, s, W, _, _ = market_inputs(problem, FisherMarketParameters())
+    B = budgets_of(problem, source)
+    X = cp.Variable(a.shape, nonneg=True)
+    u = cp.sum(cp.multiply(a, X), axis=1)
+    cons = [s @ X <= W, cp.sum(X, axis=1) <= 1, cp.multiply((a == 0).astype(float), X) == 0]
+    # tight tolerances: utilities are accurate to about the square root of the gap
+    value = cp.Problem(cp.Maximize(B @ cp.log(u)), cons).solve(
+        solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    assert plan.certificate.objective == pytest.approx(value, abs=1e-6 * max(1.0, B.sum()))
+    np.testing.assert_allclose(
+        utilities(problem, plan.time_share), np.einsum("ij,ij->i", a, X.value), rtol=META
+    )

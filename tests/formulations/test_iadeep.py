@@ -24,19 +24,16 @@ from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import IadeepParameters
 from apportion.solver.result import Termination
-from apportion.solver.sharing import GroupInterference, JobConfiguration, SharingInputs
+from apportion.solver.sharing import GroupInterference, SharingInputs
 from apportion.solver.solve import solve
 from apportion.solver.validation import make_problem
+from tests.formulations.colocation_cases import two_configurations
 
 
 def iadeep_problem(seed: int, m: int, devices: int, slowdown_scale: float = 1.0) -> Problem:
     rng = np.random.default_rng(seed)
     problem = make_problem(["gpu"], [devices], np.ones((m, 1)))
-    configs = tuple(
-        (JobConfiguration("b32", 1.0, float(rng.uniform(2, 9))),
-         JobConfiguration("b64", float(rng.uniform(1.1, 1.6)), float(rng.uniform(6, 14))))
-        for _ in range(m)
-    )
+    configs = two_configurations(rng, m)
     entries = []
     for k in (2, 3):
         for members in itertools.combinations(range(m), k):
@@ -56,7 +53,7 @@ def brute_force(inst: IadeepInstance) -> float:
     best = 0.0
     k = len(inst.columns)
     # columns are few; every subset of at most `devices` columns
-    for size in range(0, min(inst.devices, inst.num_jobs) + 1):
+    for size in range(0, min(int(inst.devices.sum()), inst.num_jobs) + 1):
         for chosen in itertools.combinations(range(k), size):
             if is_packing(inst, list(chosen)):
                 best = max(best, packing_value(inst, list(chosen)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -140,3 +141,22 @@ def test_history_pairs_are_kept() -> None:
                  SolveOptions())
     assert plan.groups is not None
     assert any(sorted(g.members) == [0, 1] for g in plan.groups.groups)
+
+
+@pytest.mark.parametrize("partner_placed", [False, True])
+def test_a_pair_reported_on_one_member_continues(partner_placed: bool) -> None:
+    """Job 0 runs and names job 1 as its partner (`colocated_with` on one member only); job
+    1 has a placement of its own or none (a pair's devices may be reported once). Either way
+    job 1 is in exactly one group, with job 0, at the pair's predicted slowdowns."""
+    problem = lucid_problem(7, 4, 2 if partner_placed else 1)
+    ones = np.ones(4, np.int64)
+    sharing = replace(problem.sharing, sharing_score=np.array([0, 0, 0, 0]),
+                      gpu_memory_gib=np.full(4, 2.0))
+    history: History = replace(problem.history, colocated_with=np.array([1, -1, -1, -1]))
+    problem = replace(problem, jobs=replace(problem.jobs, scale_factor=ones), history=history,
+                      sharing=sharing)
+    plan = solve(problem, PolicyRequest("lucid", LucidParameters()), SolveOptions())
+    assert plan.groups is not None
+    with_one = [g for g in plan.groups.groups if 1 in g.members]
+    assert len(with_one) == 1 and sorted(with_one[0].members) == [0, 1]
+    assert all(s != 1.0 for s in with_one[0].slowdown)

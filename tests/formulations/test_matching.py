@@ -170,3 +170,32 @@ def test_bipartite_graphs_with_ties(seed: int, left: int, right: int) -> None:
     weight[left:, :left] = block.T
     assert bipartition(weight) is not None or not block.any()
     check_proven(weight, reference(weight))
+
+
+def test_a_large_dense_graph_is_proven_optimal() -> None:
+    """1,400 vertices, a planted perfect matching of heavy edges among light random ones: the
+    optimum is the planted matching (dropping a heavy edge loses more than two light ones
+    gain). The first LP is large enough to be solved by interior point."""
+    rng = np.random.default_rng(11)
+    n = 1400
+    weight = np.triu(rng.random((n, n)), 1)
+    weight = weight + weight.T
+    order = rng.permutation(n)
+    a, b = order[: n // 2], order[n // 2:]
+    heavy = 10.0 + rng.random(n // 2)
+    weight[a, b] = weight[b, a] = heavy
+    check_proven(weight, float(heavy.sum()))
+
+
+def test_bipartition_at_the_edge_count_bound() -> None:
+    """A complete bipartite graph has exactly the most edges a bipartite graph can have (n^2/4)
+    and is recognised; one more edge inside a side closes a triangle."""
+    left, right = 6, 6
+    n = left + right
+    weight = np.zeros((n, n))
+    weight[:left, left:] = 1.0
+    weight[left:, :left] = 1.0
+    sides = bipartition(weight)
+    assert sides is not None and sides[:left].all() != sides[left:].any()
+    weight[0, 1] = weight[1, 0] = 1.0
+    assert bipartition(weight) is None

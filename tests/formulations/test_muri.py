@@ -70,13 +70,18 @@ def brute_force(inst: MuriInstance) -> float:
             continue
         if sum(int(inst.gpus[g[0]]) for g in chosen) > inst.cluster_gpus:
             continue
-        value = 0.0
-        for g in chosen:
-            members = np.array([g], np.int64)
-            period, _ = period_of(inst, members)
-            value += float(group_values(inst, members, period)[0])
-        best = max(best, value)
+        best = max(best, groups_value(inst, chosen))
     return best
+
+
+def groups_value(inst: MuriInstance, chosen: list[tuple[int, ...]]) -> float:
+    """The set-packing objective of the groups `chosen` (each at its best period)."""
+    value = 0.0
+    for g in chosen:
+        members = np.array([g], np.int64)
+        period, _ = period_of(inst, members)
+        value += float(group_values(inst, members, period)[0])
+    return value
 
 
 def check_grouping(inst: MuriInstance, groups: tuple[tuple[int, ...], ...],

@@ -10,6 +10,7 @@ from grpc_harness import small_request
 
 from apportion.server.pipeline import solve_request
 from apportion.solver.deadline import Deadline
+from apportion.solver.errors import ValidationError
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 NO_SOLUTION = service_pb.TERMINATION_REASON_NO_SOLUTION
@@ -52,3 +53,16 @@ def test_without_limits_the_wall_time_counts_from_the_arrival() -> None:
     assert reply.stats.termination == OPTIMAL
     assert reply.stats.time_limit_s == 0
     assert reply.stats.wall_time_s >= 3.0
+
+
+def test_validation_stops_at_the_deadline_but_still_rejects_an_unknown_policy() -> None:
+    """A budget used up while the request is validated ends there (no_solution, said so);
+    a request naming no known policy is still invalid, whatever its budget."""
+    request = small_request()
+    request.options.time_limit_s = 1e-6
+    reply = solve_request(request)
+    assert reply.stats.termination == NO_SOLUTION
+    assert "while the request was validated" in reply.stats.detail
+    request.policy.name = "nope"
+    with pytest.raises(ValidationError, match="unknown policy 'nope'"):
+        solve_request(request)

@@ -23,8 +23,6 @@ from grpc_harness import (
     large_request,
     running_server,
     small_request,
-    wait_until,
-    worker_pids,
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -437,7 +435,9 @@ def test_deadline_shorter_than_the_solve(
     stub: service_grpc.AllocationServiceStub,
     slow_request: service_pb.SolveRequest,
 ) -> None:
-    before = worker_pids(server)
+    """Validation and the solve spend the call's deadline: the slow request answers within
+    it or the call ends with DEADLINE_EXCEEDED, and the service answers the next call.
+    (A worker still busy at the deadline is replaced: test_service_faults.)"""
     deadline_s = 0.5
     try:
         reply = stub.Solve(slow_request, timeout=deadline_s)
@@ -445,9 +445,6 @@ def test_deadline_shorter_than_the_solve(
         assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED, error
     else:  # finished in time: then the limit it ran under was within the deadline
         assert 0 < reply.stats.time_limit_s <= deadline_s
-    # the worker running the abandoned solve is terminated and replaced
-    assert len(before) == 2
-    assert wait_until(lambda: not before <= worker_pids(server)), "no worker was replaced"
     reply = stub.Solve(small_request(), timeout=CALL_TIMEOUT_S)
     assert reply.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
 

@@ -124,6 +124,18 @@ def test_a_failing_worker_fails_its_request_only(
     assert_optimal(solve(stub, small_request()))
 
 
+def test_a_worker_still_busy_at_the_deadline_is_replaced(
+    server: Server, stub: service_grpc.AllocationServiceStub
+) -> None:
+    """The sleep hook ignores deadlines: the worker running the abandoned call is terminated
+    and replaced, and the next call is answered."""
+    before = settled(server)
+    error = call_error(lambda: solve(stub, hook_request("sleep:30"), timeout=0.5))
+    assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED, error
+    assert wait_until(lambda: not before <= worker_pids(server)), "no worker was replaced"
+    assert_optimal(solve(stub, small_request()))
+
+
 def test_a_killed_idle_worker_does_not_fail_the_next_request(
     server: Server, stub: service_grpc.AllocationServiceStub
 ) -> None:

@@ -143,3 +143,21 @@ def test_the_format_choices_are_the_readers_formats() -> None:
     from apportion.simulator.cli import FORMATS as CHOICES
 
     assert set(CHOICES) == set(FORMATS)
+
+
+def test_placement_flag_places_every_grant_on_devices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "placed"
+    argv = ["simulate", "--synthetic", "6", "--rate", "20", "--cluster", "v100:4:2,k80:4:2",
+            "--policies", "max_min_fairness_perf", "--placement", "exact", "--out", str(out),
+            "--workers", "1"]
+    assert cli.main(argv) == cli.EXIT_OK
+    capsys.readouterr()
+    grants = read_csv(out / "grants.csv")
+    assert grants["device_ids"] and all(grants["device_ids"])
+    assert cli.main([*argv[:-4], "--placement", "nope", "--workers", "1"]) == 2
+    assert "expected one of exact" in capsys.readouterr().err
+    assert cli.main(["simulate", "--synthetic", "2", "--gpus", "4", "--placement", "exact",
+                     "--workers", "1"]) == 2
+    assert "needs a cluster with nodes" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """Sweeps: the same grid run in this process, in worker processes and on Ray (local mode)
 gives the same tables in the same order; the aggregate over seeds is the mean with a
 Student-t 95% half-width; `--server` against a real `apportion serve` gives the same run as
-solving in this process."""
+solving in this process (co-location groups included)."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def server() -> Iterator[str]:
 
 @pytest.mark.parametrize(
     "policy", ["max_min_fairness_perf", "finish_time_fairness_perf", "allox", "sia",
-               "gandiva_fair"]
+               "gandiva_fair", "themis_auction", "astraea"]
 )
 def test_server_gives_the_in_process_run(server: str, policy: str) -> None:
     w = build(0, 10.0)
@@ -143,3 +143,15 @@ def test_server_gives_the_in_process_run_for_a_planning_window(server: str) -> N
                  server=server)
     same_results([local], [remote])
     assert local.summary["solves"] == remote.summary["solves"] > 1
+
+
+@pytest.mark.parametrize("policy", ["iadeep", "muri"])
+def test_server_gives_the_in_process_run_for_groups(server: str, policy: str) -> None:
+    from apportion.simulator.cluster import single_type
+    from tests.simulator.test_groups import paired_workload, staged_workload
+
+    w = paired_workload() if policy == "iadeep" else staged_workload()
+    local = run(w, single_type(2), policy=policy, round_s=100.0)
+    remote = run(w, single_type(2), policy=policy, round_s=100.0, server=server)
+    same_results([local], [remote])
+    assert (local.grants["slowdown"] != 1.0).any()

@@ -68,7 +68,8 @@ def check_invariants(result: RunResult, w: Workload, cluster: ClusterSpec, round
     """From the tables alone: every job finished, no grant before a job's arrival or after its
     finish, no round above a type's or a node's devices, and (no noise, no restart overhead)
     the work done equals each job's total: the full rounds it ran at the granted type's speed
-    plus the last round up to its finish."""
+    (over its slowdown in a group) plus the last round up to its finish. Devices a group or
+    pair shares are counted once, and must be the same for all its members."""
     jobs, rounds, grants = result.jobs, result.rounds, result.grants
     assert jobs["finished"].all(), "some job did not finish"
     start = dict(zip(rounds["round"].tolist(), rounds["start_s"].tolist(), strict=True))
@@ -76,19 +77,26 @@ def check_invariants(result: RunResult, w: Workload, cluster: ClusterSpec, round
     node_size = {node.name: node.devices for node in cluster.nodes}
     used: dict[tuple[int, int], int] = {}
     on_node: dict[tuple[int, str], int] = {}
-    per_job: dict[int, list[tuple[float, int, int]]] = {}
-    for r, i, j, d, nodes in zip(
+    held: dict[tuple[int, int], tuple[int, int, str]] = {}
+    per_job: dict[int, list[tuple[float, int, float]]] = {}
+    for r, i, j, d, nodes, shared, slowdown in zip(
         grants["round"].tolist(), grants["job"].tolist(), grants["type"].tolist(),
-        grants["devices"].tolist(), grants["nodes"].tolist(), strict=True,
+        grants["devices"].tolist(), grants["nodes"].tolist(), grants["shared_with"].tolist(),
+        grants["slowdown"].tolist(), strict=True,
     ):
         t = start[r]
         assert t >= w.arrival_s[i] - 1e-9, f"job {i} ran at {t} before its arrival"
         assert t < jobs["finish_s"][i], f"job {i} ran at {t} after it finished"
+        per_job.setdefault(i, []).append((t, j, slowdown))
+        if shared >= 0:  # devices shared by a pair or group: the same ones, counted once
+            if (r, shared) in held:
+                assert held[(r, shared)] == (j, d, str(nodes)), f"round {r}: group {shared}"
+                continue
+            held[(r, shared)] = (j, d, str(nodes))
         used[(r, j)] = used.get((r, j), 0) + d
         for part in filter(None, str(nodes).split(";")):
             name, count = part.rsplit(":", 1)
             on_node[(r, name)] = on_node.get((r, name), 0) + int(count)
-        per_job.setdefault(i, []).append((t, j, d))
     for (r, j), d in used.items():
         assert d <= counts[cluster.types[j]], f"round {r}: {d} devices of type {j}"
     for (r, name), d in on_node.items():
@@ -97,10 +105,10 @@ def check_invariants(result: RunResult, w: Workload, cluster: ClusterSpec, round
         runs.sort()
         finish = float(jobs["finish_s"][i])
         work = 0.0
-        for _, j, _ in runs[:-1]:
-            work += w.throughput[i, j] * round_s
-        last_t, last_j, _ = runs[-1]
-        work += w.throughput[i, last_j] * (finish - last_t)
+        for _, j, slowdown in runs[:-1]:
+            work += w.throughput[i, j] / slowdown * round_s
+        last_t, last_j, last_slowdown = runs[-1]
+        work += w.throughput[i, last_j] / last_slowdown * (finish - last_t)
         assert abs(work - w.total_steps[i]) <= 1e-6 * w.total_steps[i], (
             f"job {i}: work {work} != total {w.total_steps[i]}"
         )

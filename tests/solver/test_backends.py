@@ -133,6 +133,18 @@ def test_session_warm_resolve_equals_a_fresh_solve() -> None:
     assert session.run().objective == pytest.approx(-6.25)
 
 
+def test_session_dense_row_equals_the_sparse_one() -> None:
+    c, a, b = _box_lp()
+    model = LinearModel(-c, a, np.full(2, -INFINITY), b, np.zeros(2), np.full(2, INFINITY))
+    dense = HighsSession(model, HighsSettings(method="simplex"))
+    dense.run()
+    dense.add_row(-INFINITY, 0.5, np.array([1.0, 0.0]))  # x <= 0.5, zero entries skipped
+    sparse = HighsSession(model, HighsSettings(method="simplex"))
+    sparse.add_rows(np.array([-INFINITY]), np.array([0.5]), sp.csr_matrix([[1.0, 0.0]]))
+    assert dense.run().objective == pytest.approx(sparse.run().objective) == pytest.approx(-6.5)
+    assert dense.size == sparse.size == ModelSize(2, 3, 4, 0)
+
+
 def test_conic_exponential_cone() -> None:
     # max t s.t. t <= log(u), u <= 2  ->  log 2. Variables (t, u); cone rows (t, 1, u)
     q = np.array([-1.0, 0.0])

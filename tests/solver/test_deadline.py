@@ -61,3 +61,15 @@ def test_a_deadline_travels_between_processes_as_a_number() -> None:
     # time.monotonic() is one clock for the whole machine: rebuilding from `at` keeps the instant
     deadline = Deadline.after(50.0)
     assert Deadline(deadline.at) == deadline
+
+
+def test_leaving_holds_back_time_for_later_stages_but_at_most_a_share() -> None:
+    assert Deadline.never().leaving(5.0) == Deadline.never()
+    deadline = Deadline.after(100.0)
+    assert deadline.at - deadline.leaving(10.0).at == pytest.approx(10.0)
+    # asking for more than the share holds back only the share of what is left
+    held = deadline.at - deadline.leaving(90.0, max_share=0.5).at
+    assert 49.0 < held <= 50.0
+    assert deadline.leaving(-1.0) == deadline
+    past = Deadline(time.monotonic() - 1.0)
+    assert past.leaving(10.0) == past
