@@ -174,3 +174,13 @@ def test_validate_returns_the_model() -> None:
 def test_policies_are_the_registry() -> None:
     names = {spec.name for spec in apportion.policies()}
     assert {"weighted_max_min_fairness", "allox", "sia"} <= names
+
+
+def test_a_limit_spent_during_validation_still_gives_a_solution() -> None:
+    """The budget can run out while the request is validated (the pipeline then has no model):
+    the Solution still carries the validated model, no plan, and the no_solution reply."""
+    result = apportion.solve(ROOT / "examples" / "cluster_32_jobs.json", time_limit_s=1e-9)
+    assert result.termination is Termination.NO_SOLUTION and result.plan is None
+    assert "ran out before the solve started" in result.response.stats.detail
+    assert result.problem.jobs.num_jobs == 32
+    assert result.policy.name == "weighted_max_min_fairness"
