@@ -141,7 +141,7 @@ def solve_policy(
 
     running = hist.running(m)
     current_type = np.where(running, hist.current_type, -1) if running.any() else np.full(m, -1)
-    current_nodes = list(hist.current_nodes) if len(hist.current_nodes) == m else [()] * m
+    current_nodes = list(hist.current_nodes)
     heap = [(ratio(u), u) for u in range(k) if waiting[u]]
     heapq.heapify(heap)
     while heap:

@@ -78,9 +78,7 @@ def layout_of(problem: Problem) -> NodeLayout:
 
 def current_types(problem: Problem) -> IntArray:
     """(m,) type index of each job's current placement, -1 = not running."""
-    m = problem.jobs.num_jobs
-    current = problem.history.current_type
-    return current if current.size == m else np.full(m, -1, np.int64)
+    return problem.history.current_type
 
 
 def holdings(problem: Problem, i: int) -> tuple[tuple[int, int], ...]:
@@ -657,7 +655,7 @@ def to_plan(problem: Problem, outcome: ElasticOutcome) -> Plan:
         mine = [(v, d) for v, d in settled.node_devices[i] if layout.node_type[v] == j]
         ps_nodes.append(tuple((layout.names[v], d) for v, d in settled.node_devices[i]
                               if layout.node_type[v] != j and layout.names[v]))
-        current = (hist.current_type.size == m and int(hist.current_type[i]) == j
+        current = (int(hist.current_type[i]) == j
                    and int(hist.current_devices[i]) == int(o.devices[s]))
         configurations.append(ConfigurationChoice(
             type_index=j,

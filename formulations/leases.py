@@ -30,7 +30,7 @@ def keep_leases(
     for i in np.flatnonzero(holding):
         j = int(hist.current_type[i])
         X[i, j] = fair.lease_time_share[i]
-        nodes = hist.current_nodes[i] if len(hist.current_nodes) == m else ()
+        nodes = hist.current_nodes[i]
         devices = int(hist.current_devices[i]) or int(problem.jobs.scale_factor[i])
         leases[i] = Lease(j, devices, tuple(names[k] for k in nodes),
                           float(fair.lease_expires_s[i]), float(X[i, j]), kept=True)

@@ -141,7 +141,7 @@ def instance(problem: Problem, params: LucidParameters) -> tuple[LucidInstance, 
         if types.size:
             default_type[i] = int(types[np.argmax(problem.cluster.count[types])])
     pair_type = np.full((m, m), -1, np.int64)
-    current = hist.current_type if hist.current_type.size == m else np.full(m, -1)
+    current = hist.current_type
     for r in np.nonzero(running)[0]:
         pair_type[:, r] = current[r]
         pair_type[r, :] = current[r]
@@ -177,7 +177,7 @@ def _running_with_partners(problem: Problem) -> tuple[BoolArray, IntArray]:
     hist = problem.history
     m = problem.jobs.num_jobs
     running = hist.running(m)
-    given = hist.colocated_with if hist.colocated_with.size == m else np.full(m, -1, np.int64)
+    given = hist.colocated_with
     partner = np.full(m, -1, np.int64)
     holders = np.nonzero(running & (given >= 0))[0]
     partner[holders] = given[holders]
@@ -242,7 +242,7 @@ def _groups(
     groups: list[ColocationGroup] = []
     done = np.zeros(m, bool)
     running, partner = _running_with_partners(problem)
-    holding = running & (hist.current_type >= 0 if hist.current_type.size == m else False)
+    holding = running & (hist.current_type >= 0)
     for a in np.nonzero(holding)[0].tolist():
         if done[a]:
             continue

@@ -103,10 +103,9 @@ def node_pools(problem: Problem, holding: NDArray[np.bool_]) -> list[NodePool]:
     running = hist.running(m)
     for i in np.flatnonzero(holding & running):
         j = int(hist.current_type[i])
-        devices = int(hist.current_devices[i]) if hist.current_devices.size == m else 0
-        devices = devices or int(problem.jobs.scale_factor[i])
+        devices = int(hist.current_devices[i]) or int(problem.jobs.scale_factor[i])
         free_type[j] -= devices
-        held_nodes = hist.current_nodes[i] if len(hist.current_nodes) == m else ()
+        held_nodes = hist.current_nodes[i]
         for k in held_nodes:
             use = min(int(node_free[k]), devices)
             node_free[k] -= use

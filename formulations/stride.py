@@ -100,11 +100,8 @@ def stride_schedule(
     order = np.argsort(-jobs.throughput.sum(axis=0), kind="stable")
     names = cluster.node_names
     running = hist.running(m)
-    last_type = np.where(running, hist.current_type, -1) if hist.current_type.size == m \
-        else np.full(m, -1)
-    last_nodes: list[tuple[int, ...]] = (
-        list(hist.current_nodes) if len(hist.current_nodes) == m else [()] * m
-    )
+    last_type = np.where(running, hist.current_type, -1)
+    last_nodes: list[tuple[int, ...]] = list(hist.current_nodes)
     ran = np.zeros((m, n))
     rounds: list[ScheduledRound] = []
     migrations = 0
