@@ -3,7 +3,7 @@
     python benchmarks/gavel_lp.py [--ftf-sizes 2048] [--makespan-sizes 2048 32768]
                                   [--max-sum-sizes 2048 32768]
 
-* finish-time fairness (formulations.md A2.5), 3 types: the reference is Gavel's form, one
+* finish-time fairness (A2.5, docs/policies/gavel.md), 3 types: the reference is Gavel's form, one
   cvxpy expression per job `(t_i + R_i * inv_pos(thr_i)) / D_i` and `Minimize(maximum(...))`,
   solved with ECOS (Gavel's solver; `--ftf-reference CLARABEL` for the other). apportion:
   z-LPs with dual lower bounds.

@@ -1,5 +1,6 @@
-"""Reproduction of Shockwave's 120-job / 32-GPU table with `apportion.simulator`: the published
-rows (Shockwave, Themis, AlloX, Gandiva_fair, Gavel max-min, OSSP, MST) next to ours.
+"""Reproduction of Shockwave's 120-job / 32-GPU table with `apportion.simulator` (A4.7,
+docs/policies/market.md; T4.1, docs/datasets.md): the published rows (Shockwave, Themis, AlloX,
+Gandiva_fair, Gavel max-min, OSSP, MST) next to ours.
 
     python benchmarks/shockwave_anchor.py [--jobs N] [--rows shockwave max_min ...]
         [--time-limit 15] [--workers 2] [--compat shockwave] [--restart-overhead S]

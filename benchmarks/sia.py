@@ -4,13 +4,13 @@
                              [--inputs auto|profiles|synthetic] [--reference-data DIR]
 
 Cluster: 2,048 GPUs of 3 types laid out like Sia's x32 cluster (aws: 192 nodes x 4 GPUs,
-dgx-ext: 64 x 8, rtx: 96 x 8); configurations as formulations.md A5.2 with a 64-GPU cap and
-Sia's per-type node caps (aws 16, dgx-ext 2, rtx 3 nodes: 29 configurations). A third of the
+dgx-ext: 64 x 8, rtx: 96 x 8); configurations as in A5.2 (docs/policies/sia.md) with a 64-GPU cap
+and Sia's per-type node caps (aws 16, dgx-ext 2, rtx 3 nodes: 29 configurations). A third of the
 jobs run already (random configuration, 0-3 restarts, ages 0-3 h). p = -0.5, lambda_n = 1.1.
 
 Goodput per (job, configuration), `--inputs`:
 * `profiles` (default `auto`: when `../shared/reference` is present): Sia's per-type profiles
-  (data.md §2.3, `traces/sia_profiles/`) fitted into Pollux models per (application, type)
+  (T2.3, docs/datasets.md, `traces/sia_profiles/`) fitted into Pollux models per (application, type)
   (`apportion.datasets.sia_models`, A5.1); each job draws its application from Sia's x32
   workload (`sia/workloads_scale/scale_32x_workload-1.csv`: mostly cifar10, some bert,
   deepspeech2, yolov3, imagenet) and an epoch (gradient statistics of that epoch); its goodput

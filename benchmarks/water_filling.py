@@ -12,8 +12,8 @@ Families:
   table), weight 1, spread over 5 tenants of weight 1 in fairness mode, 100 devices each of
   v100/p100/k80 per 256 jobs. Tenant weights change after every freeze.
 apportion: progressive filling with LP duals (formulations/water_filling.py). Reference:
-Gavel's algorithm as formulations.md A2.4 writes it (per round an LP, then a bottleneck MILP
-with big-M and the 1.0001 / 1e-5 test, tenant weights recomputed after each freeze; HiGHS
+Gavel's algorithm as A2.4 (docs/policies/gavel.md) describes it (per round an LP, then a bottleneck
+MILP with big-M and the 1.0001 / 1e-5 test, tenant weights recomputed after each freeze; HiGHS
 through cvxpy for both). Prints times, their ratio, the rounds (apportion: LP rounds; the
 reference: LP and MILP solves), the largest difference of a job's normalized throughput from
 the reference's (|u - u_ref| / max(1, u_ref)), apportion's smallest round-1 level over the

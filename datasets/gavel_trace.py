@@ -1,6 +1,6 @@
 """Gavel (`.trace`, MIT) and Shockwave (12-field, MIT) job traces: tab-separated, no header.
 
-Field layouts (data.md sections 3.1 and 3.2), chosen per line by its field count:
+Field layouts (T3.1 and T3.2, docs/datasets.md), chosen per line by its field count:
 * 7 (older Gavel): job_type, command, num_steps_arg, needs_data_dir, total_steps,
   arrival_time, scale_factor
 * 10 (Gavel): job_type, command, working_dir, num_steps_arg, needs_data_dir, total_steps,

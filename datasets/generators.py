@@ -2,7 +2,7 @@
 Shockwave-style per-epoch profiles and Sia-style goodputs. Same arguments, same output.
 
 The numbers are synthetic (the project ships no copy of upstream tables); their structure
-follows data.md sections 2.1-2.3 and 3.1: 26 job templates (7 model families x batch sizes);
+follows T2.1-T2.3 and T3.1, docs/datasets.md: 26 job templates (7 model families x batch sizes);
 ResNet-18/50, Transformer and LM also at scale factors 2/4/8; k80 slowest, p100 2-7x k80,
 v100 1-1.5x p100 (with exceptions, e.g. Recommendation can be slower on v100); multi-GPU jobs
 scale sub-linearly; co-location gives a combined normalized throughput around 1.1 (0-2).
@@ -160,8 +160,8 @@ def gavel_workload(
     slo: bool = False,
     num_tenants: int = 0,
 ) -> JobTable:
-    """Gavel's synthetic generator (data.md 3.1): job type uniform over the templates that
-    exist at the drawn scale factor; duration 60*10^U(1.5,3) s w.p. 0.8 else 60*10^U(3,4);
+    """Gavel's synthetic generator (T3.1, docs/datasets.md): job type uniform over the templates
+    that exist at the drawn scale factor; duration 60*10^U(1.5,3) s w.p. 0.8 else 60*10^U(3,4);
     total_steps = duration x reference (v100) throughput; Poisson arrivals with mean
     inter-arrival 3600/jobs_per_hour s (0 = all at time 0); 20% weight 5 if `multi_priority`;
     SLO factor 1.2/2/10 if `slo`; tenants "t0".. drawn uniformly if `num_tenants`."""

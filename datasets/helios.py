@@ -1,4 +1,4 @@
-"""SenseTime Helios `cluster_log.csv` (SC 2021; CC-BY-4.0; data.md section 3.5).
+"""SenseTime Helios `cluster_log.csv` (SC 2021; CC-BY-4.0; T3.5, docs/datasets.md).
 
 Columns `job_id, user, vc, gpu_num, cpu_num, node_num, state, submit_time, start_time,
 end_time, duration, queue` (times wall-clock strings, duration/queue in s). Other columns

@@ -1,4 +1,4 @@
-"""Alibaba PAI 2020 GPU trace (NSDI 2022; CC-BY-4.0; data.md sections 3.5 and 6).
+"""Alibaba PAI 2020 GPU trace (NSDI 2022; CC-BY-4.0; T3.5 and T6, docs/datasets.md).
 
 Headerless CSV tables; column names from the trace's `*.header` files:
 * job:  `job_name, inst_id, user, status, start_time, end_time` (s, shifted; start = submit)
@@ -14,7 +14,7 @@ A job's GPUs = sum over its tasks of `inst_num x plan_gpu / 100`, CPUs likewise 
 Arrival = job `start_time` - the earliest (`origin_s`); duration = end - start.
 Jobs without tasks get GPU count 0 (reported as an anomaly).
 
-With the group_tag table (data.md section 6 step 1, "job x task (x group_tag)"): a non-empty
+With the group_tag table (T6, docs/datasets.md step 1, "job x task (x group_tag)"): a non-empty
 `gpu_type_spec` (the type the user required; one of the task table's types) replaces the GPU
 type, and a non-empty `workload` (the trace's application tag, e.g. bert, ctr, graphlearn;
 about 9% of jobs) becomes the job type. `group` (a tag of jobs with similar scripts, inputs

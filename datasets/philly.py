@@ -1,4 +1,4 @@
-"""Microsoft Philly traces (ATC 2019; CC-BY-4.0; data.md sections 3.5 and 6).
+"""Microsoft Philly traces (ATC 2019; CC-BY-4.0; T3.5 and T6, docs/datasets.md).
 
 * `read_philly_csv`: the per-job CSV derivative (`sia_philly_jobs.csv`): `timestamp`
   (submit, wall clock), `duration` (s), `num_gpus`, `gpu_time`, `cluster` (the VC, used as

@@ -1,4 +1,4 @@
-"""Shockwave per-epoch profiles (data.md section 2.2; MIT): a JSON list (optionally .gz) of
+"""Shockwave per-epoch profiles (T2.2, docs/datasets.md; MIT): a JSON list (optionally .gz) of
 objects with `job_id, arrival_s, job_type, mode, model, dataset, scale_factor, num_epochs,
 num_samples_per_epoch, bs_every_epoch, duration_every_epoch_s, mem_every_epoch_mb,
 util_every_epoch`. The trace itself is read by `apportion.datasets.gavel_trace`."""

@@ -1,6 +1,6 @@
-"""Sia / Pollux per-type profiles (data.md §2.3) turned into Pollux goodput models (formulations.md
-A5.1), the input the `sia` and `pollux` policies consume (`PolluxJobModel`, or per-configuration
-goodput evaluated from it).
+"""Sia / Pollux per-type profiles (T2.3, docs/datasets.md) turned into Pollux goodput models
+(A5.1, docs/policies/sia.md), the input the `sia` and `pollux` policies consume (`PolluxJobModel`,
+or per-configuration goodput evaluated from it).
 
 Files of one application directory (`../shared/reference/traces/sia_profiles/<app>/`):
 
@@ -32,8 +32,8 @@ from scipy.optimize import Bounds, minimize
 from apportion.solver.model import FloatArray, PerfParams, PolluxJobModel
 
 SEED_TYPE_ALIASES: Mapping[str, str] = {"aws": "t4", "azure": "v100", "dgx-ext": "dgx"}
-"""Sia profile GPU keys -> the `gpu_type` names of the 1-GPU seed profiles (data.md §2.3: aws =
-T4, azure = V100, dgx / dgx-ext = A100; rtx and quad are spelled alike)."""
+"""Sia profile GPU keys -> the `gpu_type` names of the 1-GPU seed profiles (T2.3, docs/datasets.md:
+aws = T4, azure = V100, dgx / dgx-ext = A100; rtx and quad are spelled alike)."""
 
 
 @dataclass(frozen=True)

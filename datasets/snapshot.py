@@ -1,4 +1,4 @@
-"""Trace -> snapshot (data.md section 6): the `apportion.v1.SolveRequest` at time t.
+"""Trace -> snapshot (T6, docs/datasets.md): the `apportion.v1.SolveRequest` at time t.
 
 A job is *active* at t when it arrived at or before t (`arrival_s <= t`) and had not finished
 (`start + duration > t`; unknown duration = not finished). The start is the trace's own when
@@ -29,8 +29,8 @@ rates differ per scale factor), and `type_colocations` lists every pair of keys 
 the snapshot that the table has a rate for on some usable type (both orders in the table are
 one entry here; same-key pairs included), so the `_packed` policies can read them.
 
-Shockwave inputs (optional, data.md 2.2): with `epoch_profiles` (per-epoch profiles keyed by
-job id, e.g. `profiles_by_job_id(read_shockwave_profiles(path))` or
+Shockwave inputs (optional, T2.2, docs/datasets.md): with `epoch_profiles` (per-epoch profiles keyed
+by job id, e.g. `profiles_by_job_id(read_shockwave_profiles(path))` or
 `builtin_epoch_profiles(table)`), every job gets `epoch_profile` (epoch durations in s on its
 full gang, batch sizes in samples) and `progress.total_epochs` = the profiled epochs;
 `progress.epochs_done` = the profiled epochs completed in the job's run time `t - start`
@@ -39,8 +39,8 @@ full gang, batch sizes in samples) and `progress.total_epochs` = the profiled ep
 without a profile, whose profile's batch sizes and durations differ in length, or whose
 profile's scale factor is neither its GPU count nor its scale factor is excluded (counted).
 
-Sia / Pollux inputs (optional, data.md 2.3): with `goodputs` (a `GoodputSource`: job id and
-the trace's job type -> (type, nodes, devices, goodput samples/s) rows, e.g.
+Sia / Pollux inputs (optional, T2.3, docs/datasets.md): with `goodputs` (a `GoodputSource`: job id
+and the trace's job type -> (type, nodes, devices, goodput samples/s) rows, e.g.
 `builtin_goodputs(cluster)` or `profile_goodputs(directory)`), every job gets
 `configurations`; rows that do not fit the snapshot's node layout (unknown type, more nodes
 than the type has, devices outside [nodes, nodes x devices per node], goodput not > 0) are
@@ -475,7 +475,7 @@ def builtin_goodputs(
 
 def profile_goodputs(directory: str | Path) -> GoodputSource:
     """Goodput tables from Sia's per-application profiles: `directory/<application>/
-    placements-<gpu>.csv` (data.md 2.3), matched by the job's type (the Sia workload's
+    placements-<gpu>.csv` (T2.3, docs/datasets.md), matched by the job's type (the Sia workload's
     `application`). A row per (type, nodes, GPUs) with the best profiled samples/s over local
     batch sizes (`SiaProfile.configurations`): a throughput used as the goodput (statistical
     efficiency is not applied). An application without a directory gives None."""

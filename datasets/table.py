@@ -1,4 +1,4 @@
-"""The normalized job table every trace reader produces (data.md section 6, step 1).
+"""The normalized job table every trace reader produces (T6, docs/datasets.md, step 1).
 
 One row per job, column-oriented (numpy arrays) so that millions of rows stay compact:
 float columns use NaN for "unknown", string columns are dictionary-encoded (`Categorical`)

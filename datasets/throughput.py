@@ -1,4 +1,4 @@
-"""Throughput tables in Gavel's JSON schema (data.md section 2.1; also Shockwave's TACC table).
+"""Throughput tables in Gavel's JSON schema (T2.1, docs/datasets.md; also Shockwave's TACC table).
 
     { worker_type : { "('<model>', <scale factor>)" :
                         { "null": <isolated steps/s>,

@@ -1,4 +1,5 @@
-"""AlloX: min-cost bipartite matching of jobs to (device, position) slots (formulations.md A3).
+"""AlloX: min-cost bipartite matching of jobs to (device, position) slots (A3,
+docs/policies/allox.md).
 
 The problem (Le et al., EuroSys 2020; Horn 1973; Bruno, Coffman and Sethi 1974). Pending jobs
 i, devices g (each of one accelerator type, which may be a CPU type), processing time

@@ -11,7 +11,8 @@ of each state comes from, in order:
 2. its per-configuration goodput on the type (`Jobs.given_goodput`): the device counts listed
    (the entry with the fewest nodes; placement packs a job onto the fewest servers), read as
    progress per second;
-3. its throughput at `scale_factor` devices: a rigid job with that one state.
+3. its throughput at `scale_factor` devices: a rigid job with that one state, when the
+   elasticity range admits it.
 
 Without any, the job cannot use the type. The elasticity range is [min_devices, max_devices]
 (`Jobs.min_devices`/`max_devices`; 0 = up to the policy's `max_devices` and the type's count).
@@ -142,7 +143,7 @@ def type_options(problem: Problem, i: int, j: int, default_max: int) -> TypeOpti
                            devices.size, "configurations")
     scale = int(problem.jobs.scale_factor[i])
     throughput = float(problem.jobs.throughput[i, j])
-    if throughput > 0 and scale <= count:
+    if throughput > 0 and scale <= count and lo <= scale <= hi:  # within its elasticity
         one = np.array([scale], np.int64)
         zero = np.zeros(1, np.int64)
         return TypeOptions(j, one, np.array([max(scale // unit, 1)]), zero, -1, zero,

@@ -1,4 +1,4 @@
-"""Gavel's FIFO baselines (formulations.md A2.10): `fifo`, `fifo_perf` and `fifo_packed`.
+"""Gavel's FIFO baselines (A2.10, docs/policies/gavel.md): `fifo`, `fifo_perf` and `fifo_packed`.
 
 Jobs are queued by arrival (arrival_time_s, then snapshot order). Each job needs s_i devices
 of one type for all of its time (row 1.0 on that type). The queue head takes a type with at

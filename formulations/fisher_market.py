@@ -1,4 +1,4 @@
-"""Heterogeneity-aware Fisher market: the Eisenberg–Gale program (formulations.md A4.1).
+"""Heterogeneity-aware Fisher market: the Eisenberg–Gale program (A4.1, docs/policies/market.md).
 
 Buyers are the jobs i with budgets B_i > 0 (equal budgets 1, or the priority weights w_i).
 Goods are device-time on each accelerator type j, supply W[j] devices. Job i's utility is its
@@ -536,6 +536,13 @@ def solve_policy(
     objective_value = np.zeros(m)
     with np.errstate(divide="ignore"):
         objective_value[idx] = budgets[idx] * np.log(np.maximum(sol.utility, 1e-300))
+    # u_i = thr_i / prop_i, so in steps/s the objective moves by sum_i B_i log prop_i (A4.1)
+    to_steps = float(budgets[idx] @ np.log(problem.proportional_throughput[idx]))
+    market = MarketSection(
+        spending,
+        throughput_objective=None if objective is None else objective + to_steps,
+        throughput_bound=None if bound is None else bound + to_steps,
+    )
     return Plan(
         time_share=X,
         effective_throughput=np.einsum("ij,ij->i", problem.jobs.throughput, X),
@@ -546,5 +553,5 @@ def solve_policy(
         certificate=cert,
         job_status=status,
         job_reason=reasons,
-        market=MarketSection(spending),
+        market=market,
     )

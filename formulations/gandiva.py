@@ -1,4 +1,4 @@
-"""Gavel's reimplementation of Gandiva's packing (formulations.md A2.10, `gandiva`; not
+"""Gavel's reimplementation of Gandiva's packing (A2.10, docs/policies/gavel.md, `gandiva`; not
 Gandiva_fair): a heuristic that pairs jobs at random and shares every type equally among the
 resulting combinations.
 

@@ -1,4 +1,4 @@
-"""Gavel's heterogeneity-aware LP family (formulations.md A2.5-A2.8).
+"""Gavel's heterogeneity-aware LP family (A2.5-A2.8, docs/policies/gavel.md).
 
 * max-sum-throughput (A2.6): maximize sum_i c_i thr_i(X) (c_i = 1 or 1/prop_i);
 * cost-normalized throughput with soft lexicographic SLO rows (A2.7);

@@ -1,4 +1,4 @@
-"""Gavel's `isolated` baseline: a static 1/m share of every type (formulations.md A1.3)."""
+"""Gavel's `isolated` baseline: a static 1/m share of every type (A1.3, docs/policies/common.md)."""
 
 from __future__ import annotations
 

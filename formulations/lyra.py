@@ -18,7 +18,7 @@ R_i/f_i (s), optimal for phase 2 given phases 1 and the reclaiming (a placement 
 fragmented nodes shows as a gap). The reclaiming's own certificate (preempted jobs, bound,
 method) is in the plan's elastic section.
 
-Choices where the paper's details are not confirmed (C2): preemption cost = number of
+Choices where the paper's details are not confirmed: preemption cost = number of
 preempted jobs; preempted jobs may be readmitted in the same call if their base fits;
 a job with unknown remaining work keeps its base (value 0).
 """

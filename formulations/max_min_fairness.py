@@ -1,4 +1,4 @@
-"""Heterogeneity-aware weighted max-min fairness (Gavel's LAS), formulations.md A2.1.
+"""Heterogeneity-aware weighted max-min fairness (Gavel's LAS; A2.1, docs/policies/gavel.md).
 
     maximize t  s.t.  t <= sum_j a[i,j] X[i,j]   (every job i; dual y_i)
                       sum_i s_i X[i,j] <= W[j]   (every type j; dual pi_j)

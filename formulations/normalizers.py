@@ -1,4 +1,4 @@
-"""Throughput normalizers shared by the Gavel policies (formulations.md A1.3)."""
+"""Throughput normalizers shared by the Gavel policies (A1.3, docs/policies/common.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Space sharing for Gavel's LP family (formulations.md A2.2 last paragraph): the `_packed`
+"""Space sharing for Gavel's LP family (A2.2, docs/policies/gavel.md): the `_packed`
 variants of minimum makespan (A2.8), finish-time fairness (A2.5) and max-sum-throughput
 (A2.6), over the group formulation of `apportion.formulations.space_sharing`.
 

@@ -1,5 +1,5 @@
-"""Pollux's cluster objective (formulations.md B4, OSDI'21 artifact version) solved exactly as an
-ILP over Sia's configurations, instead of Pollux's genetic algorithm (NSGA-II, stochastic, no
+"""Pollux's cluster objective (B4, docs/policies/sia.md, OSDI'21 artifact version) solved exactly as
+an ILP over Sia's configurations, instead of Pollux's genetic algorithm (NSGA-II, stochastic, no
 optimality claim). Same goodput sources, configuration set, restart factor and placement as
 `apportion.formulations.sia`.
 

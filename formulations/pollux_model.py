@@ -1,4 +1,4 @@
-"""Pollux's goodput model (formulations.md A5.1), pure numpy, no solver.
+"""Pollux's goodput model (A5.1, docs/policies/sia.md), pure numpy, no solver.
 
 Units: times in seconds, batch sizes in samples, throughput in samples/s (examples/s),
 goodput in useful samples/s (throughput x statistical efficiency, dimensionless in (0, 1]).
@@ -241,8 +241,8 @@ def bootstrap_best(
     seed_throughput_target: float,
     seed_throughput_source: float,
 ) -> BestGoodput:
-    """Cross-type bootstrapping (formulations.md A5.3): the goodput (useful samples/s) on a type
-    t without a throughput model, at `gpus` GPUs, projected from a type s with model
+    """Cross-type bootstrapping (A5.3, docs/policies/sia.md): the goodput (useful samples/s) on a
+    type t without a throughput model, at `gpus` GPUs, projected from a type s with model
     `theta_source`: the best goodput on s at the same replica count with the nodes recomputed
     as ceil(gpus / G_s), times the ratio of the job's 1-GPU throughputs (samples/s) on t and
     on s at their largest profiled local batch (1-GPU seed profiles); the batch is the one

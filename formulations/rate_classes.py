@@ -2,7 +2,7 @@
 their demand (makespan: remaining work; finish-time fairness: b_i(rho)). Exact; used by
 `packed_gavel` when it makes the LP much smaller.
 
-The problem (formulations.md A2.2/A2.3 with the level objective of A2.8/A2.5): maximize t
+The problem (A2.2/A2.3, docs/policies/gavel.md with the level objective of A2.8/A2.5): maximize t
 such that every active job i reaches thr_i >= d_i t, where d_i > 0 is the job's demand
 (policy units per unit of t), over the partner-class LP of `space_sharing` with one group
 per job. Jobs of one group of `space_sharing.make_groups` without the demand in the key (a

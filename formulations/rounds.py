@@ -1,4 +1,5 @@
-"""Gavel's round mechanism (formulations.md A2.11): from a time-share X to the next N rounds.
+"""Gavel's round mechanism (A2.11, docs/policies/gavel.md): from a time-share X to the next N
+rounds.
 
 State at the last reset (the client's bookkeeping in the snapshot history):
 `job_time[i][j] = received_time_s[i][j] + delta/2` (half a round of pseudo-count per job and

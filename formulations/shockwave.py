@@ -1,4 +1,4 @@
-"""Shockwave's planning-window program (formulations.md A4.2-A4.5) on HiGHS MIP.
+"""Shockwave's planning-window program (A4.2-A4.5, docs/policies/market.md) on HiGHS MIP.
 
 Homogeneous cluster of G devices, round length Delta (s), window of T rounds, n active jobs.
 
@@ -35,10 +35,10 @@ without a plan; a solver error is reported as such, not papered over), every job
 priority pi_i = rho_i ** lambda_f when rho_i > rho_max, raised to rho_i ** 100 instead when
 such a job also has less than one round of work left (P_i < Delta), else 1 (upstream's
 `relax_finish_time_constraints`: the short-job case applies only to jobs behind schedule;
-formulations.md C2.5 left the precedence open), with rho_i = (now - a_i + P_i/share) / (F*_i - a_i)
-(compat: absolute, (now + P_i/share) / F*_i). pi is capped at `MAX_PRIORITY`. The program is
-re-solved without the guard and with pi, then the ranking MILP keeps each job's round count
-N_i and minimizes sum_i pi_i/N_i sum_t t x[i,t] (front-loads jobs that are behind). Both
+A4.3, docs/policies/market.md states this precedence), with rho_i = (now - a_i + P_i/share) /
+(F*_i - a_i) (compat: absolute, (now + P_i/share) / F*_i). pi is capped at `MAX_PRIORITY`. The
+program is re-solved without the guard and with pi, then the ranking MILP keeps each job's round
+count N_i and minimizes sum_i pi_i/N_i sum_t t x[i,t] (front-loads jobs that are behind). Both
 programs share the objective value (it depends on x only through N_i).
 
 **Work-conserving fill (A4.5).** Leftover devices of each round go to unscheduled jobs with

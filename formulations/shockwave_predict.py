@@ -1,4 +1,4 @@
-"""Shockwave's utility-prediction inputs (formulations.md A4.6), as pure functions.
+"""Shockwave's utility-prediction inputs (A4.6, docs/policies/market.md), as pure functions.
 
 * `remaining_time_s`: predicted remaining runtime P_i (Dirichlet posterior over batch-size
   regimes, or the oracle sum of the remaining profiled durations).
@@ -43,8 +43,8 @@ def remaining_time_s(
     expected number of epochs at each batch size; subtracting the observed counts (floor 0)
     leaves the predicted remaining epochs per regime, each costing the mean profiled duration
     at that batch size. The total is scaled by ``(E - e) / max(floor(S + 1), E - e)`` with S
-    the predicted remaining epochs (the upstream rescaling term; formulations.md C2.5 notes it
-    is unexplained). 0 for a finished job."""
+    the predicted remaining epochs (the upstream rescaling term, which upstream does not
+    explain). 0 for a finished job."""
     E = durations.size
     e = min(max(epochs_done, 0), E)
     if e >= E:

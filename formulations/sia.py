@@ -1,4 +1,4 @@
-"""Sia (formulations.md A5): validated Problem -> goodput matrix over configurations -> exact
+"""Sia (A5, docs/policies/sia.md): validated Problem -> goodput matrix over configurations -> exact
 ILP (`sia_ilp.solve_exact`: Lagrangian bound + rounding, else HiGHS LP + rounding, else HiGHS
 MIP) -> placement on nodes -> Plan with certificate (objective, proven bound, gap).
 

@@ -1,5 +1,5 @@
-"""Sia's configuration set (formulations.md A5.2) and the placement of chosen configurations on
-concrete nodes (A5.6). Pure Python/numpy; devices are GPUs.
+"""Sia's configuration set (A5.2, docs/policies/sia.md) and the placement of chosen configurations
+on concrete nodes (A5.6). Pure Python/numpy; devices are GPUs.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ SIA_MAX_PROFILED_NODES: Mapping[str, int] = {
     "azure": 5,
     "quad": 1,
 }
-"""Sia's `cluster_max_physical_nnodes` (formulations.md A5.2): the largest node count profiled
-per GPU type in Sia's per-type profiles (data.md §2.3), by Sia's type names. Multi-node
+"""Sia's `cluster_max_physical_nnodes` (A5.2, docs/policies/sia.md): the largest node count profiled
+per GPU type in Sia's per-type profiles (T2.3, docs/datasets.md), by Sia's type names. Multi-node
 configurations beyond it are dropped (nodes)."""
 
 

@@ -1,4 +1,4 @@
-"""Sia's goodput ILP (formulations.md A5.3-A5.5) on plain arrays: coefficients, the exact
+"""Sia's goodput ILP (A5.3-A5.5, docs/policies/sia.md) on plain arrays: coefficients, the exact
 multiple-choice knapsack solved by HiGHS (MIP), its LP relaxation, and CP-SAT as a second solver.
 
 Objective (policy units, dimensionless): F(x) = sum_i sum_c w_i*A[i,c]*x[i,c]

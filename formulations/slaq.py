@@ -12,7 +12,7 @@
   devices it adds (`elastic_menu.greedy`); the exact allocation of the same objective bounds
   it (`heuristic` plan with the exact optimum as bound; method = exact returns it).
 
-Choices where the paper's details are not confirmed (C2): the device is the unit SLAQ calls a
+Choices where the paper's details are not confirmed: the device is the unit SLAQ calls a
 core; jobs without a loss history (new jobs) are admitted with their base and get nothing more
 (their value is unknown); admission and placement as for Optimus (`elastic_plan`).
 """

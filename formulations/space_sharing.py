@@ -1,7 +1,8 @@
-"""Space sharing (two jobs with equal scale factors on the same devices), formulations.md A2.2
-(per-pair variables) and A2.3 (job types), in one LP over *groups* and *partner classes*,
-linear in the number of jobs. Used by max-min fairness (`max_min_fairness_packed`, here),
-water filling, makespan, finish-time fairness and max-sum-throughput (their own modules).
+"""Space sharing (two jobs with equal scale factors on the same devices): per-pair variables
+and job types (A2.2, A2.3, docs/policies/gavel.md) in one LP over *groups* and *partner
+classes*, linear in the number of jobs. Used by max-min fairness
+(`max_min_fairness_packed`, here), water filling, makespan, finish-time fairness and
+max-sum-throughput (their own modules).
 
 Groups. Jobs named in an explicit `colocations` pair are groups of their own (k = 1) and share
 devices only in the pairs listed for them (their job types' pairs do not apply). The other
@@ -406,9 +407,10 @@ def build_lp(problem: Problem, groups: Groups, agnostic: bool, compat: Compat
     a, _, thr = level_coefficients(problem, agnostic, compat)
     rep = groups.rep
     a_g = a[rep]
-    scale_g = np.divide(a_g.sum(axis=1), thr[rep].sum(axis=1) + (a_g.sum(axis=1) == 0),
+    usable_thr = np.where(a > 0, thr, 0.0)  # a = scale * thr on these cells only (B4)
+    scale_g = np.divide(a_g.sum(axis=1), usable_thr[rep].sum(axis=1) + (a_g.sum(axis=1) == 0),
                         where=a_g.sum(axis=1) > 0, out=np.zeros(rep.size))
-    base = build_cells(problem, groups, np.where(a > 0, thr, 0.0))
+    base = build_cells(problem, groups, usable_thr)
     return base, scaled(base, scale_g)
 
 

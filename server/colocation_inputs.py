@@ -1,6 +1,6 @@
 """Co-location (space-sharing) inputs: `Snapshot.colocations` and `type_colocations` into
-`Colocations`, with field-path validation (A1.1: only pairs with equal scale factors; an
-unordered pair listed once; at most MAX_COLOCATIONS entries each)."""
+`Colocations`, with field-path validation (A1.1, docs/policies/common.md: only pairs with equal
+scale factors; an unordered pair listed once; at most MAX_COLOCATIONS entries each)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Parameters and input checks of the Gavel LP family (A2.5-A2.8).
+"""Parameters and input checks of the Gavel LP family (A2.5-A2.8, docs/policies/gavel.md).
 
 `max_sum_parameters`, `cost_parameters`, `makespan_parameters` and `ftf_parameters` convert
 their `Policy.parameters` messages; `check_gavel_lp` is the family's input check (declared on

@@ -1,4 +1,5 @@
-"""Wire conversion for the market family (A4): the Fisher market and Shockwave.
+"""Wire conversion for the market family (A4, docs/policies/market.md): the Fisher market and
+Shockwave.
 
 * `fisher_parameters`, `shockwave_parameters` convert their `Policy.parameters` messages.
 * `epoch_columns` reads the per-epoch fields of every job and `reference_finish_times`

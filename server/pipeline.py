@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from apportion.server.convert import plan_to_response, request_to_model
 from apportion.solver.deadline import Deadline, DeadlineExpiredError
+from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.registry import lookup
+from apportion.solver.result import Plan
 from apportion.solver.solve import solve
 from apportion.v1 import allocation_service_pb2 as service_pb
 
@@ -27,6 +29,20 @@ RESPONSE_S_PER_JOB = 4e-6
 job at 100,000 jobs on a 2-core machine)."""
 RESPONSE_MAX_SHARE = 0.5
 """The response reserve never takes more than this share of the time left before the solve."""
+
+
+@dataclass(frozen=True)
+class SolvedRequest:
+    """A request taken through the pipeline: its validated model, the typed plan and the wire
+    response (what the CLI prints and the server sends)."""
+
+    problem: Problem | None
+    policy: PolicyRequest | None
+    options: SolveOptions | None
+    """The three are None when the budget ran out during validation."""
+    plan: Plan | None
+    """None when the budget ran out before the solve (the response says `no_solution`)."""
+    response: service_pb.SolveResponse
 
 
 def solve_request(
@@ -41,6 +57,16 @@ def solve_request(
     from then. The response's ``stats.time_limit_s`` is the budget that applied (from the
     arrival) and ``stats.wall_time_s`` the time from the arrival to the finished response.
     """
+    return solve_request_typed(request, deadline, arrived_at).response
+
+
+def solve_request_typed(
+    request: service_pb.SolveRequest,
+    deadline: Deadline | None = None,
+    arrived_at: float | None = None,
+) -> SolvedRequest:
+    """`solve_request` keeping the model and the typed plan beside the response (the Python
+    API's route)."""
     arrived = time.monotonic() if arrived_at is None else arrived_at
     caller = deadline if deadline is not None else Deadline.never()
     # the request's own limit as sent (validated with the rest below): conversion spends it too
@@ -54,10 +80,12 @@ def solve_request(
     try:
         problem, policy, options = request_to_model(request, effective)
     except DeadlineExpiredError:  # an unknown policy name is still reported as invalid
-        return _no_time_left(lookup(request.policy.name).name, limit_s, arrived,
-                             ", while the request was validated")
+        response = _no_time_left(lookup(request.policy.name).name, limit_s, arrived,
+                                 ", while the request was validated")
+        return SolvedRequest(None, None, None, None, response)
     if effective.expired():
-        return _no_time_left(policy.name, limit_s, arrived)
+        response = _no_time_left(policy.name, limit_s, arrived)
+        return SolvedRequest(problem, policy, options, None, response)
     solver_deadline = effective.leaving(RESPONSE_S_PER_JOB * problem.jobs.num_jobs,
                                         RESPONSE_MAX_SHARE)
     # the request's own limit is in `solver_deadline` already (counted from the arrival)
@@ -65,7 +93,7 @@ def solve_request(
     response = plan_to_response(plan, problem, policy, 0.0, limit_s,
                                 columnar=request.options.columnar_plan)
     response.stats.wall_time_s = time.monotonic() - arrived
-    return response
+    return SolvedRequest(problem, policy, options, plan, response)
 
 
 def _no_time_left(policy: str, limit_s: float, arrived: float,

@@ -299,6 +299,15 @@ def _model_size(stats: service_pb.SolveStats) -> str:
     return text
 
 
+def _in_steps(stats: service_pb.SolveStats) -> list[tuple[str, str]]:
+    """The objective and bound with throughputs in steps/s, where the policy reports them."""
+    if not stats.HasField("throughput_objective"):
+        return []
+    bound = (_number(stats.throughput_best_bound, 10)
+             if stats.HasField("throughput_best_bound") else "-")
+    return [("in steps/s", f"{_number(stats.throughput_objective, 10)} (bound {bound})")]
+
+
 def stats_block(stats: service_pb.SolveStats) -> str:
     """The solve statistics and optimality certificate, one `label  value` line each; the
     objective named as its policy declares it (e.g. "largest rho", "makespan (s)")."""
@@ -310,6 +319,7 @@ def stats_block(stats: service_pb.SolveStats) -> str:
         ("termination", termination_name(stats.termination)),
         ("objective", f"{_optional(stats, 'objective')} ({sense})"),
         ("best bound", _optional(stats, "best_bound")),
+        *_in_steps(stats),
         ("gap", _optional(stats, "relative_gap", 3)),
         ("policy", stats.policy or "-"),
         ("formulation", stats.formulation or "-"),

@@ -48,6 +48,7 @@ def plan_to_response(
     sections of the plan's kind."""
     response = service_pb.SolveResponse()
     fill_stats(response.stats, plan.certificate, policy, wall_time_s, time_limit_s)
+    fill_market_stats(plan, response.stats)
     fill_partition_stats(plan, response.stats)
     if plan.certificate.termination not in _WITH_PLAN:
         return response
@@ -110,6 +111,17 @@ def fill_stats(
     stats.model_size.integer_variables = cert.model_size.integer_variables
     stats.max_constraint_violation = cert.max_violation
     stats.time_limit_s = time_limit_s
+
+
+def fill_market_stats(plan: Plan, stats: service_pb.SolveStats) -> None:
+    """The market's objective and bound in steps/s (`SolveStats.throughput_objective`)."""
+    market = plan.market
+    if market is None:
+        return
+    if market.throughput_objective is not None:
+        stats.throughput_objective = market.throughput_objective
+    if market.throughput_bound is not None:
+        stats.throughput_best_bound = market.throughput_bound
 
 
 def fill_jobs(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:

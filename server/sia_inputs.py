@@ -1,4 +1,5 @@
-"""Conversion and validation of the inputs the configuration policies read (A5, B4).
+"""Conversion and validation of the inputs the configuration policies read (A5,
+docs/policies/sia.md; B4).
 
 * `sia_parameters`, `pollux_parameters` convert their `Policy.parameters` messages.
 * `configuration_columns` reads every job's per-configuration goodput, Pollux model and

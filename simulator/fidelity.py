@@ -11,9 +11,10 @@ default run is the idealized replay the papers' simulators start from.
   exp(N(0, s^2) - s^2 / 2) (mean 1), drawn per job and round.
 * `estimate_error`: the policy sees every throughput (and goodput) times a fixed
   exp(N(0, s^2)) per job and accelerator type, while jobs progress at their true speed.
-* `recalibrate`: Shockwave's recalibration (formulations A4.6): each snapshot sends the time
-  a job has run on its gang and the epochs it completed meanwhile, so the policy can rescale
-  the job's profile to what it measured (useful with noise or estimation error).
+* `recalibrate`: Shockwave's recalibration (A4.6, docs/policies/market.md): each snapshot
+  sends the time a job has run on its gang and the epochs it completed meanwhile, so the
+  policy can rescale the job's profile to what it measured (useful with noise or estimation
+  error).
 
 All draws come from `seed`, so a run is deterministic.
 """

@@ -29,6 +29,41 @@ class PlanKind(StrEnum):
     allocates them (`Plan.groups`)."""
 
 
+class Objective(StrEnum):
+    """What a policy's reported objective is, as a function of its plan (the docs section
+    defining it in parentheses). `apportion.testing.check_plan` recomputes the objective of a
+    plan from the snapshot and the plan alone, by its own code, for every policy that declares
+    one; a policy whose objective is none of these declares None."""
+
+    MIN_LEVEL = "min_level"
+    """min_i (s_i / w_i) thr_i(X) / prop_i (A2.1)."""
+    FIRST_ROUND_LEVEL = "first_round_level"
+    """min_i s_i u_i / weight_i with the first round's effective tenant weights (A2.4)."""
+    MIN_NORMALIZED_THROUGHPUT = "min_normalized_throughput"
+    """min_i thr_i(X) / prop_i (A1.3)."""
+    SUM_THROUGHPUT = "sum_throughput"
+    """sum_i thr_i(X), or sum_i thr_i(X) / prop_i when normalized (A2.6)."""
+    COST_NORMALIZED_THROUGHPUT = "cost_normalized_throughput"
+    """sum_ij T[i,j] / cost_j X[i,j] over the priced types (A2.7)."""
+    MAKESPAN = "makespan"
+    """max_i R_i / thr_i(X) over the jobs with remaining work, s (A2.8)."""
+    MAX_FINISH_TIME_RATIO = "max_finish_time_ratio"
+    """max_i w_i rho_i(X), rho_i = (t_i + R_i / thr_i) / (C_i + R_i / iso_i) (A2.5)."""
+    TOTAL_THROUGHPUT = "total_throughput"
+    """sum_i thr_i(X) in steps/s, pairs at their pair throughputs (A2.10)."""
+    TOTAL_FLOW_TIME = "total_flow_time"
+    """sum over the queued jobs of completion - arrival, s (A3)."""
+    LOG_WELFARE = "log_welfare"
+    """sum_i B_i log u_i, u_i = thr_i(X) / prop_i (A4.1)."""
+    CONFIGURATION_TERMS = "configuration_terms"
+    """sum_i w_i min((r_i G_i)^p, clip) over placed jobs + lambda_n per other job (A5.5)."""
+    LOG_INVERSE_RHO = "log_inverse_rho"
+    """sum over the bidders of log(1 / rho), rho with the bundle won or without one (B1)."""
+    USER_THROUGHPUT = "user_throughput"
+    """sum over users of their throughput after trading, in each user's own units (B2); the
+    total throughput in steps/s when the plan has no users (a static equal split)."""
+
+
 class ProblemClass(StrEnum):
     """The kind of optimization behind a policy, which sets its default gap tolerance."""
 
@@ -98,6 +133,9 @@ class Capabilities:
     per job (time shares through the round schedule, queues, configurations, windows)."""
     admission_stage: bool = True
     """It can be preceded by the admission stage (`policy.admission`)."""
+    objective: Objective | None = None
+    """What its reported objective is (`Objective`); None = none of the listed definitions,
+    so checkers verify the certificate's consistency but cannot recompute its value."""
 
     @property
     def combines_with(self) -> tuple[str, ...]:

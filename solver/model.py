@@ -1,9 +1,9 @@
 """The validated problem model: frozen dataclasses holding numpy arrays.
 
-Index conventions follow A1.1: ``i`` jobs (rows, in snapshot order), ``j`` accelerator types
-(columns, in cluster order). Units are stated per field. A model is complete: every per-job
-array is filled for every job (defaults stated on the fields), so formulations never test
-sizes. Models are created by `apportion.server.convert` (which validates) or by
+Index conventions follow A1.1, docs/policies/common.md: ``i`` jobs (rows, in snapshot order), ``j``
+accelerator types (columns, in cluster order). Units are stated per field. A model is complete:
+every per-job array is filled for every job (defaults stated on the fields), so formulations
+never test sizes. Models are created by `apportion.server.convert` (which validates) or by
 `apportion.solver.validation.make_problem` (which validates the same way); the
 formulations may assume every invariant documented here. Derived arrays
 (`Problem.usable`, `Problem.proportional_throughput`, the float copies of counts and scale
@@ -34,7 +34,8 @@ _Rows = TypeVar("_Rows", bound=Any)
 
 
 class Compat(StrEnum):
-    """Reproduce an upstream system's quirks (formulations.md C1); NONE = corrected behaviour."""
+    """Reproduce an upstream system's quirks (C1, docs/policies/common.md); NONE = corrected
+    behaviour."""
 
     NONE = "none"
     GAVEL = "gavel"
@@ -119,7 +120,7 @@ class PerfParams:
 
 @dataclass(frozen=True)
 class PolluxJobModel:
-    """A job's Pollux goodput-model inputs (formulations.md A5.1)."""
+    """A job's Pollux goodput-model inputs (A5.1, docs/policies/sia.md)."""
 
     perf_params: FloatArray
     """(n, 7) per type (alpha_c, beta_c, alpha_n, beta_n, alpha_r, beta_r, gamma) in s, s/sample
@@ -327,7 +328,8 @@ def _check_shapes(owner: str, m: int, n: int,
 
 @dataclass(frozen=True)
 class ReferenceFinishState:
-    """Shockwave's reference-finish-time bookkeeping (formulations.md A4.6), one entry per job.
+    """Shockwave's reference-finish-time bookkeeping (A4.6, docs/policies/market.md), one entry per
+    job.
 
     The job's equal-share finish-time estimates form a series; the latest one is kept as is,
     the earlier ones only as their time-weighted mean and total weight. NaN in `estimate_s`
@@ -458,7 +460,7 @@ _HISTORY_VECTORS = (
 
 @dataclass(frozen=True)
 class Colocations:
-    """Throughputs of two jobs sharing the same devices (formulations.md A1.1), steps/s.
+    """Throughputs of two jobs sharing the same devices (A1.1, docs/policies/common.md), steps/s.
 
     Explicit job pairs: rows of `job_a`, `job_b` (job indices, a != b, equal scale factors)
     with `throughput_a[p, j]` (job_a's throughput on type j while sharing with job_b) and

@@ -8,7 +8,7 @@ from enum import StrEnum
 
 
 class Termination(StrEnum):
-    """How a solve ended (formulations.md A1.4)."""
+    """How a solve ended (A1.4, docs/policies/common.md)."""
 
     OPTIMAL = "optimal"
     OPTIMAL_INACCURATE = "optimal_inaccurate"

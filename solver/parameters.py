@@ -18,7 +18,7 @@ class NoParameters:
 
 @dataclass(frozen=True)
 class MaxMinFairnessParameters:
-    """Max-min fairness (formulations.md A2.1)."""
+    """Max-min fairness (A2.1, docs/policies/gavel.md)."""
 
     heterogeneity_agnostic: bool = False
     """Treat every usable throughput as 1 (Gavel's `max_min_fairness`)."""
@@ -30,7 +30,7 @@ class MaxMinFairnessParameters:
 
 @dataclass(frozen=True)
 class AlloxParameters:
-    """AlloX min-cost matching (formulations.md A3)."""
+    """AlloX min-cost matching (A3, docs/policies/allox.md)."""
 
     alpha: float = 1.0
     """Fairness knob in (0, 1]: match only the ceil(alpha * |pending|) longest-waiting servable
@@ -44,7 +44,7 @@ class ThroughputNormalization(StrEnum):
 
 @dataclass(frozen=True)
 class MaxSumThroughputParameters:
-    """Max-sum-throughput (formulations.md A2.6)."""
+    """Max-sum-throughput (A2.6, docs/policies/gavel.md)."""
 
     normalize: ThroughputNormalization = ThroughputNormalization.NONE
     """NONE: raw steps/s summed; PROPORTIONAL: each job's thr_i / prop_i (dimensionless)."""
@@ -56,7 +56,8 @@ class MaxSumThroughputParameters:
 
 @dataclass(frozen=True)
 class CostThroughputParameters:
-    """Cost-normalized throughput with soft lexicographic SLO rows (formulations.md A2.7)."""
+    """Cost-normalized throughput with soft lexicographic SLO rows (A2.7,
+    docs/policies/gavel.md)."""
 
     use_slos: bool = False
     """Add rows thr_i(X) >= R_i / SLO_i for jobs with a deadline (SLO_i = deadline - time, s)."""
@@ -67,7 +68,7 @@ class CostThroughputParameters:
 
 @dataclass(frozen=True)
 class MinMakespanParameters:
-    """Minimum makespan as one LP in z = 1/makespan (formulations.md A2.8)."""
+    """Minimum makespan as one LP in z = 1/makespan (A2.8, docs/policies/gavel.md)."""
 
     reference_type: str = ""
     space_sharing: bool = False
@@ -76,7 +77,7 @@ class MinMakespanParameters:
 
 @dataclass(frozen=True)
 class FinishTimeFairnessParameters:
-    """Finish-time fairness, Themis rho (formulations.md A2.5)."""
+    """Finish-time fairness, Themis rho (A2.5, docs/policies/gavel.md)."""
 
     reference_type: str = ""
     space_sharing: bool = False
@@ -85,7 +86,7 @@ class FinishTimeFairnessParameters:
 
 @dataclass(frozen=True)
 class WaterFillingParameters:
-    """Lexicographic max-min fairness with hierarchical tenants (formulations.md A2.4)."""
+    """Lexicographic max-min fairness with hierarchical tenants (A2.4, docs/policies/gavel.md)."""
 
     heterogeneity_agnostic: bool = False
     """Treat every usable throughput as 1 (Gavel's `max_min_fairness_water_filling`)."""
@@ -104,7 +105,8 @@ class BudgetSource(StrEnum):
 
 @dataclass(frozen=True)
 class FisherMarketParameters:
-    """Heterogeneity-aware Fisher market / Eisenberg–Gale program (formulations.md A4.1)."""
+    """Heterogeneity-aware Fisher market / Eisenberg–Gale program (A4.1,
+    docs/policies/market.md)."""
 
     budgets: BudgetSource = BudgetSource.EQUAL
     uncapped: bool = False
@@ -114,7 +116,7 @@ class FisherMarketParameters:
 
 
 class RemainingTimePredictor(StrEnum):
-    """How Shockwave predicts a job's remaining runtime P_i (formulations.md A4.6)."""
+    """How Shockwave predicts a job's remaining runtime P_i (A4.6, docs/policies/market.md)."""
 
     DIRICHLET = "dirichlet"
     """Dirichlet posterior over the job's batch-size regimes (Shockwave's default)."""
@@ -124,7 +126,8 @@ class RemainingTimePredictor(StrEnum):
 
 @dataclass(frozen=True)
 class ShockwaveParameters:
-    """Shockwave's planning-window program (formulations.md A4.2-A4.5); Shockwave's defaults."""
+    """Shockwave's planning-window program (A4.2-A4.5, docs/policies/market.md); Shockwave's
+    defaults."""
 
     planning_rounds: int = 20
     """T, rounds in the planning window (>= 1)."""
@@ -141,7 +144,7 @@ class ShockwaveParameters:
 
 @dataclass(frozen=True)
 class SiaParameters:
-    """Sia's goodput ILP (formulations.md A5). Dimensionless knobs; `max_gpus` in GPUs."""
+    """Sia's goodput ILP (A5, docs/policies/sia.md). Dimensionless knobs; `max_gpus` in GPUs."""
 
     fairness_power: float = -0.5
     """p != 0: minimize sum goodput^p for p < 0 (fairness), maximize for p > 0."""
@@ -164,8 +167,8 @@ class SiaParameters:
 
 @dataclass(frozen=True)
 class PolluxParameters:
-    """Pollux's cluster objective as an exact ILP over Sia's configurations (formulations.md
-    B4, OSDI'21 artifact version without the GA)."""
+    """Pollux's cluster objective as an exact ILP over Sia's configurations (B4,
+    docs/policies/sia.md; OSDI'21 artifact version without the GA)."""
 
     fairness_power: float = -1.0
     """p of the p-mean of speedups (p != 0)."""

@@ -14,6 +14,7 @@ from typing import Any, cast
 from apportion.solver import parameters as _params
 from apportion.solver.capabilities import (
     Capabilities,
+    Objective,
     PlanKind,
     ProblemClass,
     Quantity,
@@ -127,8 +128,8 @@ _POLICIES: tuple[PolicySpec, ...] = (
         name="weighted_max_min_fairness",
         description=(
             "Heterogeneity-aware max-min fairness of normalized throughput with priority weights "
-            "and scale factors (Gavel's LAS, formulations.md A2.1): maximize the smallest level "
-            "s_i/w_i * throughput_i(X)/proportional_share_i. Exact LP optimum with a dual "
+            "and scale factors (Gavel's LAS, A2.1, docs/policies/gavel.md): maximize the smallest "
+            "level s_i/w_i * throughput_i(X)/proportional_share_i. Exact LP optimum with a dual "
             "certificate."
         ),
         reporting=Reporting(Quantity("smallest level"), Quantity("level")),
@@ -152,6 +153,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             uses_colocations=True,
             round_schedule=True,
             partitionable=True,
+            objective=Objective.MIN_LEVEL,
         ),
         aliases={
             "max_min_fairness_perf": {"heterogeneity_agnostic": False},
@@ -164,9 +166,9 @@ _POLICIES: tuple[PolicySpec, ...] = (
         name="hierarchical_max_min_fairness",
         description=(
             "Lexicographic (water-filling) max-min fairness of weighted normalized throughput "
-            "with hierarchical tenants (formulations.md A2.4): maximize the smallest level, "
-            "freeze the jobs that cannot rise (identified by LP duals), raise the rest, until "
-            "every job is frozen. Tenant weights from snapshot.tenants; within a tenant, "
+            "with hierarchical tenants (A2.4, docs/policies/gavel.md): maximize the smallest "
+            "level, freeze the jobs that cannot rise (identified by LP duals), raise the rest, "
+            "until every job is frozen. Tenant weights from snapshot.tenants; within a tenant, "
             "weighted fairness or FIFO. Exact, with the freeze levels as certificate."
         ),
         reporting=Reporting(Quantity("smallest level"), Quantity("level")),
@@ -193,6 +195,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             uses_colocations=True,
             round_schedule=True,
             partitionable=True,
+            objective=Objective.FIRST_ROUND_LEVEL,
         ),
         aliases={
             "max_min_fairness_water_filling_perf": {"heterogeneity_agnostic": False},
@@ -206,8 +209,8 @@ _POLICIES: tuple[PolicySpec, ...] = (
     PolicySpec(
         name="isolated",
         description=(
-            "Gavel's isolated baseline (formulations.md A1.3): a static 1/m share of every "
-            "accelerator type, cells a job cannot use left idle. No optimization."
+            "Gavel's isolated baseline (A1.3, docs/policies/common.md): a static 1/m share of "
+            "every accelerator type, cells a job cannot use left idle. No optimization."
         ),
         reporting=Reporting(Quantity("smallest level"), Quantity("level")),
         parameters_type=NoParameters,
@@ -224,13 +227,14 @@ _POLICIES: tuple[PolicySpec, ...] = (
             PlanKind.TIME_SHARE,
             ProblemClass.HEURISTIC,
             round_schedule=True,
+            objective=Objective.MIN_NORMALIZED_THROUGHPUT,
         ),
     ),
     PolicySpec(
         name="allox",
         description=(
-            "AlloX (formulations.md A3): non-preemptive min-cost matching of pending jobs to "
-            "(device, k-th-from-last position) slots, minimizing total job completion time "
+            "AlloX (A3, docs/policies/allox.md): non-preemptive min-cost matching of pending jobs "
+            "to (device, k-th-from-last position) slots, minimizing total job completion time "
             "sum (C_i - a_i); running jobs keep their devices until busy_until_s. Exact: a "
             "transportation LP over (device group, position) slots with a dual certificate. "
             "Outputs per-device queues, jobs to start now and predicted completion times."
@@ -259,13 +263,14 @@ _POLICIES: tuple[PolicySpec, ...] = (
             needs_remaining_work=True,
             needs_history=True,
             relative_gap=1e-9,
+            objective=Objective.TOTAL_FLOW_TIME,
         ),
         # Gavel registers it under the same name, "allox" (alpha = 1 by default).
     ),
     PolicySpec(
         name="max_sum_throughput",
         description=(
-            "Max-sum-throughput (formulations.md A2.6): maximize the total (optionally "
+            "Max-sum-throughput (A2.6, docs/policies/gavel.md): maximize the total (optionally "
             "proportional-share normalized) throughput sum_i thr_i(X). Exact LP with a dual "
             "certificate (capacity prices pi_j, job budgets sigma_i)."
         ),
@@ -293,13 +298,14 @@ _POLICIES: tuple[PolicySpec, ...] = (
             uses_colocations=True,
             round_schedule=True,
             partitionable=True,
+            objective=Objective.SUM_THROUGHPUT,
         ),
         aliases={"max_sum_throughput_perf": {}},
     ),
     PolicySpec(
         name="cost_normalized_throughput",
         description=(
-            "Cost-normalized throughput (formulations.md A2.7): maximize sum_ij "
+            "Cost-normalized throughput (A2.7, docs/policies/gavel.md): maximize sum_ij "
             "throughput/cost_per_hour * X (steps/s per $/h), optionally with soft lexicographic "
             "SLO rows thr_i >= R_i/SLO_i (shortfall minimized first, unmet SLOs reported). "
             "Exact LP stages with a dual certificate of the last stage."
@@ -329,6 +335,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             ProblemClass.LP,
             round_schedule=True,
             partitionable=True,
+            objective=Objective.COST_NORMALIZED_THROUGHPUT,
         ),
         aliases={
             "max_sum_throughput_normalized_by_cost_perf": {"use_slos": False},
@@ -338,7 +345,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
     PolicySpec(
         name="min_makespan",
         description=(
-            "Minimum makespan (formulations.md A2.8) as one LP in z = 1/makespan: a static "
+            "Minimum makespan (A2.8, docs/policies/gavel.md) as one LP in z = 1/makespan: a static "
             "allocation under which the last job finishes as early as possible. Objective: the "
             "makespan (s), bound from the LP dual."
         ),
@@ -365,6 +372,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             uses_colocations=True,
             round_schedule=True,
             partitionable=True,
+            objective=Objective.MAKESPAN,
         ),
         aliases={
             "min_total_duration_perf": {},
@@ -375,7 +383,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
     PolicySpec(
         name="themis_finish_time_fairness",
         description=(
-            "Finish-time fairness (Themis rho as Gavel defines it, formulations.md A2.5): "
+            "Finish-time fairness (Themis rho as Gavel defines it, A2.5, docs/policies/gavel.md): "
             "minimize the largest weighted rho_i = (t_i + R_i/thr_i)/(C_i + R_i/iso_i). Exact "
             "via z-LPs whose duals prove the lower bound; returns the updated state C_i."
         ),
@@ -407,6 +415,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             uses_colocations=True,
             round_schedule=True,
             partitionable=True,
+            objective=Objective.MAX_FINISH_TIME_RATIO,
         ),
         aliases={
             "finish_time_fairness_perf": {},
@@ -417,8 +426,8 @@ _POLICIES: tuple[PolicySpec, ...] = (
     PolicySpec(
         name="fifo",
         description=(
-            "Gavel's FIFO baseline (formulations.md A2.10): running jobs keep their type; the "
-            "queue head (earliest arrival) takes a random type with enough free devices "
+            "Gavel's FIFO baseline (A2.10, docs/policies/gavel.md): running jobs keep their type; "
+            "the queue head (earliest arrival) takes a random type with enough free devices "
             "(seeded); the first job that does not fit stops the queue. Heuristic."
         ),
         reporting=Reporting(Quantity("total throughput", "steps/s"), None),
@@ -438,13 +447,14 @@ _POLICIES: tuple[PolicySpec, ...] = (
             PlanKind.TIME_SHARE,
             ProblemClass.HEURISTIC,
             needs_history=True,
+            objective=Objective.TOTAL_THROUGHPUT,
         ),
     ),
     PolicySpec(
         name="fifo_perf",
         description=(
-            "Gavel's heterogeneity-aware FIFO (formulations.md A2.10): recomputed each call; "
-            "the queue head takes the fastest type with enough free devices; no skipping. "
+            "Gavel's heterogeneity-aware FIFO (A2.10, docs/policies/gavel.md): recomputed each "
+            "call; the queue head takes the fastest type with enough free devices; no skipping. "
             "Heuristic."
         ),
         reporting=Reporting(Quantity("total throughput", "steps/s"), None),
@@ -462,12 +472,13 @@ _POLICIES: tuple[PolicySpec, ...] = (
         capabilities=Capabilities(
             PlanKind.TIME_SHARE,
             ProblemClass.HEURISTIC,
+            objective=Objective.TOTAL_THROUGHPUT,
         ),
     ),
     PolicySpec(
         name="fifo_packed",
         description=(
-            "Gavel's FIFO with space sharing (formulations.md A2.10): fifo_perf, then each "
+            "Gavel's FIFO with space sharing (A2.10, docs/policies/gavel.md): fifo_perf, then each "
             "queued job shares the devices of the scheduled single job (same scale factor) "
             "whose pair has the largest combined normalized throughput, if above 1.5. "
             "Heuristic."
@@ -489,13 +500,14 @@ _POLICIES: tuple[PolicySpec, ...] = (
             PlanKind.TIME_SHARE,
             ProblemClass.HEURISTIC,
             uses_colocations=True,
+            objective=Objective.TOTAL_THROUGHPUT,
         ),
     ),
     PolicySpec(
         name="gandiva",
         description=(
-            "Gavel's reimplementation of Gandiva's packing (formulations.md A2.10): when jobs "
-            "ask for more devices than the cluster has, jobs are paired at random (pairs kept "
+            "Gavel's reimplementation of Gandiva's packing (A2.10, docs/policies/gavel.md): when "
+            "jobs ask for more devices than the cluster has, jobs are paired at random (pairs kept "
             "across calls through history.jobs[].colocated_with while their combined "
             "normalized throughput stays >= 1 on every usable type) and every combination "
             "gets an equal share of every type; otherwise the isolated allocation. Heuristic."
@@ -518,19 +530,22 @@ _POLICIES: tuple[PolicySpec, ...] = (
             ProblemClass.HEURISTIC,
             needs_history=True,
             uses_colocations=True,
+            objective=Objective.TOTAL_THROUGHPUT,
         ),
     ),
     PolicySpec(
         name="fisher_market",
         description=(
-            "Heterogeneity-aware Fisher market (Eisenberg-Gale program, formulations.md A4.1): "
-            "jobs buy device-time on each accelerator type with budgets B_i: equal (1 each, the "
-            "default and alias eisenberg_gale, which ignores priority weights) or the priority "
-            "weights (budgets: BUDGET_SOURCE_PRIORITY_WEIGHT, alias fisher_market_weighted); "
-            "maximize sum_i B_i log(throughput_i / proportional_share_i) under "
-            "capacity, time budgets and scale factors. Exact conic solve (Clarabel, exponential "
-            "cones) with an independent Lagrangian-dual bound; returns the equilibrium price "
-            "of every type and each job's spending."
+            "Heterogeneity-aware Fisher market (Eisenberg-Gale program, A4.1, "
+            "docs/policies/market.md): jobs buy device-time on each accelerator type with budgets "
+            "B_i: equal (1 each, the default and alias eisenberg_gale, which ignores priority "
+            "weights) or the priority weights (budgets: BUDGET_SOURCE_PRIORITY_WEIGHT, alias "
+            "fisher_market_weighted); maximize sum_i B_i log(throughput_i / proportional_share_i) "
+            "under capacity, time budgets (none with uncapped: the plain market with devices "
+            "as goods) and scale factors. Exact conic solve (Clarabel, "
+            "exponential cones) with an independent Lagrangian-dual bound; returns the "
+            "equilibrium price of every type and each job's spending, and the objective "
+            "also with throughputs in steps/s (stats.throughput_objective)."
         ),
         reporting=Reporting(Quantity("Nash welfare"), Quantity("B log u")),
         parameters_type=_params.FisherMarketParameters,
@@ -547,6 +562,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
         capabilities=Capabilities(
             PlanKind.MARKET,
             ProblemClass.CONIC,
+            objective=Objective.LOG_WELFARE,
         ),
         aliases={
             "eisenberg_gale": {},
@@ -556,9 +572,9 @@ _POLICIES: tuple[PolicySpec, ...] = (
     PolicySpec(
         name="shockwave",
         description=(
-            "Shockwave's planning-window program (formulations.md A4.2-A4.5) on a homogeneous "
-            "cluster: a T-round 0/1 plan maximizing the Nash-welfare log of epoch progress "
-            "minus a makespan regularizer, under a finish-time-fairness guard, with the "
+            "Shockwave's planning-window program (A4.2-A4.5, docs/policies/market.md) on a "
+            "homogeneous cluster: a T-round 0/1 plan maximizing the Nash-welfare log of epoch "
+            "progress minus a makespan regularizer, under a finish-time-fairness guard, with the "
             "prioritized fallback and the ranking MILP when the guard is infeasible, then a "
             "work-conserving fill. HiGHS MIP, lambda formulation (no SOS2 binaries). Returns "
             "the T-round schedule, round 0 as the plan, and the updated reference finish times."
@@ -594,7 +610,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
     PolicySpec(
         name="sia",
         description=(
-            "Sia's heterogeneity-aware goodput ILP (formulations.md A5): choose at most one "
+            "Sia's heterogeneity-aware goodput ILP (A5, docs/policies/sia.md): choose at most one "
             "(type, nodes, GPUs) configuration per job within per-type capacity, minimizing "
             "sum_i w_i (r_i G_i)^p + lambda_n per unallocated job (p < 0; maximized for p > 0), "
             "G = goodput normalized by the job's smallest, r = restart factor off the current "
@@ -623,6 +639,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             ProblemClass.MILP,
             needs_history=True,
             reads_configurations=True,
+            objective=Objective.CONFIGURATION_TERMS,
         ),
     ),
     PolicySpec(
@@ -799,6 +816,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             needs_history=True,
             round_schedule=True,
             relative_gap=1e-6,
+            objective=Objective.LOG_INVERSE_RHO,
         ),
     ),
     PolicySpec(
@@ -840,6 +858,7 @@ _POLICIES: tuple[PolicySpec, ...] = (
             reads_tenants=True,
             needs_history=True,
             round_schedule=True,
+            objective=Objective.USER_THROUGHPUT,
         ),
         aliases={"gandiva_fair_equal_split": {"static_equal_split": True}},
     ),

@@ -145,7 +145,7 @@ class ConfigurationChoice:
 
 @dataclass(frozen=True)
 class RoundGrant:
-    """One job's grant in a round of the round mechanism (formulations.md A2.11)."""
+    """One job's grant in a round of the round mechanism (A2.11, docs/policies/gavel.md)."""
 
     job: int
     """Job index."""
@@ -303,6 +303,13 @@ class MarketSection:
 
     spending: FloatArray
     """(m,) money spent, sum_j price_j s_i X[i,j] (budget units)."""
+    throughput_objective: float | None = None
+    """The objective with every buyer's utility in steps/s instead of proportional shares:
+    sum_i B_i log thr_i(X) over the buyers (budget units x log(steps/s)). It is the
+    certificate's objective plus the constant sum_i B_i log prop_i (A4.1), so the plan and the
+    gap are the same in both units; None when the objective is."""
+    throughput_bound: float | None = None
+    """The certificate's bound shifted by the same constant (None when the bound is)."""
 
 
 @dataclass(frozen=True)

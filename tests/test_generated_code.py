@@ -3,6 +3,8 @@
 * proto/apportion/v1/*_pb2*.py[i]: regenerated with the command of proto/generate.sh into a
   temporary folder and compared byte for byte.
 * examples/*.json written by examples/make_examples.py.
+* docs/schema.md (from the .proto comments) and the command reference of docs/cli.md (from
+  the command line's --help), written by docs/generate.py.
 """
 
 from __future__ import annotations
@@ -75,6 +77,18 @@ def test_generate_script_matches_test_command() -> None:
 def test_examples_are_up_to_date() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "make_examples.py"), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_generated_docs_are_up_to_date() -> None:
+    """docs/schema.md and docs/cli.md's reference are written by docs/generate.py."""
+    pytest.importorskip("grpc_tools")
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "generate.py"), "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,

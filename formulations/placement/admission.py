@@ -24,7 +24,6 @@ from apportion.solver.result import (
     ConfigurationSection,
     DeviceQueue,
     JobStatus,
-    MarketSection,
     Plan,
     QueueSection,
     ScheduledRound,
@@ -144,7 +143,7 @@ def expand_plan(plan: Plan, index: IntArray, m: int, reason: str) -> Plan:
             elastic.expanded(back, m) if elastic is not None else None)
     market = plan.market
     if market is not None:
-        market = MarketSection(rows(market.spending))
+        market = replace(market, spending=rows(market.spending))
     window = plan.window
     if window is not None:
         schedule = np.zeros((window.schedule.shape[0], m), dtype=bool)

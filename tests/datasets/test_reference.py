@@ -1,5 +1,5 @@
-"""Readers on the real reference samples (data.md); skipped when ../shared/reference is absent.
-Nothing here is copied into the repository: the files are read in place."""
+"""Readers on the real reference samples (T3, docs/datasets.md); skipped when ../shared/reference is
+absent. Nothing here is copied into the repository: the files are read in place."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ pytestmark = pytest.mark.skipif(not REFERENCE.is_dir(), reason="shared/reference
 
 def test_philly_csv_counts() -> None:
     table = read_philly_csv(REFERENCE / "traces/philly/sia_philly_jobs.csv")
-    # data.md says 82,248 rows; the file has 82,247 data rows plus a trailing blank line
+    # the trace's description says 82,248 rows; the file has 82,247 data rows plus a trailing blank
+    # line
     assert len(table) == 82_247
     gpus = Counter(table.gpus.astype(int).tolist())
     expected = {1: 76_627, 2: 1_818, 4: 1_870, 8: 1_643, 16: 199, 32: 67, 64: 6, 128: 3}

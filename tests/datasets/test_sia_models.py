@@ -1,7 +1,7 @@
-"""Sia / Pollux per-type profiles -> Pollux models (`apportion.datasets.sia_models`, data.md
-§2.3, formulations.md A5.1): parsing of small hand-written profile files, the fit recovering a
-known model from synthetic times, adaptdl's freezing rules, the 1-GPU seed throughput, and the
-real profiles when ../shared/reference is present."""
+"""Sia / Pollux per-type profiles -> Pollux models (`apportion.datasets.sia_models`, T2.3,
+docs/datasets.md; A5.1, docs/policies/sia.md): parsing of small hand-written profile files, the fit
+recovering a known model from synthetic times, adaptdl's freezing rules, the 1-GPU seed throughput,
+and the real profiles when ../shared/reference is present."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Independent reference formulations of Gavel's LP family (formulations.md A2.5-A2.8).
+"""Independent reference formulations of Gavel's LP family (A2.5-A2.8, docs/policies/gavel.md).
 
 Written directly from the document with plain cvxpy on dense (m, n) variables, without any
 code of `apportion.formulations`: B1-B3 plus the B4 mask, the objectives as the document

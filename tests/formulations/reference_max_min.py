@@ -1,4 +1,4 @@
-"""Independent reference for weighted max-min fairness (formulations.md A2.1).
+"""Independent reference for weighted max-min fairness (A2.1, docs/policies/gavel.md).
 
 Written from the design document only, not from `apportion.formulations`:
 

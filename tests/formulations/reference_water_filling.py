@@ -1,4 +1,4 @@
-"""Independent reference for water filling with tenants (formulations.md A2.4).
+"""Independent reference for water filling with tenants (A2.4, docs/policies/gavel.md).
 
 Written from the design document's pseudo-code only, sharing no code with
 `apportion.formulations`:

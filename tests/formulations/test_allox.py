@@ -1,7 +1,7 @@
-"""AlloX (formulations.md A3) proven by independent routes: exhaustive brute force over every
-assignment and every order (n <= 7), the explicit Gavel-style per-device per-position Hungarian
-matrix (scipy linear_sum_assignment, up to ~60 jobs), the schedule's structure (SPT on every
-device, no gaps, matching cost = sum of predicted completion times), an independent check of
+"""AlloX (A3, docs/policies/allox.md) proven by independent routes: exhaustive brute force over
+every assignment and every order (n <= 7), the explicit Gavel-style per-device per-position
+Hungarian matrix (scipy linear_sum_assignment, up to ~60 jobs), the schedule's structure (SPT on
+every device, no gaps, matching cost = sum of predicted completion times), an independent check of
 the dual certificate on every per-device slot, metamorphic relations, the online rules
 (non-preemption, alpha, unservable jobs), bad inputs with field paths, and one end-to-end
 request through `apportion.server.pipeline.solve_request`.
@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 from scipy.optimize import linear_sum_assignment
 
+import apportion
 from apportion.formulations.allox import solve_matching
 from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
@@ -29,7 +30,9 @@ from apportion.solver.parameters import AlloxParameters
 from apportion.solver.result import JobStatus, Plan, Termination
 from apportion.solver.solve import solve
 from apportion.solver.validation import make_problem
+from apportion.testing import check_plan, snapshots
 from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1.allocation_service_pb2 import SolveRequest
 
 Array = NDArray[np.float64]
 REL = 1e-9
@@ -234,35 +237,31 @@ def run(prob: Problem, alpha: float = 1.0, compat: Compat = Compat.NONE) -> Plan
     return solve(prob, PolicyRequest("allox", AlloxParameters(alpha=alpha), compat=compat))
 
 
-@st.composite
-def problems(draw: st.DrawFn, max_jobs: int = 14) -> Problem:
-    n = draw(st.integers(1, 3))
-    count = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
-    if sum(count) == 0:
-        count[0] = 1
-    m = draw(st.integers(1, max_jobs))
-    thr = draw(
-        st.lists(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, 5.0]), min_size=n, max_size=n),
-                 min_size=m, max_size=m)
+def allox_snapshots(max_jobs: int = 14) -> st.SearchStrategy[SolveRequest]:
+    """`apportion.testing.snapshots` for AlloX: 1-3 types of 0-3 devices, single-device jobs
+    with throughputs from a few values (zeros and ties), 1-500 steps left, up to 60 s old, and
+    a few running jobs holding devices (busy until a given or an estimated time)."""
+    return snapshots(
+        "allox",
+        jobs=st.integers(1, max_jobs),
+        types=st.integers(1, 3),
+        count=st.integers(0, 3),
+        throughput=st.sampled_from([0.0, 0.5, 1.0, 2.0, 5.0]),
+        scale_factor=st.just(1),
+        priority_weight=st.none(),
+        remaining_steps=st.floats(1.0, 500.0),
+        age=st.floats(0.0, 60.0),
+        nodes=False,
+        full_gangs=False,
     )
-    for i in range(m):
-        if not any(thr[i][j] > 0 and count[j] > 0 for j in range(n)):
-            thr[i][next(j for j in range(n) if count[j] > 0)] = 1.0
-    remaining = draw(st.lists(st.floats(1.0, 500.0), min_size=m, max_size=m))
-    arrival = draw(st.lists(st.floats(0.0, 50.0), min_size=m, max_size=m))
-    prob = problem(thr, count, remaining, arrival, now=60.0)
-    # a few running jobs on free devices
-    running: dict[int, tuple[int, int, float]] = {}
-    held = [0] * n
-    for i in draw(st.lists(st.integers(0, m - 1), max_size=3, unique=True)):
-        t = draw(st.integers(0, n - 1))
-        if thr[i][t] > 0 and held[t] < count[t]:
-            held[t] += 1
-            running[i] = (t, 1, draw(st.sampled_from([0.0, 75.0, 200.0])))
-    return with_running(prob, running) if running else prob
 
 
-def check_plan(prob: Problem, plan: Plan) -> None:
+def problems(max_jobs: int = 14) -> st.SearchStrategy[Problem]:
+    """`allox_snapshots` validated into the solver's model."""
+    return allox_snapshots(max_jobs).map(lambda request: request_to_model(request)[0])
+
+
+def check_allox_plan(prob: Problem, plan: Plan) -> None:
     """Structure and certificate of an allox plan, checked against the problem alone."""
     jobs, now = prob.jobs, prob.time_s
     cert = plan.certificate
@@ -335,7 +334,17 @@ def check_plan(prob: Problem, plan: Plan) -> None:
 
 @given(problems())
 def test_plan_structure_and_certificate(prob: Problem) -> None:
-    check_plan(prob, run(prob))
+    check_allox_plan(prob, run(prob))
+
+
+@given(allox_snapshots())
+def test_the_answer_on_the_wire_passes_check_plan(request: SolveRequest) -> None:
+    """The same snapshots through the Python API: `check_plan` re-derives every queue's start
+    and completion times and the total flow time from the response alone."""
+    report = check_plan(request, apportion.solve(request))
+    assert report.termination == "optimal"
+    assert "device queues and predicted times" in report.checked
+    assert "objective recomputed from the plan (total_flow_time)" in report.checked
 
 
 @given(problems(), st.integers(0, 2))
@@ -349,7 +358,7 @@ def test_adding_a_device_never_increases_the_optimum(prob: Problem, j: int) -> N
 
 
 @given(problems(max_jobs=10), st.floats(1.0, 500.0), st.floats(0.0, 59.0))
-def test_adding_a_job_never_decreases_the_optimum(prob: Problem, work: float, arrival: float
+def test_adding_a_job_never_decreases_the_optimum(prob: Problem, work: float, age: float
                                                    ) -> None:
     jobs = prob.jobs
     m, n = jobs.num_jobs, prob.cluster.num_types
@@ -357,7 +366,8 @@ def test_adding_a_job_never_decreases_the_optimum(prob: Problem, work: float, ar
     thr = np.zeros((1, n))
     thr[0, usable] = 1.0
     extra = jobs.append(replace(
-        Jobs.default(1, n), ids=("extra",), throughput=thr, arrival_time_s=np.array([arrival]),
+        Jobs.default(1, n), ids=("extra",), throughput=thr,
+        arrival_time_s=np.array([prob.time_s - age]),  # arrived before now
         total_steps=np.array([work]),
     ))
     hist = replace(prob.history, received_time_s=np.zeros((m, n)),
@@ -375,7 +385,7 @@ def test_running_jobs_are_not_preempted_and_delay_their_device() -> None:
         problem([[1.0], [1.0], [1.0], [1.0]], [2], [1000, 10, 20, 30], now=0.0), {0: (0, 1, 100.0)}
     )
     plan = run(prob)
-    check_plan(prob, plan)
+    check_allox_plan(prob, plan)
     q0 = plan.queues.job_queue[0]
     assert q0 is not None and q0.running and q0.completion_time_s == 100.0
     dq = {d.device: d for d in plan.queues.device_queues}
@@ -431,7 +441,7 @@ def test_cpu_and_gpu_types_are_just_types() -> None:
     """Nothing assumes GPUs: a CPU type that is slower for one job and faster for another."""
     prob = problem([[1.0, 4.0], [3.0, 1.0]], [1, 1], [12.0, 12.0])
     plan = run(prob)
-    check_plan(prob, plan)
+    check_allox_plan(prob, plan)
     assert [q.type_index for q in plan.queues.job_queue if q is not None] == [1, 0]
     assert plan.certificate.objective == pytest.approx(3.0 + 4.0)
 
@@ -489,7 +499,7 @@ def test_end_to_end_solve_request() -> None:
     assert starting and all(jobs[j].time_share for j in starting)
     # the problem re-solved directly agrees
     prob, policy, _ = request_to_model(request(alpha=1.0))
-    check_plan(prob, solve(prob, policy))
+    check_allox_plan(prob, solve(prob, policy))
 
 
 @pytest.mark.parametrize("alpha", [0.0, -0.5, 1.5, math.nan, math.inf])

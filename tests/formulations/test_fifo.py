@@ -1,4 +1,4 @@
-"""Tests for Gavel's FIFO baselines (formulations.md A2.10): feasibility, no skipping,
+"""Tests for Gavel's FIFO baselines (A2.10, docs/policies/gavel.md): feasibility, no skipping,
 `fifo_perf` picks the fastest fitting type, running jobs keep their type under `fifo`, and
 determinism under a fixed seed."""
 

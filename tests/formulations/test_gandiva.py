@@ -1,4 +1,4 @@
-"""Gavel's `gandiva` heuristic (formulations.md A2.10): the isolated allocation when the
+"""Gavel's `gandiva` heuristic (A2.10, docs/policies/gavel.md): the isolated allocation when the
 cluster is not over-subscribed; otherwise random compatible pairs (kept across calls through
 the history), equal shares per combination, devices held once per pair."""
 

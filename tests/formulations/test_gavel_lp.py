@@ -1,4 +1,4 @@
-"""Property tests for Gavel's LP family (formulations.md A2.5-A2.8): max-sum-throughput,
+"""Property tests for Gavel's LP family (A2.5-A2.8, docs/policies/gavel.md): max-sum-throughput,
 cost-normalized throughput with SLOs, minimum makespan and finish-time fairness.
 
 Each optimum is confirmed by an independent route: the plain cvxpy formulations of
@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
+import apportion
 from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
 from apportion.solver.errors import ValidationError
@@ -39,7 +40,9 @@ from apportion.solver.parameters import (
 from apportion.solver.result import JobStatus, Plan, Termination
 from apportion.solver.solve import solve
 from apportion.solver.validation import make_problem
+from apportion.testing import check_plan, snapshots
 from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1.allocation_service_pb2 import SolveRequest
 
 from .reference_gavel import (
     Inst,
@@ -61,35 +64,28 @@ REL = 2e-6
 # instances
 
 
-@st.composite
-def problems(draw: st.DrawFn, max_jobs: int = 6, max_types: int = 3) -> Problem:
-    """Small clusters (capacity often binds) with remaining work, ages and FTF state."""
-    n = draw(st.integers(1, max_types))
-    m = draw(st.integers(1, max_jobs))
-    count = [draw(st.integers(1, 5)) for _ in range(n)]
-    s = [draw(st.sampled_from([1, 1, 2])) for _ in range(m)]
-    s = [min(v, max(count)) for v in s]
-    T = np.array(
-        [
-            [draw(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.5, 8.0])) for _ in range(n)]
-            for _ in range(m)
-        ]
+def gavel_snapshots(max_jobs: int = 6, max_types: int = 3) -> st.SearchStrategy[SolveRequest]:
+    """`apportion.testing.snapshots` for the Gavel LPs: small clusters (capacity often binds),
+    throughputs from a few values (ties and zeros), remaining work, ages and finish-time
+    state."""
+    return snapshots(
+        "themis_finish_time_fairness",
+        jobs=st.integers(1, max_jobs),
+        types=st.integers(1, max_types),
+        count=st.integers(1, 5),
+        throughput=st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.5, 8.0]),
+        scale_factor=st.sampled_from([1, 1, 2]),
+        priority_weight=st.sampled_from([1.0, 1.0, 2.0]),
+        remaining_steps=st.sampled_from([100.0, 250.0, 1000.0, 4000.0]),
+        age=st.sampled_from([0.0, 10.0, 100.0, 500.0]),
+        nodes=False,
+        full_gangs=False,
     )
-    for i in range(m):  # at least one usable type per job
-        fits = [j for j in range(n) if count[j] >= s[i]]
-        if not any(T[i, j] > 0 for j in fits):
-            T[i, fits[0]] = 1.0
-    prob = make_problem([f"t{j}" for j in range(n)], count, T, scale_factor=s)
-    total = np.array([draw(st.sampled_from([100.0, 250.0, 1000.0, 4000.0])) for _ in range(m)])
-    age = np.array([draw(st.sampled_from([0.0, 10.0, 100.0, 500.0])) for _ in range(m)])
-    ci = np.array([draw(st.sampled_from([0.0, 10.0, 300.0])) for _ in range(m)])
-    w = np.array([draw(st.sampled_from([1.0, 1.0, 2.0])) for _ in range(m)])
-    return replace(
-        prob,
-        time_s=1000.0,
-        jobs=replace(prob.jobs, total_steps=total, arrival_time_s=1000.0 - age, priority_weight=w),
-        history=replace(prob.history, cumulative_isolated_time_s=ci),
-    )
+
+
+def problems(max_jobs: int = 6, max_types: int = 3) -> st.SearchStrategy[Problem]:
+    """`gavel_snapshots` validated into the solver's model."""
+    return gavel_snapshots(max_jobs, max_types).map(lambda r: request_to_model(r)[0])
 
 
 def inst_of(prob: Problem, weights: bool = True) -> Inst:
@@ -148,6 +144,19 @@ def run(
 
 # --------------------------------------------------------------------------------------------
 # max-sum-throughput (A2.6)
+
+
+@given(gavel_snapshots(), st.sampled_from(["max_sum_throughput", "cost_normalized_throughput",
+                                           "max_sum_throughput_normalized_by_cost_perf_SLOs",
+                                           "min_makespan", "themis_finish_time_fairness"]))
+def test_every_family_member_passes_check_plan_on_the_wire(request: SolveRequest,
+                                                           name: str) -> None:
+    """The same snapshots through the Python API: `check_plan` recomputes each objective
+    (A2.5-A2.8) from the response and checks feasibility and the certificate."""
+    solution = apportion.solve(request, name)
+    report = check_plan(solution.request, solution)
+    assert report.termination == "optimal"
+    assert report.recomputed_objective is not None
 
 
 @given(problems(), st.sampled_from(list(ThroughputNormalization)))
@@ -427,7 +436,8 @@ def test_makespan_matches_reference_and_bounds(prob: Problem, solver: SolverPref
 def test_makespan_metamorphic(prob: Problem, alpha: float, j: int) -> None:
     base = run(prob, "min_makespan", MinMakespanParameters()).certificate.objective
     assert base is not None
-    scaled = replace(prob, jobs=replace(prob.jobs, total_steps=prob.jobs.total_steps * alpha))
+    scaled = replace(prob, jobs=replace(prob.jobs, total_steps=prob.jobs.total_steps * alpha,
+                                        steps_done=prob.jobs.steps_done * alpha))  # R -> alpha R
     value = run(scaled, "min_makespan", MinMakespanParameters()).certificate.objective
     assert value == pytest.approx(alpha * base, rel=1e-7)
     more = prob.cluster.count.copy()
@@ -438,9 +448,11 @@ def test_makespan_metamorphic(prob: Problem, alpha: float, j: int) -> None:
     # one job's unit of work changes: nothing changes
     T = prob.jobs.throughput.copy()
     T[0] *= 7.0
-    total = prob.jobs.total_steps.copy()
+    total, done = prob.jobs.total_steps.copy(), prob.jobs.steps_done.copy()
     total[0] *= 7.0
-    unit = replace(prob, jobs=replace(prob.jobs, throughput=T, total_steps=total))
+    done[0] *= 7.0
+    unit = replace(prob, jobs=replace(prob.jobs, throughput=T, total_steps=total,
+                                      steps_done=done))
     same = run(unit, "min_makespan", MinMakespanParameters()).certificate.objective
     assert same == pytest.approx(base, rel=1e-7)
 
@@ -551,8 +563,10 @@ def test_ftf_unit_changes(prob: Problem, alpha: float, time_unit: float) -> None
     # A2.5 6: one job's unit of work
     T = prob.jobs.throughput.copy()
     T[0] *= alpha
-    total = prob.jobs.total_steps * np.where(np.arange(prob.jobs.num_jobs) == 0, alpha, 1.0)
-    unit = replace(prob, jobs=replace(prob.jobs, throughput=T, total_steps=total))
+    first = np.where(np.arange(prob.jobs.num_jobs) == 0, alpha, 1.0)
+    unit = replace(prob, jobs=replace(prob.jobs, throughput=T,
+                                      total_steps=prob.jobs.total_steps * first,
+                                      steps_done=prob.jobs.steps_done * first))
     got = run(unit, "themis_finish_time_fairness", FinishTimeFairnessParameters())
     assert got.certificate.objective == pytest.approx(rho_star, rel=1e-6)
     # A2.5 7: time unit (t, C scaled by a, T by 1/a)

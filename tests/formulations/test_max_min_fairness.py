@@ -1,6 +1,6 @@
-"""Property tests proving weighted max-min fairness (formulations.md A2.1) correct by independent
-routes: feasibility and objective recomputation, an independent cvxpy reference, our own check
-of the dual certificate, brute-force vertex enumeration, cross-solver/method agreement,
+"""Property tests proving weighted max-min fairness (A2.1, docs/policies/gavel.md) correct by
+independent routes: feasibility and objective recomputation, an independent cvxpy reference, our own
+check of the dual certificate, brute-force vertex enumeration, cross-solver/method agreement,
 aggregation, metamorphic relations, canonicalization, and one large active-set instance.
 
 Levels of individual jobs are not unique (the LP is degenerate), so comparisons are on t* and
@@ -20,7 +20,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
+import apportion
 import apportion.formulations.max_min_fairness as mmf
+from apportion.server.convert import request_to_model
 from apportion.solver.model import (
     Compat,
     PolicyRequest,
@@ -32,6 +34,9 @@ from apportion.solver.parameters import Canonicalization, MaxMinFairnessParamete
 from apportion.solver.result import Plan, Termination
 from apportion.solver.solve import solve
 from apportion.solver.validation import make_problem
+from apportion.testing import check_plan, problems, snapshots
+from apportion.testing.strategies import LOG_THROUGHPUTS, THROUGHPUTS
+from apportion.v1.allocation_service_pb2 import SolveRequest
 
 from .reference_max_min import (
     Instance,
@@ -129,56 +134,63 @@ def check_dual_certificate(inst: Instance, a: Array, plan: Plan, t_ref: float) -
 # strategies
 
 LOG_THROUGHPUT = st.floats(min_value=math.log(0.1), max_value=math.log(300.0))
+"""log of a throughput, uniform (for columns added to an instance)."""
 
 
-@st.composite
-def instances(
-    draw: st.DrawFn,
+def instance_of(problem: Problem) -> Instance:
+    """The raw arrays of a validated snapshot."""
+    jobs = problem.jobs
+    return Instance(jobs.throughput.copy(), problem.cluster.count.astype(np.float64),
+                    jobs.scale_factor.astype(np.float64), jobs.priority_weight.copy())
+
+
+def max_min_snapshots(
     min_jobs: int = 1,
     max_jobs: int = 8,
     min_types: int = 1,
     max_types: int = 4,
     zero_prob: bool = True,
-) -> Instance:
-    """Random cluster and jobs: n types, counts 0-16 (one > 0), throughputs 0 or log-uniform
-    in [0.1, 300], scale factors in {1,2,4,8} with at least one usable cell per job,
-    weights in [0.5, 4]."""
-    n = draw(st.integers(min_types, max_types))
-    # Half of the clusters are small (counts <= 4) so that capacity binds and prices are > 0.
-    top = draw(st.sampled_from([4, 16]))
-    counts = draw(st.lists(st.integers(0, top), min_size=n, max_size=n))
-    if max(counts) == 0:
-        counts[draw(st.integers(0, n - 1))] = draw(st.integers(1, 16))
-    W = np.array(counts, dtype=np.float64)
-    m = draw(st.integers(min_jobs, max_jobs))
-    present = [j for j in range(n) if W[j] > 0]
-    T = np.zeros((m, n))
-    s = np.ones(m)
-    for i in range(m):
-        for j in range(n):
-            zero = draw(st.booleans()) and draw(st.booleans()) if zero_prob else False
-            T[i, j] = 0.0 if zero else math.exp(draw(LOG_THROUGHPUT))
-        if not any(T[i, j] > 0 for j in present):
-            T[i, draw(st.sampled_from(present))] = math.exp(draw(LOG_THROUGHPUT))
-        usable_scales = [
-            sc for sc in SCALES if any(T[i, j] > 0 and sc <= W[j] for j in range(n))
-        ]
-        s[i] = draw(st.sampled_from(usable_scales))
-    w = np.array(draw(st.lists(st.floats(0.5, 4.0), min_size=m, max_size=m)))
-    return Instance(T, W, s, w)
+) -> st.SearchStrategy[SolveRequest]:
+    """`apportion.testing.snapshots` for max-min fairness: n types with 0-4 or 0-16 devices
+    (one > 0), throughputs 0 (a quarter of the cells) or log-uniform in [0.1, 300], scale
+    factors in {1,2,4,8} (gangs as large as a type included) with at least one usable cell
+    per job, weights in [0.5, 4]."""
+    return snapshots(
+        "max_min_fairness_perf",
+        jobs=st.integers(min_jobs, max_jobs),
+        types=st.integers(min_types, max_types),
+        throughput=THROUGHPUTS if zero_prob else LOG_THROUGHPUTS,
+        scale_factor=st.sampled_from(SCALES),
+        priority_weight=st.floats(0.5, 4.0),
+        nodes=False,
+    )
 
 
-@st.composite
-def unblocked_instances(draw: st.DrawFn, max_jobs: int = 8, max_types: int = 4) -> Instance:
+def instances(
+    min_jobs: int = 1,
+    max_jobs: int = 8,
+    min_types: int = 1,
+    max_types: int = 4,
+    zero_prob: bool = True,
+) -> st.SearchStrategy[Instance]:
+    """`max_min_snapshots` validated, as raw arrays."""
+    requests = max_min_snapshots(min_jobs, max_jobs, min_types, max_types, zero_prob)
+    return requests.map(lambda request: instance_of(request_to_model(request)[0]))
+
+
+def unblocked_instances(max_jobs: int = 8, max_types: int = 4) -> st.SearchStrategy[Instance]:
     """No cell is blocked: every T > 0, every W >= 1 and every s_i <= min W."""
-    n = draw(st.integers(1, max_types))
-    W = np.array(draw(st.lists(st.integers(1, 16), min_size=n, max_size=n)), dtype=np.float64)
-    m = draw(st.integers(1, max_jobs))
-    T = np.exp(np.array(draw(st.lists(LOG_THROUGHPUT, min_size=m * n, max_size=m * n))))
-    scales = [sc for sc in SCALES if sc <= W.min()]
-    s = np.array(draw(st.lists(st.sampled_from(scales), min_size=m, max_size=m)), np.float64)
-    w = np.array(draw(st.lists(st.floats(0.5, 4.0), min_size=m, max_size=m)))
-    return Instance(T.reshape(m, n), W, s, w)
+    return problems(
+        "max_min_fairness_perf",
+        jobs=st.integers(1, max_jobs),
+        types=st.integers(1, max_types),
+        count=st.integers(1, 16),
+        throughput=LOG_THROUGHPUTS,
+        scale_factor=st.sampled_from(SCALES),
+        priority_weight=st.floats(0.5, 4.0),
+        nodes=False,
+        every_cell_usable=True,
+    ).map(instance_of)
 
 
 def random_instance(rng: np.random.Generator, m: int, n: int, zero_frac: float = 0.25,
@@ -236,6 +248,16 @@ def test_plan_is_feasible_and_objective_recomputes(inst: Instance, agnostic: boo
     np.testing.assert_allclose(plan.effective_throughput, np.einsum("ij,ij->i", inst.T, X),
                                rtol=OBJ_REL, atol=1e-12)
     assert plan.certificate.gap is not None and plan.certificate.gap <= OPT_REL
+
+
+@given(request=max_min_snapshots(), agnostic=st.booleans())
+def test_the_answer_on_the_wire_passes_check_plan(request: SolveRequest, agnostic: bool) -> None:
+    """The same instances through `apportion.solve`: `check_plan` recomputes the minimum
+    level from the response and checks feasibility and the certificate on the wire."""
+    solution = apportion.solve(request, "max_min_fairness" if agnostic else "las")
+    report = check_plan(solution.request, solution)  # the request as solved (renamed)
+    assert report.termination == "optimal"
+    assert "objective recomputed from the plan (min_level)" in report.checked
 
 
 # --------------------------------------------------------------------------------------------

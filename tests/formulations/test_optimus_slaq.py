@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import apportion
 from apportion.formulations.loss_curve import CurveForm, LossCurve
 from apportion.formulations.optimus import optimus
 from apportion.formulations.slaq import slaq
@@ -18,6 +19,7 @@ from apportion.solver.model import GivenGoodput, PolicyRequest, Problem, SolveOp
 from apportion.solver.parameters import ElasticMethod, OptimusParameters, SlaqParameters
 from apportion.solver.result import JobStatus, Plan, Termination
 from apportion.solver.solve import solve
+from apportion.testing import check_plan
 
 from .elastic_cases import elastic_problem, sync_model
 
@@ -250,3 +252,18 @@ def test_an_admission_stage_before_optimus_keeps_each_jobs_inputs() -> None:
     assert section.remaining_steps is not None and alone.remaining_steps is not None
     assert np.allclose(section.remaining_steps[1:], alone.remaining_steps)
     assert section.remaining_steps[2] > 0  # from the loss curve, not the unknown progress
+
+
+@pytest.mark.parametrize("name", ["optimus", "slaq", "lyra"])
+def test_a_rigid_job_gets_no_more_devices_than_its_elasticity_allows(name: str) -> None:
+    """Regression (found by apportion.testing's registry-wide check_plan test): a job known
+    only by its throughput at a gang of 2 whose elasticity allows 1 device got 2."""
+    request = {"snapshot": {
+        "cluster": {"acceleratorTypes": [{"name": "k80", "count": 2}]},
+        "jobs": [{"id": "a", "scaleFactor": 2, "throughput": {"k80": 1.0},
+                  "progress": {"totalSteps": 1000.0}, "elasticity": {"maxDevices": 1}}],
+    }}
+    solution = apportion.solve(request, name)
+    check_plan(solution.request, solution)
+    job = solution.job("a")
+    assert not job.HasField("configuration") and "elasticity" in job.reason

@@ -1,4 +1,4 @@
-"""Space sharing for the Gavel LP family (formulations.md A2.2 last paragraph): minimum
+"""Space sharing for the Gavel LP family (A2.2, docs/policies/gavel.md): minimum
 makespan, finish-time fairness and max-sum-throughput with pair variables, checked against
 independent per-pair cvxpy programs (A2.2 verbatim: one variable per pair and type, no
 pruning, no grouping), against the plain policies, and for decoded-plan feasibility."""

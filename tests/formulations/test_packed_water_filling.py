@@ -1,5 +1,5 @@
 """Water filling with space sharing (Gavel's `max_min_fairness_water_filling_packed`,
-formulations.md A2.4 over A2.2): every job's throughput against the independent per-round
+A2.4 over A2.2, docs/policies/gavel.md): every job's throughput against the independent per-round
 route over per-pair variables (with tenants), the leximin certificate against an independent
 per-pair cvxpy program, the round properties, reduction to the plain policies, and the wire
 alias."""

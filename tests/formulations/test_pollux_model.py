@@ -1,4 +1,4 @@
-"""Pollux's goodput model (formulations.md A5.1): hand-computed values, the model's own
+"""Pollux's goodput model (A5.1, docs/policies/sia.md): hand-computed values, the model's own
 monotonicity claims, and the sampled batch-size optimizer against an exhaustive integer grid."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pollux's p-mean fitness as an exact ILP (formulations.md B4): the returned plan's fitness
+"""Pollux's p-mean fitness as an exact ILP (B4, docs/policies/sia.md): the returned plan's fitness
 equals the brute-force maximum of the fitness, computed here directly from the goodput table
 (not from the ILP's coefficients), over every configuration choice of tiny instances."""
 

@@ -1,4 +1,4 @@
-"""Property tests for the round mechanism (formulations.md A2.11): per-round feasibility,
+"""Property tests for the round mechanism (A2.11, docs/policies/gavel.md): per-round feasibility,
 node limits and consolidation, the fresh-job rule, and tracking (the realized shares converge
 to X).
 """
@@ -204,7 +204,7 @@ def test_every_lp_policy_schedules(policy: str) -> None:
     check_rounds(prob, plan.time_share, plan.shares.rounds)
 
 
-# --- space sharing: combinations (singles and pairs), formulations.md A2.11 ---
+# --- space sharing: combinations (singles and pairs), A2.11, docs/policies/gavel.md ---
 
 Colocated = tuple[tuple[int, int, int, float], ...]
 

@@ -1,4 +1,4 @@
-"""Shockwave's planning window (formulations.md A4.2-A4.7) proven by independent routes.
+"""Shockwave's planning window (A4.2-A4.7, docs/policies/market.md) proven by independent routes.
 
 * The remaining-time predictor against hand-computed values.
 * Brute force over every plan for n*T <= 16 (an independent vectorized evaluation of the exact

@@ -1,5 +1,5 @@
-"""Shockwave's prediction inputs (formulations.md A4.6): the reference-finish-time rule and the
-40% throughput recalibration.
+"""Shockwave's prediction inputs (A4.6, docs/policies/market.md): the reference-finish-time rule and
+the 40% throughput recalibration.
 
 * F*: a hand-computed series; the incremental state against upstream's direct formula
   (`finish_time_momentumed_average`, written out here over the whole series) on random

@@ -1,4 +1,4 @@
-"""Sia's goodput ILP (formulations.md A5) proven by independent routes: brute force over every
+"""Sia's goodput ILP (A5, docs/policies/sia.md) proven by independent routes: brute force over every
 configuration choice (n <= 5 jobs), the LP relaxation as a bound, CP-SAT as a second exact
 solver, feasibility and placement invariants, hand-computed coefficients, the metamorphic
 relations of the issue, and bad inputs with field paths through `request_to_model`.
@@ -16,6 +16,7 @@ from google.protobuf import json_format
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import apportion
 from apportion.formulations.sia import (
     build_instance,
     current_configuration,
@@ -49,7 +50,6 @@ from apportion.solver.model import (
     Cluster,
     Compat,
     GivenGoodput,
-    History,
     PolicyRequest,
     Problem,
     SolveOptions,
@@ -58,7 +58,9 @@ from apportion.solver.parameters import SiaParameters
 from apportion.solver.result import JobStatus, Termination, relative_gap
 from apportion.solver.solve import solve
 from apportion.solver.validation import make_problem
+from apportion.testing import check_plan, snapshots
 from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1.allocation_service_pb2 import SolveRequest
 
 
 def brute_force(instance: SiaInstance) -> float:
@@ -88,58 +90,27 @@ def close(a: float, b: float, rel: float = 1e-6) -> bool:
 # random small problems: 1-2 types, 1-3 nodes of 1/2/4 GPUs, 1-5 jobs with given goodputs
 
 
-@st.composite
-def problems(draw: st.DrawFn, max_jobs: int = 5) -> Problem:
-    n = draw(st.integers(1, 2))
-    node_type: list[int] = []
-    node_devices: list[int] = []
-    for t in range(n):
-        size = draw(st.sampled_from([1, 2, 4]))
-        count = draw(st.integers(1, 3))
-        node_type += [t] * count
-        node_devices += [size] * count
-    names = tuple(f"node{k}" for k in range(len(node_type)))
-    counts = [
-        sum(d for tt, d in zip(node_type, node_devices, strict=True) if tt == t) for t in range(n)
-    ]
-    m = draw(st.integers(1, max_jobs))
-    base = make_problem([f"t{t}" for t in range(n)], counts, np.ones((m, n)))
-    cluster = Cluster(
-        type_names=base.cluster.type_names,
-        count=np.asarray(counts, np.int64),
-        cost_per_hour=np.ones(n),
-        node_names=names,
-        node_type=np.asarray(node_type, np.int64),
-        node_devices=np.asarray(node_devices, np.int64),
+def sia_snapshots(max_jobs: int = 5) -> st.SearchStrategy[SolveRequest]:
+    """`apportion.testing.snapshots` for Sia, small enough for the brute force: 1-2 types of
+    1-3 nodes of 1, 2 or 4 GPUs, 1-5 jobs each with goodputs for 4 in 5 of the shapes, ages
+    100-1000 s, some running one of their configurations after a few restarts."""
+    return snapshots(
+        "sia",
+        jobs=st.integers(1, max_jobs),
+        types=st.integers(1, 2),
+        nodes=True,
+        node_size=st.sampled_from([1, 2, 4]),
+        node_count=st.integers(1, 3),
+        goodputs=st.just(True),
+        priority_weight=st.sampled_from([1.0, 1.0, 2.0]),
+        age=st.floats(100.0, 1000.0),
+        full_gangs=False,
     )
-    layout = node_layout(cluster)
-    configs = configuration_set(layout, n, 64)
-    given: list[tuple[GivenGoodput, ...]] = []
-    for _ in range(m):
-        row = []
-        for c in configs:
-            if draw(st.integers(0, 4)) > 0:
-                value = draw(st.floats(0.5, 50.0)) * c.devices ** draw(st.floats(0.3, 1.0))
-                row.append(GivenGoodput(c.type_index, c.nodes, c.devices, value))
-        given.append(tuple(row))
-    arrival = np.asarray([draw(st.floats(0.0, 900.0)) for _ in range(m)])
-    restarts = np.asarray([draw(st.integers(0, 4)) for _ in range(m)], np.int64)
-    current_type = np.full(m, -1, np.int64)
-    current_devices = np.zeros(m, np.int64)
-    for i in range(m):
-        if given[i] and draw(st.booleans()):
-            g = draw(st.sampled_from(given[i]))
-            current_type[i], current_devices[i] = g.type_index, g.devices
-    jobs = replace(
-        base.jobs,
-        given_goodput=tuple(given),
-        arrival_time_s=arrival,
-        restart_penalty_s=np.full(m, 30.0),
-        priority_weight=np.asarray([draw(st.sampled_from([1.0, 1.0, 2.0])) for _ in range(m)]),
-    )
-    history = replace(History.default(m, n), restarts=restarts, current_type=current_type,
-                      current_devices=current_devices)
-    return Problem(cluster=cluster, jobs=jobs, history=history, time_s=1000.0)
+
+
+def problems(max_jobs: int = 5) -> st.SearchStrategy[Problem]:
+    """`sia_snapshots` validated into the solver's model."""
+    return sia_snapshots(max_jobs).map(lambda request: request_to_model(request)[0])
 
 
 def instance_of(
@@ -152,6 +123,21 @@ def instance_of(
 
 
 powers = st.sampled_from([-0.5, -1.0, -2.0, 0.5, 1.0])
+
+
+@given(sia_snapshots(), powers, st.booleans())
+def test_the_answer_on_the_wire_passes_check_plan(request: SolveRequest, p: float,
+                                                  round2: bool) -> None:
+    """The same clusters through the Python API: `check_plan` checks every configuration
+    against its type, the nodes and the job's limits, and recomputes the ILP's objective from
+    the reported goodputs and restart factors."""
+    parameters = {"fairnessPower": p, "noAllocationPenalty": 1.1 if p < 0 else -1.1,
+                  "roundCoefficients": round2}
+    solution = apportion.solve(request, parameters=parameters)
+    report = check_plan(solution.request, solution)
+    assert report.termination == "optimal"
+    assert "configurations and their placement" in report.checked
+    assert "objective recomputed from the plan (configuration_terms)" in report.checked
 
 
 def params_for(p: float, round2: bool = False, pin: bool = False) -> SiaParameters:
@@ -376,8 +362,8 @@ def test_configuration_set_matches_sia_shapes() -> None:
 
 
 def sia_cluster(scale: int) -> Cluster:
-    """Sia's simulated cluster (data.md §3.3) times `scale`: 6 x aws (4 GPUs), 2 x dgx-ext (8),
-    3 x rtx (8) nodes per unit of scale."""
+    """Sia's simulated cluster (T3.3, docs/datasets.md) times `scale`: 6 x aws (4 GPUs), 2 x dgx-ext
+    (8), 3 x rtx (8) nodes per unit of scale."""
     nodes = (("aws", 6 * scale, 4), ("dgx-ext", 2 * scale, 8), ("rtx", 3 * scale, 8))
     node_type = np.concatenate([np.full(k, t, np.int64) for t, (_, k, _) in enumerate(nodes)])
     node_devices = np.concatenate([np.full(k, g, np.int64) for _, k, g in nodes])

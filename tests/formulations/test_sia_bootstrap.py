@@ -1,4 +1,4 @@
-"""Sia's cross-type bootstrapping (formulations.md A5.3) through the snapshot: a job with a
+"""Sia's cross-type bootstrapping (A5.3, docs/policies/sia.md) through the snapshot: a job with a
 Pollux model on one type and 1-GPU seed throughputs on others gets goodput on the others by
 projection (the source type's best goodput at the same GPU count on ceil(g / G_s) nodes,
 times the seed ratio); without a seed nothing changes; bad seeds are field-path errors."""

@@ -1,4 +1,4 @@
-"""Max-min fairness with space sharing (formulations.md A2.2, A2.3): proofs by independent
+"""Max-min fairness with space sharing (A2.2, docs/policies/gavel.md, A2.3): proofs by independent
 routes. The reference is a per-pair cvxpy formulation written from A2.2, not from the code."""
 
 from __future__ import annotations
@@ -291,3 +291,15 @@ def test_wire_format_pairs_and_field_path_errors() -> None:
         "snapshot.colocations[4].job_b",
         "snapshot.type_colocations[0].type_a",
     } <= fields, fields
+
+
+def test_a_gang_too_large_for_a_type_it_runs_fast_on_keeps_its_level() -> None:
+    """Regression (found by apportion.testing.check_plan): job a's gang of 8 cannot use the
+    1-device type on which it is fastest; its level per unit of throughput is s/(w prop) on
+    the cells it can use, not the cells' share of all its throughputs (which made the packed
+    optimum 30 times too small, below the plain LP's)."""
+    problem = make_problem(["big", "small"], [8, 1], [[1.0, 30.0], [2.0, 0.0]], [8, 8])
+    problem = with_pairs(problem, [(0, 1)], np.array([[0.9, 0.0]]), np.array([[1.5, 0.0]]))
+    value = objective(packed(problem))
+    assert value >= plain(problem) * (1 - REL)
+    assert value == pytest.approx(reference_per_pair(problem), rel=REL)

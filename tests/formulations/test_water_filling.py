@@ -1,6 +1,6 @@
-"""Water filling / hierarchical max-min fairness (formulations.md A2.4): proofs by independent
-routes. The references are written from the document, not from the code: the per-round LP and
-Gavel's LP + MILP in `reference_water_filling` (scipy's HiGHS), the leximin check with cvxpy,
+"""Water filling / hierarchical max-min fairness (A2.4, docs/policies/gavel.md): proofs by
+independent routes. The references are written from the document, not from the code: the per-round
+LP and Gavel's LP + MILP in `reference_water_filling` (scipy's HiGHS), the leximin check with cvxpy,
 and A2.1 through the existing max-min policy."""
 
 from __future__ import annotations

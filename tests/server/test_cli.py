@@ -383,8 +383,15 @@ def test_table_speaks_the_policy_language(example: Path, policy: str) -> None:
     elif kind is PlanKind.MARKET:
         assert header.split()[-1] == "spending"
         assert "prices per device:" in result.stdout
+        stats = _solve_json(example, "--policy", policy)["stats"]
+        assert isinstance(stats, dict)
+        in_steps = next(line for line in result.stdout.splitlines()
+                        if line.startswith("in steps/s"))
+        assert float(in_steps.split()[2]) == pytest.approx(stats["throughputObjective"],
+                                                           rel=1e-9)
     if kind is not PlanKind.MARKET:
         assert "prices per device" not in result.stdout
+        assert "in steps/s" not in result.stdout
 
 
 def test_csv_has_every_job_at_full_precision() -> None:

@@ -1168,11 +1168,11 @@ class JobAllocation(_message.Message):
     until the job set changes.
     """
     reference_estimate_s: _builtins.float
-    """Shockwave: the job's reference-finish-time state after this call (formulations.md A4.6);
-    send each back in the same-named field of history.jobs[] (numbers 40-44 there): the latest
-    equal-share estimate (absolute s), when it was made (snapshot clock, s), the time-weighted
-    mean of the earlier estimates (absolute s) and their total weight (s of time in force),
-    and the number of active jobs at the latest estimate.
+    """Shockwave: the job's reference-finish-time state after this call (A4.6,
+    docs/policies/market.md); send each back in the same-named field of history.jobs[] (numbers
+    40-44 there): the latest equal-share estimate (absolute s), when it was made (snapshot clock,
+    s), the time-weighted mean of the earlier estimates (absolute s) and their total weight (s of
+    time in force), and the number of active jobs at the latest estimate.
     """
     reference_estimate_time_s: _builtins.float
     reference_earlier_average_s: _builtins.float
@@ -1755,6 +1755,8 @@ class SolveStats(_message.Message):
     HEURISTIC_FIELD_NUMBER: _builtins.int
     HEURISTIC_OBJECTIVE_FIELD_NUMBER: _builtins.int
     HEURISTIC_GAP_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_OBJECTIVE_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_BEST_BOUND_FIELD_NUMBER: _builtins.int
     termination: Global___TerminationReason.ValueType
     detail: _builtins.str
     """Free-text detail (solver message, which limit was hit)."""
@@ -1798,6 +1800,16 @@ class SolveStats(_message.Message):
     """
     heuristic_objective: _builtins.float
     heuristic_gap: _builtins.float
+    throughput_objective: _builtins.float
+    """The objective with every job's utility in steps/s rather than in the policy's normalized
+    units, for policies where the two differ by a constant (fisher_market: sum_i B_i log
+    thr_i over the jobs that can run, thr_i = sum_j throughput[i,j] * time_share[i,j] in
+    steps/s, i.e. `objective` + sum_i B_i log prop_i with prop_i the proportional-share
+    throughput, A4.1, docs/policies/market.md). The plan, the gap and the termination are
+    the same in both units. Unset for the other policies and when `objective` is unset.
+    """
+    throughput_best_bound: _builtins.float
+    """`best_bound` moved by the same constant as throughput_objective (unset when it is)."""
     @_builtins.property
     def model_size(self) -> Global___ModelSize: ...
     def __init__(
@@ -1826,10 +1838,12 @@ class SolveStats(_message.Message):
         heuristic: _builtins.str = ...,
         heuristic_objective: _builtins.float | None = ...,
         heuristic_gap: _builtins.float | None = ...,
+        throughput_objective: _builtins.float | None = ...,
+        throughput_best_bound: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_exact_objective", b"_exact_objective", "_heuristic_gap", b"_heuristic_gap", "_heuristic_objective", b"_heuristic_objective", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "best_bound", b"best_bound", "exact_objective", b"exact_objective", "heuristic_gap", b"heuristic_gap", "heuristic_objective", b"heuristic_objective", "model_size", b"model_size", "objective", b"objective", "relative_gap", b"relative_gap"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_exact_objective", b"_exact_objective", "_heuristic_gap", b"_heuristic_gap", "_heuristic_objective", b"_heuristic_objective", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "_throughput_best_bound", b"_throughput_best_bound", "_throughput_objective", b"_throughput_objective", "best_bound", b"best_bound", "exact_objective", b"exact_objective", "heuristic_gap", b"heuristic_gap", "heuristic_objective", b"heuristic_objective", "model_size", b"model_size", "objective", b"objective", "relative_gap", b"relative_gap", "throughput_best_bound", b"throughput_best_bound", "throughput_objective", b"throughput_objective"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_exact_objective", b"_exact_objective", "_heuristic_gap", b"_heuristic_gap", "_heuristic_objective", b"_heuristic_objective", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "best_bound", b"best_bound", "build_time_s", b"build_time_s", "detail", b"detail", "exact_objective", b"exact_objective", "formulation", b"formulation", "heuristic", b"heuristic", "heuristic_gap", b"heuristic_gap", "heuristic_objective", b"heuristic_objective", "max_constraint_violation", b"max_constraint_violation", "maximize", b"maximize", "model_size", b"model_size", "objective", b"objective", "partition_time_s", b"partition_time_s", "partition_workers", b"partition_workers", "partitions", b"partitions", "policy", b"policy", "relative_gap", b"relative_gap", "solve_time_s", b"solve_time_s", "solver", b"solver", "solver_version", b"solver_version", "termination", b"termination", "time_limit_s", b"time_limit_s", "wall_time_s", b"wall_time_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound", "_exact_objective", b"_exact_objective", "_heuristic_gap", b"_heuristic_gap", "_heuristic_objective", b"_heuristic_objective", "_objective", b"_objective", "_relative_gap", b"_relative_gap", "_throughput_best_bound", b"_throughput_best_bound", "_throughput_objective", b"_throughput_objective", "best_bound", b"best_bound", "build_time_s", b"build_time_s", "detail", b"detail", "exact_objective", b"exact_objective", "formulation", b"formulation", "heuristic", b"heuristic", "heuristic_gap", b"heuristic_gap", "heuristic_objective", b"heuristic_objective", "max_constraint_violation", b"max_constraint_violation", "maximize", b"maximize", "model_size", b"model_size", "objective", b"objective", "partition_time_s", b"partition_time_s", "partition_workers", b"partition_workers", "partitions", b"partitions", "policy", b"policy", "relative_gap", b"relative_gap", "solve_time_s", b"solve_time_s", "solver", b"solver", "solver_version", b"solver_version", "termination", b"termination", "throughput_best_bound", b"throughput_best_bound", "throughput_objective", b"throughput_objective", "time_limit_s", b"time_limit_s", "wall_time_s", b"wall_time_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__best_bound: _TypeAlias = _typing.Literal["best_bound"]  # noqa: Y015
     _WhichOneofArgType__best_bound: _TypeAlias = _typing.Literal["_best_bound", b"_best_bound"]  # noqa: Y015
@@ -1843,6 +1857,10 @@ class SolveStats(_message.Message):
     _WhichOneofArgType__objective: _TypeAlias = _typing.Literal["_objective", b"_objective"]  # noqa: Y015
     _WhichOneofReturnType__relative_gap: _TypeAlias = _typing.Literal["relative_gap"]  # noqa: Y015
     _WhichOneofArgType__relative_gap: _TypeAlias = _typing.Literal["_relative_gap", b"_relative_gap"]  # noqa: Y015
+    _WhichOneofReturnType__throughput_best_bound: _TypeAlias = _typing.Literal["throughput_best_bound"]  # noqa: Y015
+    _WhichOneofArgType__throughput_best_bound: _TypeAlias = _typing.Literal["_throughput_best_bound", b"_throughput_best_bound"]  # noqa: Y015
+    _WhichOneofReturnType__throughput_objective: _TypeAlias = _typing.Literal["throughput_objective"]  # noqa: Y015
+    _WhichOneofArgType__throughput_objective: _TypeAlias = _typing.Literal["_throughput_objective", b"_throughput_objective"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__best_bound) -> _WhichOneofReturnType__best_bound | None: ...
     @_typing.overload
@@ -1855,6 +1873,10 @@ class SolveStats(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__objective) -> _WhichOneofReturnType__objective | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__relative_gap) -> _WhichOneofReturnType__relative_gap | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__throughput_best_bound) -> _WhichOneofReturnType__throughput_best_bound | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__throughput_objective) -> _WhichOneofReturnType__throughput_objective | None: ...
 
 Global___SolveStats: _TypeAlias = SolveStats  # noqa: Y015
 

@@ -255,7 +255,7 @@ class _ThroughputNormalizationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrappe
     """Each job's throughput divided by its proportional-share throughput (A1.3), dimensionless."""
 
 class ThroughputNormalization(_ThroughputNormalization, metaclass=_ThroughputNormalizationEnumTypeWrapper):
-    """Normalization of each job's term in max-sum-throughput (formulations.md A2.6)."""
+    """Normalization of each job's term in max-sum-throughput (A2.6, docs/policies/gavel.md)."""
 
 THROUGHPUT_NORMALIZATION_UNSPECIFIED: ThroughputNormalization.ValueType  # 0
 """= NONE (Gavel's default)"""
@@ -544,7 +544,7 @@ class Policy(_message.Message):
     "max_min_fairness_perf". Required.
     """
     compat: Global___Compat.ValueType
-    """Reproduce an upstream system's quirks for cross-checking (see formulations.md C1).
+    """Reproduce an upstream system's quirks for cross-checking (see C1, docs/policies/common.md).
     Unset = apportion's own, corrected behaviour.
     """
     @_builtins.property
@@ -555,7 +555,7 @@ class Policy(_message.Message):
     def water_filling(self) -> Global___WaterFillingParameters: ...
     @_builtins.property
     def max_sum_throughput(self) -> Global___MaxSumThroughputParameters:
-        """Gavel's heterogeneity-aware LP family (formulations.md A2.5-A2.8), numbers 20-29."""
+        """Gavel's heterogeneity-aware LP family (A2.5-A2.8, docs/policies/gavel.md), numbers 20-29."""
 
     @_builtins.property
     def cost_throughput(self) -> Global___CostThroughputParameters: ...
@@ -565,13 +565,15 @@ class Policy(_message.Message):
     def finish_time_fairness(self) -> Global___FinishTimeFairnessParameters: ...
     @_builtins.property
     def fisher_market(self) -> Global___FisherMarketParameters:
-        """Market equilibria and Shockwave (formulations.md A4), numbers 40-49."""
+        """Market equilibria and Shockwave (A4, docs/policies/market.md), numbers 40-49."""
 
     @_builtins.property
     def shockwave(self) -> Global___ShockwaveParameters: ...
     @_builtins.property
     def sia(self) -> Global___SiaParameters:
-        """Sia's goodput ILP and Pollux's cluster objective (formulations.md A5, B4), numbers 30-39."""
+        """Sia's goodput ILP and Pollux's cluster objective (A5, B4, docs/policies/sia.md), numbers
+        30-39.
+        """
 
     @_builtins.property
     def pollux(self) -> Global___PolluxParameters: ...
@@ -1012,7 +1014,7 @@ Global___TiresiasParameters: _TypeAlias = TiresiasParameters  # noqa: Y015
 
 @_typing.final
 class MaxMinFairnessParameters(_message.Message):
-    """Max-min fairness of normalized throughput (Gavel's LAS, formulations.md A2.1)."""
+    """Max-min fairness of normalized throughput (Gavel's LAS, A2.1, docs/policies/gavel.md)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1028,7 +1030,7 @@ class MaxMinFairnessParameters(_message.Message):
     space_sharing: _builtins.bool
     """Space sharing: two jobs with equal scale factors may share the same devices, with the
     throughputs of Snapshot.colocations / type_colocations (Gavel's "max_min_fairness_packed",
-    formulations.md A2.2/A2.3). Default false.
+    A2.2/A2.3, docs/policies/gavel.md). Default false.
     """
     def __init__(
         self,
@@ -1047,7 +1049,7 @@ Global___MaxMinFairnessParameters: _TypeAlias = MaxMinFairnessParameters  # noqa
 
 @_typing.final
 class AlloxParameters(_message.Message):
-    """AlloX min-cost matching of pending jobs to (device, position) slots (formulations.md A3).
+    """AlloX min-cost matching of pending jobs to (device, position) slots (A3, docs/policies/allox.md).
     Reads time_s, cluster (types, counts, kinds, nodes), jobs[].throughput, arrival_time_s,
     progress (total_steps > 0 required: remaining work / throughput = processing time),
     scale_factor (> 1 = unservable) and history.jobs[].current (running jobs keep their devices
@@ -1082,7 +1084,7 @@ Global___AlloxParameters: _TypeAlias = AlloxParameters  # noqa: Y015
 
 @_typing.final
 class MaxSumThroughputParameters(_message.Message):
-    """Max-sum-throughput (formulations.md A2.6): maximize sum_i normalized thr_i(X). Reads the
+    """Max-sum-throughput (A2.6, docs/policies/gavel.md): maximize sum_i normalized thr_i(X). Reads the
     cluster counts, jobs[].throughput and scale_factor.
     """
 
@@ -1098,7 +1100,7 @@ class MaxSumThroughputParameters(_message.Message):
     """
     space_sharing: _builtins.bool
     """Space sharing: two jobs with equal scale factors may share the same devices, with the
-    throughputs of Snapshot.colocations / type_colocations (formulations.md A2.2). Default
+    throughputs of Snapshot.colocations / type_colocations (A2.2, docs/policies/gavel.md). Default
     false. The plan reports pairs in Plan.colocated.
     """
     def __init__(
@@ -1118,7 +1120,7 @@ Global___MaxSumThroughputParameters: _TypeAlias = MaxSumThroughputParameters  # 
 
 @_typing.final
 class CostThroughputParameters(_message.Message):
-    """Cost-normalized throughput with SLO rows (formulations.md A2.7): maximize
+    """Cost-normalized throughput with SLO rows (A2.7, docs/policies/gavel.md): maximize
     sum_ij throughput[i,j] / cost_per_hour[j] * X[i,j] (steps/s per $/h). Types with cost 0 are
     free: their throughput is maximized first (lexicographically), then the cost objective.
     SLO_i = deadline_s - time_s; rows thr_i(X) >= R_i / SLO_i are soft and lexicographic: the
@@ -1158,7 +1160,7 @@ Global___CostThroughputParameters: _TypeAlias = CostThroughputParameters  # noqa
 
 @_typing.final
 class MinMakespanParameters(_message.Message):
-    """Minimum makespan as one LP, z = 1/makespan (formulations.md A2.8). Reads
+    """Minimum makespan as one LP, z = 1/makespan (A2.8, docs/policies/gavel.md). Reads
     jobs[].progress (total_steps > 0 required), throughput, scale_factor and counts. Objective:
     the makespan (s) of the static allocation; jobs with no remaining work are FINISHED.
     """
@@ -1172,7 +1174,7 @@ class MinMakespanParameters(_message.Message):
     space_sharing: _builtins.bool
     """Gavel's "min_total_duration_packed" sets it.
     Space sharing: two jobs with equal scale factors may share the same devices, with the
-    throughputs of Snapshot.colocations / type_colocations (formulations.md A2.2). Default
+    throughputs of Snapshot.colocations / type_colocations (A2.2, docs/policies/gavel.md). Default
     false. The plan reports pairs in Plan.colocated.
     """
     def __init__(
@@ -1191,7 +1193,7 @@ Global___MinMakespanParameters: _TypeAlias = MinMakespanParameters  # noqa: Y015
 
 @_typing.final
 class FinishTimeFairnessParameters(_message.Message):
-    """Finish-time fairness (Themis rho as Gavel defines it, formulations.md A2.5): minimize
+    """Finish-time fairness (Themis rho as Gavel defines it, A2.5, docs/policies/gavel.md): minimize
     max_i w_i * rho_i(X), rho_i = (t_i + R_i / thr_i(X)) / (C_i + R_i / iso_i). Exact: a
     sequence of z-LPs whose duals certify the lower bound (single LP when all t_i/D_i agree).
     Priority weight w_i: a job of weight w is promised a finish-time ratio w times smaller
@@ -1212,7 +1214,7 @@ class FinishTimeFairnessParameters(_message.Message):
     space_sharing: _builtins.bool
     """Gavel's "finish_time_fairness_packed" sets it.
     Space sharing: two jobs with equal scale factors may share the same devices, with the
-    throughputs of Snapshot.colocations / type_colocations (formulations.md A2.2). Default
+    throughputs of Snapshot.colocations / type_colocations (A2.2, docs/policies/gavel.md). Default
     false. The plan reports pairs in Plan.colocated.
     """
     def __init__(
@@ -1231,9 +1233,9 @@ Global___FinishTimeFairnessParameters: _TypeAlias = FinishTimeFairnessParameters
 
 @_typing.final
 class WaterFillingParameters(_message.Message):
-    """Lexicographic (water-filling) max-min fairness with hierarchical tenants (formulations.md
-    A2.4): after the bottleneck jobs are saturated the others keep rising. Tenants, their
-    weights and their sharing mode (fairness or FIFO) come from `Snapshot.tenants`; a job's
+    """Lexicographic (water-filling) max-min fairness with hierarchical tenants (A2.4,
+    docs/policies/gavel.md): after the bottleneck jobs are saturated the others keep rising. Tenants,
+    their weights and their sharing mode (fairness or FIFO) come from `Snapshot.tenants`; a job's
     weight inside its tenant is its priority_weight.
     """
 
@@ -1248,7 +1250,7 @@ class WaterFillingParameters(_message.Message):
     space_sharing: _builtins.bool
     """Gavel's "max_min_fairness_water_filling_packed" sets it.
     Space sharing: two jobs with equal scale factors may share the same devices, with the
-    throughputs of Snapshot.colocations / type_colocations (formulations.md A2.2). Default
+    throughputs of Snapshot.colocations / type_colocations (A2.2, docs/policies/gavel.md). Default
     false. The plan reports pairs in Plan.colocated.
     """
     def __init__(
@@ -1267,8 +1269,8 @@ Global___WaterFillingParameters: _TypeAlias = WaterFillingParameters  # noqa: Y0
 
 @_typing.final
 class FisherMarketParameters(_message.Message):
-    """Heterogeneity-aware Fisher market (Eisenberg-Gale program, formulations.md A4.1). Buyers are
-    the jobs, goods are device-time on each accelerator type (supply: the type's count), a job's
+    """Heterogeneity-aware Fisher market (Eisenberg-Gale program, A4.1, docs/policies/market.md). Buyers
+    are the jobs, goods are device-time on each accelerator type (supply: the type's count), a job's
     utility is its throughput over its proportional share (A1.3) with its time budget
     sum_j time_share <= 1 and its scale factor. Reads the cluster counts, jobs[].throughput,
     scale_factor and (with BUDGET_SOURCE_PRIORITY_WEIGHT) priority_weight. The response carries
@@ -1303,9 +1305,9 @@ Global___FisherMarketParameters: _TypeAlias = FisherMarketParameters  # noqa: Y0
 
 @_typing.final
 class ShockwaveParameters(_message.Message):
-    """Shockwave's planning-window program (formulations.md A4.2-A4.6) on a homogeneous cluster:
-    the accelerator types' counts are pooled into G devices (types are not distinguished). Reads
-    time_s, round_duration_s (0 = 120 s), jobs[].scale_factor, arrival_time_s,
+    """Shockwave's planning-window program (A4.2-A4.6, docs/policies/market.md) on a homogeneous
+    cluster: the accelerator types' counts are pooled into G devices (types are not distinguished).
+    Reads time_s, round_duration_s (0 = 120 s), jobs[].scale_factor, arrival_time_s,
     progress.epochs_done / total_epochs (total >= 1), epoch_profile (one duration and batch size
     per epoch, total_epochs entries; optional measured progress for the recalibration) and
     history.jobs[].reference_finish_time_s with the reference_* state fields. The response's
@@ -1599,7 +1601,7 @@ Global___LyraParameters: _TypeAlias = LyraParameters  # noqa: Y015
 
 @_typing.final
 class SiaParameters(_message.Message):
-    """Sia's goodput ILP over configurations (formulations.md A5). Reads cluster (types, counts,
+    """Sia's goodput ILP over configurations (A5, docs/policies/sia.md). Reads cluster (types, counts,
     nodes: GPUs per node and node count define the configurations), jobs[].configurations or
     jobs[].pollux (goodput per configuration; else jobs[].throughput at scale_factor GPUs),
     elasticity, priority_weight, arrival_time_s (age = time_s - arrival_time_s),
@@ -1662,7 +1664,7 @@ class SiaParameters(_message.Message):
     """
     @_builtins.property
     def max_nodes_per_type(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
-        """Per-type caps on the nodes of multi-node configurations (formulations.md A5.2), by
+        """Per-type caps on the nodes of multi-node configurations (A5.2, docs/policies/sia.md), by
         accelerator type name (each a type of the cluster, cap in [1, 65536]); types not listed
         are not capped. Empty = no caps, except with compat = COMPAT_SIA: Sia's own table (aws 16,
         dgx-ext 2, rtx 3, azure 5, quad 1, by the names of Sia's clusters' types).

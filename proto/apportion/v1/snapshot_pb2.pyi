@@ -251,7 +251,7 @@ class Snapshot(_message.Message):
     @_builtins.property
     def type_colocations(self) -> _containers.RepeatedCompositeFieldContainer[Global___ColocatedTypeThroughput]:
         """Co-location throughputs per pair of job types (Job.job_type), for workloads whose pair
-        throughputs depend only on the two types (formulations.md A2.3). Read by the
+        throughputs depend only on the two types (A2.3, docs/policies/gavel.md). Read by the
         space-sharing (`_packed`) policies, together with `colocations` (per job pair; a job pair
         listed there overrides its types' entry). At most 1,048,576 entries.
         """
@@ -1527,8 +1527,8 @@ class EpochProfile(_message.Message):
     MEASURED_RUN_TIME_S_FIELD_NUMBER: _builtins.int
     MEASURED_EPOCHS_FIELD_NUMBER: _builtins.int
     measured_run_time_s: _builtins.float
-    """Measured progress, for Shockwave's throughput recalibration (formulations.md A4.6): the
-    job has run for measured_run_time_s seconds on its full gang since it started (s, >= 0)
+    """Measured progress, for Shockwave's throughput recalibration (A4.6, docs/policies/market.md):
+    the job has run for measured_run_time_s seconds on its full gang since it started (s, >= 0)
     and completed measured_epochs epochs in that time (fractional epochs, >= 0, at most
     total_epochs). When both are > 0 and the epochs the profile completes in that time differ
     from measured_epochs by more than 40%, every profiled epoch duration is multiplied by
@@ -1724,7 +1724,7 @@ class PolluxModel(_message.Message):
     def seed_throughput(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """The job's 1-GPU throughput (samples/s, 0 or in [1e-9, 1e12]) at its largest profiled local batch, per
         accelerator type: Sia's 1-GPU seed profile. A type without `perf_params` but with a seed
-        gets its goodput by projection from a type with both (formulations.md A5.3,
+        gets its goodput by projection from a type with both (A5.3, docs/policies/sia.md,
         bootstrapping). Absent or 0 = no seed on that type.
         """
 
@@ -2074,11 +2074,11 @@ class JobHistory(_message.Message):
     """Finish-time-fairness state from the previous response (JobAllocation.isolated_throughput
     and remaining_steps): isolated throughput iso_i (steps/s, > 0) and remaining steps R_i at
     the previous call. When both are set, C_i += (previous_remaining_steps - R_i now) /
-    previous_isolated_throughput before solving (Gavel's update, formulations.md A2.5).
+    previous_isolated_throughput before solving (Gavel's update, A2.5, docs/policies/gavel.md).
     """
     previous_remaining_steps: _builtins.float
     reference_estimate_s: _builtins.float
-    """Shockwave's reference-finish-time state (formulations.md A4.6), returned in
+    """Shockwave's reference-finish-time state (A4.6, docs/policies/market.md), returned in
     JobAllocation.reference_* by the previous call; send all of it back. Whenever the job set
     changes, every job gets an equal-share estimate arrival + (time of the epochs done +
     predicted remaining time) / min(1, G/n); F*_i is 0.9 x (the mean of the job's estimates

@@ -1,0 +1,1 @@
+../../proto/apportion/__init__.py
