@@ -555,3 +555,22 @@ def test_zero_remaining_work_is_finished_not_an_error() -> None:
     job = response.plan.jobs[0]
     assert job.status == service_pb.JOB_STATUS_FINISHED and not job.HasField("queue")
     assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
+
+
+@given(device_instances())
+def test_no_time_left_gives_a_feasible_schedule_on_each_jobs_fastest_group(
+    inst: Devices,
+) -> None:
+    """With the deadline already past the LP is not started: every job is scheduled on its
+    fastest group (a usable one), the result says the time limit stopped it, and its objective
+    is that schedule's total completion time, never below the optimum."""
+    from apportion.solver.deadline import Deadline
+
+    P, tau, W = inst.grouped()
+    stopped = solve_matching(P, tau, W, inst.a, deadline=Deadline(0.0))
+    assert stopped.status != "optimal"
+    assert np.array_equal(stopped.group, np.argmin(P, axis=1))
+    assert np.all(np.isfinite(P[np.arange(P.shape[0]), stopped.group]))
+    assert stopped.objective == pytest.approx(float(np.sum(stopped.completion - inst.a)))
+    optimum, _ = matching_of(inst)
+    assert stopped.objective >= optimum - 1e-9 * max(1.0, abs(optimum))
