@@ -142,12 +142,19 @@ def _types_by_speed(problem: Problem, i: int) -> list[int]:
 def skip_fit(problem: Problem, order: IntArray) -> IntArray:
     """Per job, the type it is admitted on by counts (-1 = skipped): the fastest usable type
     with enough free devices left, in `order`."""
-    free = problem.cluster.count.astype(np.int64).copy()
+    free = problem.cluster.count.astype(np.int64).tolist()
     chosen = np.full(problem.jobs.num_jobs, -1, np.int64)
+    # every job's types fastest first (as `_types_by_speed`), as plain lists once
+    ranked = np.argsort(-problem.jobs.throughput, axis=1, kind="stable")
+    ranked_usable = np.take_along_axis(problem.usable, ranked, axis=1).tolist()
+    ranked_types = ranked.tolist()
+    scale = problem.jobs.scale_factor.tolist()
     for i in order.tolist():
-        s = int(problem.jobs.scale_factor[i])
-        for j in _types_by_speed(problem, i):
-            if free[j] >= s:
+        if max(free, default=0) < 1:
+            break  # nothing fits any more (every gang holds at least one device)
+        s = scale[i]
+        for j, usable in zip(ranked_types[i], ranked_usable[i], strict=True):
+            if usable and free[j] >= s:
                 free[j] -= s
                 chosen[i] = j
                 break
@@ -219,11 +226,12 @@ def solve_policy(
     rank = np.empty(m, np.int64)
     rank[order] = np.arange(m)
     running = problem.history.running(m)
+    queue_l, rank_l = queue.tolist(), rank.tolist()
     reasons = tuple(
-        "" if admitted[i] else
-        (f"preempted: queue {queue[i]}, rank {rank[i]}" if running[i]
-         else f"waiting: queue {queue[i]}, rank {rank[i]}")
-        for i in range(m)
+        "" if ok else
+        (f"preempted: queue {q}, rank {r}" if run else f"waiting: queue {q}, rank {r}")
+        for ok, run, q, r in zip(admitted.tolist(), running.tolist(), queue_l, rank_l,
+                                 strict=True)
     )
     count = float(admitted.sum())
     termination = Termination.OPTIMAL if proven else Termination.FEASIBLE
@@ -255,16 +263,15 @@ def solve_policy(
         job_reason=reasons,
         admission=AdmissionSection(tuple(
             AdmissionInfo(
-                admitted=bool(admitted[i]),
-                queue=int(queue[i]),
-                rank=int(rank[i]),
-                priority_index=float(index[i]),
-                attained_service=float(attained[i]),
-                promoted=bool(promoted[i]),
-                executed_time_s=float(executed[i]),
-                waiting_time_s=float(waiting[i]),
+                admitted=ok, queue=q, rank=r, priority_index=pi, attained_service=service,
+                promoted=up, executed_time_s=ran, waiting_time_s=waited,
             )
-            for i in range(m)
+            for ok, q, r, pi, service, up, ran, waited in zip(
+                admitted.tolist(), queue_l, rank_l, np.asarray(index, float).tolist(),
+                np.asarray(attained, float).tolist(), np.asarray(promoted, bool).tolist(),
+                np.asarray(executed, float).tolist(), np.asarray(waiting, float).tolist(),
+                strict=True,
+            )
         )),
     )
 
