@@ -289,7 +289,7 @@ def solve_matching(
         if status is SolverStatus.INFEASIBLE and bool((cap > K).any()):
             # Not enough positions where some jobs may run: give every group more. At the cap
             # (ceil(N_h/W_h) + 1 positions) every job fits, so this terminates.
-            if deadline.expired():
+            if deadline.remaining() < elapsed:  # no time for a larger LP than this one
                 status = SolverStatus.TIME_LIMIT  # the instance is feasible; time ran out
                 break
             K = np.minimum(cap, 2 * K)
@@ -300,7 +300,8 @@ def solve_matching(
         inside, outside = _reduced_minimum(P, base, K, v)
         tol = 1e-10 * max(float(np.max(inside[np.isfinite(inside)], initial=0.0)), 1.0)
         grow = ((outside < inside[:, None] - tol).any(axis=0)) & (cap > K)
-        if not grow.any() or rounds >= MAX_PRICING_ROUNDS or deadline.expired():
+        # a next round takes at least as long as this one: not started without that time
+        if not grow.any() or rounds >= MAX_PRICING_ROUNDS or deadline.remaining() < elapsed:
             break
         K = np.where(grow, np.minimum(cap, 2 * K), K)
     v = tuple(np.minimum(part, 0.0) for part in np.split(v_flat, np.cumsum(K)[:-1]))
