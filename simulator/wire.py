@@ -120,14 +120,14 @@ def snapshot_message(problem: Problem) -> snapshot_pb.Snapshot:
     sharing = problem.sharing
     host = sharing is not None and sharing.node_cpus.size == len(cluster.node_names)
     for k, node in enumerate(cluster.node_names):
-        entry = msg.cluster.nodes.add(
+        node_msg = msg.cluster.nodes.add(
             name=node,
             accelerator_type=names[int(cluster.node_type[k])],
             devices=int(cluster.node_devices[k]),
         )
         if host and sharing is not None:
-            entry.cpus = float(sharing.node_cpus[k])
-            entry.memory_gib = float(sharing.node_memory_gib[k])
+            node_msg.cpus = float(sharing.node_cpus[k])
+            node_msg.memory_gib = float(sharing.node_memory_gib[k])
     for tenant in problem.tenants:
         msg.tenants.add(
             name=tenant.name,
