@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,9 @@ def _with_nodes(counts: dict[str, int], per_node: dict[str, int]) -> ClusterSpec
             f"--cluster: node sizes given for some types but not for {', '.join(missing)} "
             "(give every type a node size, or none)"
         )
-    return make_cluster(counts, gpus_per_node=per_node)
+    laid = make_cluster(counts, gpus_per_node=per_node)
+    # cores and memory are not part of the spec: 0 = not given (`simulator.host_resources`)
+    return replace(laid, nodes=tuple(replace(n, cpus=0.0, memory_gib=0.0) for n in laid.nodes))
 
 
 def read_cluster_file(path: str | Path) -> ClusterSpec:

@@ -52,6 +52,7 @@ def with_host_resources(cluster: ClusterSpec) -> ClusterSpec:
         laid = make_cluster(cluster.count, gpus_per_node=DEFAULT_GPUS_PER_NODE)
         cluster = replace(cluster, nodes=tuple(
             replace(node, cpus=0.0, memory_gib=0.0) for node in laid.nodes
+            if node.devices > 0
         ))
     nodes = tuple(
         replace(
