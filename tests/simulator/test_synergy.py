@@ -152,3 +152,28 @@ def test_synergy_snapshots_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     assert_round_trips(seen)
     assert all(p.sharing is not None and len(p.sharing.resource_grid) == p.jobs.num_jobs
                and p.sharing.node_cpus.tolist() == [12.0, 12.0] for p, _, _ in seen)
+
+
+def test_speed_comes_from_the_profile_not_the_plans_prediction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plan's predicted slowdowns replaced by 1: jobs still run at their profiles'
+    speed-ups at the cores and memory they got."""
+    from apportion.simulator import engine
+    from apportion.simulator.solvers import InProcessSolver
+
+    class Unpredicted(InProcessSolver):
+        def __call__(self, problem, kind):  # type: ignore[no-untyped-def]
+            decision = super().__call__(problem, kind)
+            groups = tuple(replace(g, slowdown=(1.0,) * len(g.members))
+                           for g in decision.groups)
+            return replace(decision, groups=groups)
+
+    monkeypatch.setattr(engine, "InProcessSolver", Unpredicted)
+    spec = parse_cluster("gpu:8:4")
+    w = profiled_workload()
+    result = run(w, spec, policy="synergy", round_s=100.0)
+    check_invariants(result, w, spec, 100.0)
+    host = replace(spec, nodes=tuple(replace(n, cpus=3.0 * n.devices,
+                                             memory_gib=62.5 * n.devices) for n in spec.nodes))
+    assert check_host(result, w, host) > 0
