@@ -11,10 +11,12 @@ every round:
    with `SimulationConfig.placement` the placement stage then chooses their devices
    (`device_placement`);
 3. the grants are checked (only active jobs, each at most once, never more devices than a
-   type or a node has, no device twice, gangs whole, a pair's or group's devices held once)
+   type or a node has, no device twice, gangs whole, a pair's or group's devices held once,
+   never more cores or memory than a node has)
    and every granted job progresses: at its true speed on the granted type (its pair speed
    when it shares devices, its goodput in a configuration, its speed alone over its
    slowdown in a co-location group: the workload's pair speed for two jobs of known types,
+   its profile's speed-up when the plan gave it CPU cores and memory (`host_resources`),
    else the plan's predicted slowdown), times the round's noise factor, after the restart
    overhead when it did not hold the same devices in the previous round. A job that
    completes inside a round finishes at that instant (the JCT uses the actual finish, not
