@@ -571,8 +571,7 @@ class _Loop:
         grid = self.w.resource_grid[g.job]
         if math.isnan(g.cpus) or grid is None:
             return g
-        fair = (self.context.fair_cpus, self.context.fair_memory_gib)
-        speedup = resource_speedup(grid, g.cpus, g.memory_gib, g.devices, fair,
+        speedup = resource_speedup(grid, g.cpus, g.memory_gib, g.devices, self.context.fair_shape,
                                    self.w.ids[g.job])
         return replace(g, slowdown=1.0 / speedup if speedup > 0 else math.inf)
 

@@ -17,6 +17,7 @@ same: remaining steps are known exactly).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -76,15 +77,10 @@ class ProblemContext:
     node_memory_gib: FloatArray = field(default_factory=lambda: np.zeros(0))
     """(nodes,) host memory of each node (GiB)."""
 
-    @property
-    def fair_cpus(self) -> float:
-        """Cores per GPU of the GPU-proportional share (0 without node cores)."""
-        return fair_share(self.cluster.node_devices, self.node_cpus, self.node_memory_gib)[0]
-
-    @property
-    def fair_memory_gib(self) -> float:
-        """GiB per GPU of the GPU-proportional share."""
-        return fair_share(self.cluster.node_devices, self.node_cpus, self.node_memory_gib)[1]
+    @cached_property
+    def fair_shape(self) -> tuple[float, float]:
+        """Cores and GiB per GPU of the GPU-proportional share (0 without node cores)."""
+        return fair_share(self.cluster.node_devices, self.node_cpus, self.node_memory_gib)
 
 
 def build_problem(ctx: ProblemContext, state: JobState, active: IntArray, now_s: float) -> Problem:
