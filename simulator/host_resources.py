@@ -43,7 +43,6 @@ DEFAULT_MEMORY_GIB_PER_GPU = 62.5
 DEFAULT_GPUS_PER_NODE = 8
 """Node size when the cluster has no node layout (Synergy's servers)."""
 BUILTIN = "builtin"
-_EPS = 1e-9
 
 
 def with_host_resources(cluster: ClusterSpec) -> ClusterSpec:
@@ -122,11 +121,9 @@ def attach_profiles(w: Workload, source: str, seed: int = 0) -> Workload:
 
 
 def grid_value(grid: ResourceGrid, cpus_per_gpu: float, memory_gib_per_gpu: float) -> float:
-    """The grid's throughput at its largest point within (cores, GiB) per GPU on both axes;
-    NaN below the grid on either axis."""
-    a = int(np.searchsorted(grid.cpus_per_gpu, cpus_per_gpu * (1 + _EPS), side="right")) - 1
-    b = int(np.searchsorted(grid.memory_gib_per_gpu, memory_gib_per_gpu * (1 + _EPS),
-                            side="right")) - 1
+    """The grid's throughput at its largest point within (cores, GiB) per GPU on both axes
+    (the lookup synergy's fair point uses); NaN below the grid on either axis."""
+    a, b = fair_point(grid, cpus_per_gpu, memory_gib_per_gpu)
     if a < 0 or b < 0:
         return float("nan")
     return float(grid.throughput[a, b])
@@ -137,8 +134,7 @@ def resource_speedup(grid: ResourceGrid, cpus: float, memory_gib: float, gpus: i
     """A job's speed with `cpus` cores and `memory_gib` GiB in all on `gpus` GPUs over its
     speed at the fair point (module docstring); SimulationError when the allocation is below
     its profile or the fair point has no throughput."""
-    fa, fb = fair_point(grid, *fair)
-    base = float(grid.throughput[fa, fb]) if fa >= 0 and fb >= 0 else 0.0
+    base = grid_value(grid, *fair)
     value = grid_value(grid, cpus / gpus, memory_gib / gpus)
     if not base > 0:
         raise SimulationError(f"job {job!r}: its profile has no throughput at the fair share")
