@@ -106,17 +106,19 @@ def test_synergy_keeps_capacity_and_conserves_work(cluster: str, tmp_path: Path)
     assert result.run["plan_kind"] == "groups"
 
 
-def test_more_cores_finish_a_job_as_its_profile_says() -> None:
+@pytest.mark.parametrize("unit", [1.0, 2.5])
+def test_more_cores_finish_a_job_as_its_profile_says(unit: float) -> None:
     """One node: 2 GPUs, 9 cores, 125 GiB (fair share 4.5 cores and 62.5 GiB per GPU; the
     fair point is 3 cores). Job a's profile doubles its speed at 6 cores, b's is flat: OPT
     gives a 6 cores and b 3 (9 in all). Both 1000 steps at 1 step/s: a finishes at 500 s,
-    b at 1000 s. With a flat profile a also takes 1000 s."""
+    b at 1000 s. With a flat profile a also takes 1000 s. Profiles in any unit (`unit` = the
+    value at the fair point) give the same runs: only ratios matter."""
     path_cluster = ClusterSpec(("gpu",), (2,), (parse_cluster("gpu:2:2").nodes[0],))
     spec = replace(path_cluster, nodes=(replace(path_cluster.nodes[0], cpus=9.0,
                                                 memory_gib=125.0),))
     axes = (np.array([3.0, 6.0]), np.array([62.5]))
-    doubling = ResourceGrid(*axes, np.array([[1.0], [2.0]]))
-    flat = ResourceGrid(*axes, np.array([[1.0], [1.0]]))
+    doubling = ResourceGrid(*axes, unit * np.array([[1.0], [2.0]]))
+    flat = ResourceGrid(*axes, unit * np.array([[1.0], [1.0]]))
     w = workload([("a", 0.0, 1, 1000.0, [1.0]), ("b", 0.0, 1, 1000.0, [1.0])])
     fast = run(replace(w, resource_grid=(doubling, flat)), spec, policy="synergy",
                round_s=100.0)
