@@ -37,7 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
-from apportion.datasets.colocation_profiles import read_muri_trace, read_synergy_profiles
+from apportion.datasets.colocation_profiles import (
+    read_muri_trace,
+    read_synergy_profiles,
+    synthetic_resource_grid,
+)
 from apportion.formulations import antman, iadeep, lucid, muri, synergy
 from apportion.formulations.matching import greedy_matching, matching_weight, max_weight_matching
 from apportion.solver.deadline import Deadline
@@ -86,16 +90,6 @@ def _row(policy: str, size: int, exact_s: float, exact: Plan, heuristic_s: float
           f"obj {h:10.4g}  gap {gap:6.2%}  {note}", flush=True)
 
 
-def _synthetic_grid(rng: np.random.Generator) -> ResourceGrid:
-    cpus = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0, 24.0])
-    memory = np.array([20.83, 62.5, 125.0, 187.5, 250.0])
-    gain = rng.uniform(0, 1.2)
-    by_cpu = np.where(cpus >= 3, 1 + gain * np.log(np.minimum(cpus, 12) / 3), cpus / 3)
-    by_memory = np.array([0.3, 1.0, 1 + rng.uniform(0, 0.3), 1 + rng.uniform(0.3, 0.5),
-                          1 + rng.uniform(0.5, 0.6)])
-    return ResourceGrid(cpus, memory, np.round(np.outer(by_cpu, by_memory), 3))
-
-
 def synergy_problem(size: int, reference: Path, seed: int = 0) -> tuple[Problem, str]:
     rng = np.random.default_rng(seed)
     gpus = rng.choice([1, 2, 4], size, p=[0.7, 0.2, 0.1])
@@ -110,7 +104,7 @@ def synergy_problem(size: int, reference: Path, seed: int = 0) -> tuple[Problem,
             grids.append(table.get(f"{model}_{g}", table[f"{model}_1"]))
         source = "Synergy profiles"
     else:
-        grids = [_synthetic_grid(rng) for _ in range(size)]
+        grids = [synthetic_resource_grid(rng) for _ in range(size)]
     servers = max(1, size // 8)
     problem = make_problem(["v100"], [servers * 8], np.ones((size, 1)), scale_factor=list(gpus))
     cluster = replace(problem.cluster, node_names=tuple(f"s{k}" for k in range(servers)),

@@ -7,6 +7,9 @@
   resource_time_0..2`; times in ms) -> `MuriJobs` with four stage times per job in s: the
   traces' three resource times are CPU pre-processing, GPU compute and network
   synchronization (storage I/O is 0).
+* `synthetic_resource_grid`: a concave grid on Synergy's axes (cores 1-24, 20.83-250 GiB per
+  GPU), 1 at 3 cores and 62.5 GiB per GPU (the GPU-proportional share of Synergy's Philly-like
+  servers: 8 GPUs, 24 cores, 500 GiB), for workloads without measured profiles.
 
 Malformed rows raise `TraceFormatError` naming file, line and column.
 """
@@ -33,6 +36,24 @@ def _number(path: str, line: int, column: str, text: str | None) -> float:
     if not math.isfinite(value):
         raise TraceFormatError(path, line, column, f"not finite: {text!r}")
     return value
+
+
+SYNTHETIC_CPUS_PER_GPU = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0, 24.0)
+SYNTHETIC_MEMORY_GIB_PER_GPU = (20.83, 62.5, 125.0, 187.5, 250.0)
+
+
+def synthetic_resource_grid(rng: np.random.Generator) -> ResourceGrid:
+    """A random concave profile (module docstring): throughput grows with cores as
+    1 + gain * ln(cores / 3) up to 12 cores (linearly below 3) and with memory in steps;
+    gain and the memory steps drawn from `rng`."""
+    cpus = np.array(SYNTHETIC_CPUS_PER_GPU)
+    memory = np.array(SYNTHETIC_MEMORY_GIB_PER_GPU)
+    gain = rng.uniform(0, 1.2)
+    by_cpu = np.where(cpus >= 3, 1 + gain * np.log(np.minimum(cpus, 12) / 3), cpus / 3)
+    by_memory = np.array([0.3, 1.0, 1 + rng.uniform(0, 0.3), 1 + rng.uniform(0.3, 0.5),
+                          1 + rng.uniform(0.5, 0.6)])
+    return ResourceGrid(cpus, memory,
+                        np.asarray(np.round(np.outer(by_cpu, by_memory), 3), np.float64))
 
 
 def read_synergy_profiles(path: str | Path) -> dict[str, ResourceGrid]:

@@ -132,6 +132,14 @@ def add_simulate(sub: Any) -> argparse.ArgumentParser:
         "'builtin' or a directory of Sia profiles <application>/placements-<gpu>.csv",
     )
     cl.add_argument(
+        "--resource-profiles",
+        metavar="SOURCE",
+        help="each job's throughput over CPU cores and host memory per GPU, for resource-shape "
+        "policies (synergy): 'builtin' (a synthetic concave grid per job type) or Synergy's "
+        "throughput-matrix CSV (each job type draws one of its models); nodes without cpus "
+        "and memoryGib get 3 cores and 62.5 GiB per GPU, a cluster without nodes 8-GPU nodes",
+    )
+    cl.add_argument(
         "--colocations",
         action="store_true",
         help="pair throughputs from the table, for space-sharing policies",
@@ -478,7 +486,8 @@ def workload_source(
             w = first_jobs(fixed, args.jobs) if args.jobs else fixed
             return w.with_load(load) if load is not None else w
 
-        return from_profiles, f"{fixed.num_jobs} jobs from {Path(args.profiles).name}"
+        return (_with_resource_profiles(from_profiles, args.resource_profiles),
+                f"{fixed.num_jobs} jobs from {Path(args.profiles).name}")
     else:
         describe = f"{args.synthetic} generated jobs"
     goodputs = None
@@ -526,7 +535,22 @@ def workload_source(
             workload = workload.with_load(load)
         return workload
 
-    return build, describe
+    return _with_resource_profiles(build, args.resource_profiles), describe
+
+
+def _with_resource_profiles(
+    build: Callable[[int, float | None], Workload], source: str | None
+) -> Callable[[int, float | None], Workload]:
+    """`build` whose workloads carry resource profiles from `source` (None = none)."""
+    if source is None:
+        return build
+
+    def with_profiles(seed: int, load: float | None) -> Workload:
+        from apportion.simulator.host_resources import attach_profiles
+
+        return attach_profiles(build(seed, load), source, seed)
+
+    return with_profiles
 
 
 def _print_summary(

@@ -8,7 +8,9 @@ Three ways to describe it:
   device of a type is interchangeable, as in Gavel's simulator);
 * a cluster file: the proto3 JSON of `apportion.v1.Cluster` (`acceleratorTypes[]` with
   `name` and `count`, optional `nodes[]` with `name`, `acceleratorType`, `devices`), or of a
-  whole snapshot / SolveRequest, whose cluster is used;
+  whole snapshot / SolveRequest, whose cluster is used; nodes may give their `cpus` and
+  `memoryGib` (read by resource-shape policies such as synergy; see
+  `simulator.host_resources` for the defaults);
 * an openb node list (`.csv`, Alibaba 2023), through `apportion.datasets.openb`.
 
 Bounds: at most `MAX_TYPES` types and `MAX_DEVICES` devices in all (a simulation keeps a
@@ -18,6 +20,8 @@ per-round row per type and checks every node every round).
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +73,9 @@ def _with_nodes(counts: dict[str, int], per_node: dict[str, int]) -> ClusterSpec
             f"--cluster: node sizes given for some types but not for {', '.join(missing)} "
             "(give every type a node size, or none)"
         )
-    return make_cluster(counts, gpus_per_node=per_node)
+    laid = make_cluster(counts, gpus_per_node=per_node)
+    # cores and memory are not part of the spec: 0 = not given (`simulator.host_resources`)
+    return replace(laid, nodes=tuple(replace(n, cpus=0.0, memory_gib=0.0) for n in laid.nodes))
 
 
 def read_cluster_file(path: str | Path) -> ClusterSpec:
@@ -126,7 +132,8 @@ def _cluster_from_json(data: dict[str, Any], path: str) -> ClusterSpec:
             raise SimulationInputError(f"{where}.acceleratorType: unknown type {acc!r}")
         if not isinstance(devices, int) or devices < 0:
             raise SimulationInputError(f"{where}.devices: must be an integer >= 0")
-        nodes.append(NodeSpec(str(entry.get("name", f"{acc}-{k}")), str(acc), devices))
+        host = [_host_amount(entry, key, f"{where}.{key}") for key in ("cpus", "memoryGib")]
+        nodes.append(NodeSpec(str(entry.get("name", f"{acc}-{k}")), str(acc), devices, *host))
     if nodes:
         held = {t: 0 for t in counts}
         for node in nodes:
@@ -141,6 +148,16 @@ def _cluster_from_json(data: dict[str, Any], path: str) -> ClusterSpec:
         if len(set(names)) != len(names):
             raise SimulationInputError(f"{path}: nodes: node names must be unique")
     return ClusterSpec(tuple(counts), tuple(counts.values()), tuple(nodes))
+
+
+def _host_amount(entry: dict[str, Any], key: str, where: str) -> float:
+    """A node's `cpus` or `memoryGib` (also `memory_gib`); 0 = not given."""
+    value = entry.get(key, entry.get("memory_gib" if key == "memoryGib" else key, 0))
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+        math.isfinite(value) and value >= 0
+    ):
+        raise SimulationInputError(f"{where}: must be a finite number >= 0, got {value!r}")
+    return float(value)
 
 
 def _checked(cluster: ClusterSpec, where: str) -> ClusterSpec:

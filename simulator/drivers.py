@@ -22,11 +22,13 @@ reads the answer as a `plans.Decision`. Which driver runs is the policy's plan k
 * GROUPS (`GroupsDriver`): the co-location policies' groups; every member of a group runs
   on the group's devices (held once) at its speed alone divided by its slowdown in the
   group; re-solved every round by default (the plan is for one round), with the running
-  groups and pairs sent back as the current placements.
+  groups and pairs sent back as the current placements. A resource-shape plan (synergy)
+  gives each member its CPU cores and memory too (`Grant.cpus`, `memory_gib`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -65,6 +67,11 @@ class Grant:
     device_ids: tuple[int, ...] = ()
     """The devices (topology indices) when the placement stage chose them; empty = only
     counts per type and node are kept."""
+    cpus: float = math.nan
+    """CPU cores the plan gives the job in all, spread over its nodes with its devices
+    (resource-shape policies); NaN = not allocated."""
+    memory_gib: float = math.nan
+    """Host memory the plan gives the job in all (GiB); NaN = not allocated."""
 
 
 @dataclass
@@ -362,10 +369,13 @@ class GroupsDriver:
                     ctx, pool, group.type_index, group.devices, group.nodes, previous,
                     f"the group of jobs {sorted(members)}",
                 )
-                for i, slowdown in zip(members, group.slowdown, strict=True):
+                cpus = group.cpus or (math.nan,) * len(members)
+                memory = group.memory_gib or (math.nan,) * len(members)
+                for i, slowdown, c, mem in zip(members, group.slowdown, cpus, memory,
+                                               strict=True):
                     self.groups.append(
                         Grant(i, group.type_index, group.devices, nodes, group=lead,
-                              slowdown=float(slowdown))
+                              slowdown=float(slowdown), cpus=c, memory_gib=mem)
                     )
         alive = set(ctx.active.tolist())
         kept = self.solved_at != ctx.index  # held since an earlier round

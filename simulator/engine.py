@@ -11,10 +11,12 @@ every round:
    with `SimulationConfig.placement` the placement stage then chooses their devices
    (`device_placement`);
 3. the grants are checked (only active jobs, each at most once, never more devices than a
-   type or a node has, no device twice, gangs whole, a pair's or group's devices held once)
+   type or a node has, no device twice, gangs whole, a pair's or group's devices held once,
+   never more cores or memory than a node has)
    and every granted job progresses: at its true speed on the granted type (its pair speed
    when it shares devices, its goodput in a configuration, its speed alone over its
    slowdown in a co-location group: the workload's pair speed for two jobs of known types,
+   its profile's speed-up when the plan gave it CPU cores and memory (`host_resources`),
    else the plan's predicted slowdown), times the round's noise factor, after the restart
    overhead when it did not hold the same devices in the previous round. A job that
    completes inside a round finishes at that instant (the JCT uses the actual finish, not
@@ -45,6 +47,12 @@ from apportion.simulator.device_placement import place_round, shared_key
 from apportion.simulator.drivers import Grant, RoundContext, driver_for
 from apportion.simulator.errors import SimulationError, SimulationInputError
 from apportion.simulator.fidelity import Fidelity
+from apportion.simulator.host_resources import (
+    host_capacity,
+    nodes_used,
+    resource_speedup,
+    with_host_resources,
+)
 from apportion.simulator.placement import DevicePool
 from apportion.simulator.plans import Decision
 from apportion.simulator.problems import ProblemContext, build_problem, model_cluster
@@ -63,6 +71,7 @@ from apportion.solver.errors import ValidationError
 from apportion.solver.model import (
     Cluster,
     Compat,
+    FloatArray,
     IntArray,
     PolicyRequest,
     Problem,
@@ -153,6 +162,10 @@ class RoundLog:
     grant_slowdown: list[float] = field(default_factory=list)
     """The job's slowdown in its group (1 outside groups)."""
     grant_device_ids: list[str] = field(default_factory=list)
+    grant_cpus: list[float] = field(default_factory=list)
+    """CPU cores the plan gave the job (resource-shape policies; NaN = not allocated)."""
+    grant_memory_gib: list[float] = field(default_factory=list)
+    """Host memory the plan gave the job (GiB; NaN = not allocated)."""
     """"d,d,..." the devices (topology indices) the placement stage chose ("" = not used)."""
     unplaced: list[int] = field(default_factory=list)
     """Grants the placement stage could not place in the round (0 without it)."""
@@ -199,6 +212,9 @@ def simulate(
         )
     _check_inputs(config.policy, spec.capabilities, workload)
     kind = spec.capabilities.plan_kind
+    host = spec.capabilities.reads_resource_profiles
+    if host:
+        cluster = with_host_resources(cluster)
     model = model_cluster(cluster)
     m, n = workload.num_jobs, model.num_types
     fid = config.fidelity
@@ -212,6 +228,7 @@ def simulate(
         estimate_factor=factors,
         restart_penalty_s=fid.restart_overhead_s,
         recalibrate=fid.recalibrate,
+        **_host_arrays(cluster, host),
     )
     options = SolveOptions(
         time_limit_s=config.time_limit_s,
@@ -253,13 +270,21 @@ def simulate(
     )
 
 
+def _host_arrays(cluster: ClusterSpec, host: bool) -> dict[str, FloatArray]:
+    if not host:
+        return {}
+    cpus, memory = host_capacity(cluster)
+    return {"node_cpus": cpus, "node_memory_gib": memory}
+
+
 def _check_inputs(name: str, caps: Capabilities, workload: Workload) -> None:
     """Refuse a policy that reads inputs no workload of the simulator can give it."""
-    if caps.reads_resource_profiles:
+    if caps.reads_resource_profiles and len(workload.resource_grid) != workload.num_jobs:
         raise SimulationInputError(
             f"policy {name!r} reads each job's throughput over CPU cores and host memory "
-            "(resource profiles) and the nodes' CPUs and memory, which the simulator does not "
-            "model yet"
+            f"(resource profiles); the workload ({workload.source or 'given'}) has none: give "
+            "--resource-profiles builtin (synthetic grids per job type) or "
+            "--resource-profiles FILE (Synergy's throughput-matrix CSV)"
         )
     if caps.reads_stage_times and workload.stage_s.shape != (workload.num_jobs, 4):
         raise SimulationInputError(
@@ -334,6 +359,36 @@ def check_grants(
         placed[g.job] = g
         if g.group >= 0:
             grouped[g.group] = g
+
+
+def check_host_resources(
+    r: int, grants: list[Grant], node_cpus: FloatArray, node_memory_gib: FloatArray,
+    workload: Workload,
+) -> None:
+    """Round `r`'s CPU cores and host memory (resource-shape plans): every job given them
+    holds them on its nodes in proportion to its devices there, and no node gives more than
+    it has (SimulationError otherwise)."""
+    cpus = np.zeros(node_cpus.size)
+    memory = np.zeros(node_memory_gib.size)
+    for g in grants:
+        if math.isnan(g.cpus) and math.isnan(g.memory_gib):
+            continue
+        ident = workload.ids[g.job]
+        if not (g.cpus >= 0 and g.memory_gib >= 0) or not g.nodes:
+            raise SimulationError(
+                f"round {r}: job {ident!r} got {g.cpus} cores and {g.memory_gib} GiB "
+                f"on nodes {g.nodes or 'none'}"
+            )
+        for k, c, mem in nodes_used(g.nodes, g.cpus, g.memory_gib, g.devices):
+            cpus[k] += c
+            memory[k] += mem
+    for what, used, cap in (("cores", cpus, node_cpus), ("GiB", memory, node_memory_gib)):
+        over = np.flatnonzero(used > cap * (1 + 1e-9) + 1e-9)
+        if over.size:
+            k = int(over[0])
+            raise SimulationError(
+                f"round {r}: node {k} gives {used[k]:g} {what} of its {cap[k]:g}"
+            )
 
 
 class _Loop:
@@ -479,12 +534,17 @@ class _Loop:
             )
         self.log.unplaced.append(unplaced)
         check_grants(r, active, grants, self.w, self.cluster, self.kind)
+        if self.context.node_cpus.size:
+            check_host_resources(r, grants, self.context.node_cpus,
+                                 self.context.node_memory_gib, self.w)
         return grants
 
     def _true_slowdowns(self, grants: list[Grant]) -> list[Grant]:
         """Two jobs sharing devices in a group run at the workload's pair speeds when it has
         them for their job types (their true speeds, as for space-sharing pairs); every
         other member at the slowdown its plan predicted."""
+        if self.w.resource_grid and any(not math.isnan(g.cpus) for g in grants):
+            grants = [self._resource_slowdown(g) for g in grants]
         pairs = self.w.pairs
         if pairs is None or not any(g.group >= 0 for g in grants):
             return grants
@@ -504,6 +564,16 @@ class _Loop:
                     g = replace(g, slowdown=alone / pair if pair > 0 else math.inf)
             out.append(g)
         return out
+
+    def _resource_slowdown(self, g: Grant) -> Grant:
+        """A job given cores and memory runs at its profile's speed-up over its fair point
+        (`host_resources.resource_speedup`), whatever slowdown the plan predicted."""
+        grid = self.w.resource_grid[g.job]
+        if math.isnan(g.cpus) or grid is None:
+            return g
+        speedup = resource_speedup(grid, g.cpus, g.memory_gib, g.devices, self.context.fair_shape,
+                                   self.w.ids[g.job])
+        return replace(g, slowdown=1.0 / speedup if speedup > 0 else math.inf)
 
     def _rate(self, g: Grant) -> float:
         i, j = g.job, g.type_index
@@ -618,3 +688,5 @@ class _Loop:
             log.grant_shared.append(shared_key(g))
             log.grant_slowdown.append(g.slowdown)
             log.grant_device_ids.append(",".join(str(d) for d in g.device_ids))
+            log.grant_cpus.append(g.cpus)
+            log.grant_memory_gib.append(g.memory_gib)

@@ -116,6 +116,8 @@ def run_result(outcome: Outcome, load: float | None = None) -> RunResult:
         "shared_with": np.array(log.grant_shared, np.int64),
         "slowdown": np.array(log.grant_slowdown, np.float64),
         "device_ids": np.array(log.grant_device_ids, dtype=object),
+        "cpus": np.array(log.grant_cpus, np.float64),
+        "memory_gib": np.array(log.grant_memory_gib, np.float64),
     }
     summary = summarize(jobs, rounds, float(busy.sum()), devices)
     summary.update(

@@ -110,6 +110,11 @@ class Grouped:
     devices: int
     nodes: NodeDevices = ()
     """(node index, devices) named by the plan; empty = the simulator places the group."""
+    cpus: tuple[float, ...] = ()
+    """Per member: CPU cores the plan gives it in all (resource-shape policies); empty =
+    not allocated."""
+    memory_gib: tuple[float, ...] = ()
+    """Per member: host memory the plan gives it in all (GiB)."""
 
 
 @dataclass(frozen=True)
@@ -213,6 +218,7 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
                 g.type_index,
                 g.devices,
                 tuple(sorted((nodes[name], d) for name, d in g.node_devices if name in nodes)),
+                *_host_shares(plan, g.members),
             )
             for g in (plan.groups.groups if plan.groups is not None else ())
             if g.type_index >= 0 and g.devices > 0 and g.members
@@ -226,6 +232,17 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
         placement = tuple((nodes[name], d) for name, d in choice.node_devices if name in nodes)
         configured.append(Configured(choice.type_index, choice.devices, placement))
     return replace(base, configurations=tuple(configured))
+
+
+def _host_shares(plan: Plan, members: Sequence[int]) -> tuple[tuple[float, ...],
+                                                               tuple[float, ...]]:
+    """Each member's cores and memory in an in-process plan; empty when it allocates none."""
+    section = plan.groups
+    cpus = section.cpus if section is not None else None
+    memory = section.memory_gib if section is not None else None
+    if cpus is None or memory is None or np.isnan(cpus[list(members)]).any():
+        return (), ()
+    return (tuple(float(cpus[i]) for i in members), tuple(float(memory[i]) for i in members))
 
 
 def _with_groups(base: Decision, groups: tuple[Grouped, ...], k: int) -> Decision:
@@ -348,6 +365,17 @@ def _lease_arrays(
     return {"lease_expires_s": ends, "lease_time_share": shares}
 
 
+def _wire_host_shares(
+    allocations: Mapping[int, service_pb.JobAllocation], members: Sequence[int]
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Each member's cores and memory in a response; empty when it allocates none."""
+    got = [allocations.get(i) for i in members]
+    if not all(a is not None and a.HasField("cpus") and a.HasField("memory_gib") for a in got):
+        return (), ()
+    return (tuple(float(a.cpus) for a in got if a is not None),
+            tuple(float(a.memory_gib) for a in got if a is not None))
+
+
 def _opt(values: FloatArray | None) -> FloatArray | None:
     return None if values is None else np.asarray(values, np.float64)
 
@@ -416,6 +444,7 @@ def decision_from_response(
         starts.sort(key=lambda s: s.job)
         return replace(base, starts=tuple(starts))
     if kind is PlanKind.GROUPS:
+        allocations = dict(entries)
         groups = tuple(
             Grouped(
                 tuple(job_index[x] for x in g.job_ids),
@@ -429,6 +458,7 @@ def decision_from_response(
                         if name in node_index
                     )
                 ),
+                *_wire_host_shares(allocations, [job_index[x] for x in g.job_ids]),
             )
             for g in response.plan.groups
             if g.accelerator_type in type_index and g.devices > 0 and g.job_ids

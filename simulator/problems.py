@@ -7,7 +7,7 @@ one problem. What is filled beyond the common fields follows the policy's capabi
 epoch profiles always when the workload has them, co-location rates when the policy reads
 them, configurations (goodput per (type, nodes, devices), elasticity, restart penalty) when
 it reads configurations, per-iteration stage times (Muri) when it reads them and the workload
-has them.
+has them, CPU/memory profiles and the nodes' cores and memory (Synergy) likewise.
 
 The policy sees estimated throughputs (`ProblemContext.estimated`, the true ones unless
 `Fidelity.estimate_error` is set) and the true remaining work (Gavel's simulator does the
@@ -16,11 +16,13 @@ same: remaining steps are known exactly).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
 from apportion.datasets.cluster import ClusterSpec
+from apportion.formulations.synergy import fair_share
 from apportion.simulator.state import JobState
 from apportion.simulator.workload import Workload, epochs_done
 from apportion.solver.capabilities import Capabilities
@@ -70,6 +72,15 @@ class ProblemContext:
     restart_penalty_s: float = 0.0
     """Sent as every job's restart penalty to configuration policies; 0 = their default."""
     recalibrate: bool = False
+    node_cpus: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(nodes,) cores of each node, sent to resource-shape policies (synergy); empty = none."""
+    node_memory_gib: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """(nodes,) host memory of each node (GiB)."""
+
+    @cached_property
+    def fair_shape(self) -> tuple[float, float]:
+        """Cores and GiB per GPU of the GPU-proportional share (0 without node cores)."""
+        return fair_share(self.cluster.node_devices, self.node_cpus, self.node_memory_gib)
 
 
 def build_problem(ctx: ProblemContext, state: JobState, active: IntArray, now_s: float) -> Problem:
@@ -134,6 +145,13 @@ def build_problem(ctx: ProblemContext, state: JobState, active: IntArray, now_s:
     sharing = None
     if caps.reads_stage_times and w.stage_s.size:
         sharing = SharingInputs(stage_s=w.stage_s[active])
+    if caps.reads_resource_profiles and w.resource_grid:
+        sharing = replace(
+            sharing or SharingInputs(),
+            resource_grid=tuple(w.resource_grid[i] for i in pick),
+            node_cpus=ctx.node_cpus,
+            node_memory_gib=ctx.node_memory_gib,
+        )
     if caps.reads_device_sharing and w.pairs is not None and w.pairs.rates:
         sharing = replace(sharing or SharingInputs(), interference=pair_interference(w, active))
     return Problem(

@@ -117,12 +117,17 @@ def snapshot_message(problem: Problem) -> snapshot_pb.Snapshot:
         msg.cluster.accelerator_types.add(
             name=name, count=int(cluster.count[j]), cost_per_hour=float(cluster.cost_per_hour[j])
         )
+    sharing = problem.sharing
+    host = sharing is not None and sharing.node_cpus.size == len(cluster.node_names)
     for k, node in enumerate(cluster.node_names):
-        msg.cluster.nodes.add(
+        node_msg = msg.cluster.nodes.add(
             name=node,
             accelerator_type=names[int(cluster.node_type[k])],
             devices=int(cluster.node_devices[k]),
         )
+        if host and sharing is not None:
+            node_msg.cpus = float(sharing.node_cpus[k])
+            node_msg.memory_gib = float(sharing.node_memory_gib[k])
     for tenant in problem.tenants:
         msg.tenants.add(
             name=tenant.name,
@@ -197,6 +202,12 @@ def _job(out: snapshot_pb.Job, problem: Problem, i: int) -> None:
                 out.elasticity.scale_unit[name] = int(jobs.scale_unit[i, j])
     if jobs.restart_penalty_s.size:
         out.restart_penalty_s = float(jobs.restart_penalty_s[i])
+    grids = problem.sharing.resource_grid if problem.sharing is not None else ()
+    grid = grids[i] if len(grids) == jobs.num_jobs else None
+    if grid is not None:
+        out.resource_profile.cpus_per_gpu.extend(grid.cpus_per_gpu.tolist())
+        out.resource_profile.memory_gib_per_gpu.extend(grid.memory_gib_per_gpu.tolist())
+        out.resource_profile.throughput.extend(grid.throughput.reshape(-1).tolist())
     stages = problem.sharing.stage_s if problem.sharing is not None else np.zeros((0, 4))
     if stages.shape[0] == jobs.num_jobs and np.isfinite(stages[i]).all():
         storage, cpu, gpu, network = (float(x) for x in stages[i])

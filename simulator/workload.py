@@ -52,6 +52,7 @@ from apportion.datasets.table import JobTable
 from apportion.datasets.throughput import JobKey, ThroughputTable
 from apportion.simulator.errors import SimulationInputError
 from apportion.solver.model import FloatArray, IntArray
+from apportion.solver.sharing import ResourceGrid
 
 MAX_JOBS = 1_000_000
 """Jobs a workload may hold (every per-job array is dense)."""
@@ -117,6 +118,10 @@ class Workload:
     stage_s: FloatArray = field(default_factory=lambda: np.zeros((0, 4)))
     """(m, 4) time per iteration in storage, CPU, GPU and network (s; Muri's interleaving
     profile); empty = none (no trace format carries them: set them on the workload)."""
+    resource_grid: tuple[ResourceGrid | None, ...] = ()
+    """Per job, its true throughput over CPU cores and host memory per GPU, relative to its
+    throughput at the GPU-proportional share (Synergy's profile; `simulator.host_resources`);
+    empty = none."""
     lines: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
     """(m,) line of each job in its source file (0 = unknown); empty = none known."""
     source: str = ""
@@ -158,6 +163,9 @@ class Workload:
             if self.configurations
             else (),
             stage_s=self.stage_s[idx] if self.stage_s.size else self.stage_s,
+            resource_grid=tuple(self.resource_grid[k] for k in pick)
+            if self.resource_grid
+            else (),
             lines=self.lines[idx] if self.lines.size else self.lines,
         )
 

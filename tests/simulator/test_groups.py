@@ -8,9 +8,9 @@
   the runs do form groups of two or more with a slowdown != 1 (else the checks say nothing).
 * The grants follow the plan: each round's groups are the plan's groups (members, type,
   devices) of the solve before it.
-* Policies that read what no workload carries (synergy's CPU/memory grids, muri without stage
-  times) are refused before the run with what they miss; iadeep without pair speeds and
-  AntMan (every job resource-guaranteed) run jobs alone.
+* Policies that read what the workload does not carry (synergy without CPU/memory grids, muri
+  without stage times) are refused before the run with what they miss; iadeep without pair
+  speeds and AntMan (every job resource-guaranteed) run jobs alone.
 * Lucid double-books a job whose pair continues (a known formulation bug, strict xfail).
 * A co-location policy in a sweep, in worker processes, gives the in-process table.
 * Through `apportion serve`'s conversion: the snapshots (stage times, pairs) round-trip.

@@ -95,6 +95,23 @@ def test_the_trace_formats_run(tmp_path: Path, capsys: pytest.CaptureFixture[str
         assert "max_min_fairness_perf" in capsys.readouterr().out
 
 
+def test_synergy_runs_with_resource_profiles(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Builtin profiles, and Synergy's throughput-matrix CSV (one model on 1 and 2 GPUs)."""
+    matrices = tmp_path / "tput.csv"
+    rows = ["model_gpus,num_gpus,cpus_per_gpu,mem_gb_per_gpu,norm_tput"]
+    for gpus in (1, 2):
+        rows += [f"m_{gpus},{gpus},{c},{mem},{t}" for c, mem, t in
+                 ((3, 62.5, 1.0), (3, 125, 1.1), (6, 62.5, 1.5), (6, 125, 1.8))]
+    matrices.write_text("\n".join(rows) + "\n")
+    for source in ("builtin", str(matrices)):
+        argv = ["simulate", "--synthetic", "6", "--multi-gpu", "--cluster", "v100:8:4",
+                "--policies", "synergy", "--resource-profiles", source, "--workers", "1"]
+        assert cli.main(argv) == cli.EXIT_OK, source
+        out = capsys.readouterr().out
+        assert "synergy" in out and "unfin" in out
+
+
 def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "apportion.server.cli", *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -126,6 +143,9 @@ def test_bad_input_exits_2_with_a_message(tmp_path: Path,
         (["--synthetic", "3", "--server", "nowhere"], "HOST:PORT"),
         (["--synthetic", "3", "--cluster", "v100"], "TYPE:COUNT"),
         (["--synthetic", "3", "--window", "2", "9"], "--window"),
+        (["--synthetic", "3", "--policies", "synergy"], "--resource-profiles builtin"),
+        (["--synthetic", "3", "--policies", "synergy", "--resource-profiles",
+          str(tmp_path / "nope.csv")], "nope.csv: no such file"),
     ]
     for extra, message in cases:
         code = cli.main(["simulate", "--workers", "1", *extra])

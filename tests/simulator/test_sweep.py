@@ -155,3 +155,17 @@ def test_server_gives_the_in_process_run_for_groups(server: str, policy: str) ->
     remote = run(w, single_type(2), policy=policy, round_s=100.0, server=server)
     same_results([local], [remote])
     assert (local.grants["slowdown"] != 1.0).any()
+
+
+def test_server_gives_the_in_process_run_for_synergy(server: str) -> None:
+    """The service receives the nodes' cores and memory and each job's profile."""
+    from apportion.simulator.cluster import parse_cluster
+    from tests.simulator.test_synergy import profiled_workload
+
+    w = profiled_workload()
+    spec = parse_cluster("gpu:8:4")
+    local = run(w, spec, policy="synergy", round_s=100.0)
+    remote = run(w, spec, policy="synergy", round_s=100.0, server=server)
+    same_results([local], [remote])
+    assert local.summary["solves"] == remote.summary["solves"] > 0
+    assert (local.grants["slowdown"] < 1.0).any()
