@@ -34,7 +34,7 @@ from apportion.solver.registry import PolicySpec, lookup, resolve_parameters
 from apportion.solver.validation import within
 from apportion.v1 import policy_pb2 as policy_pb
 
-_COMPAT = {
+COMPAT_OF_WIRE = {
     policy_pb.COMPAT_UNSPECIFIED: Compat.NONE,
     policy_pb.COMPAT_GAVEL: Compat.GAVEL,
     policy_pb.COMPAT_SHOCKWAVE: Compat.SHOCKWAVE,
@@ -42,6 +42,7 @@ _COMPAT = {
     policy_pb.COMPAT_TIRESIAS: Compat.TIRESIAS,
     **SHARING_COMPAT,
 }
+"""`Policy.compat` on the wire -> the model's `Compat` (every value the service accepts)."""
 _CANONICALIZATION = {
     policy_pb.CANONICALIZATION_UNSPECIFIED: Canonicalization.NONE,
     policy_pb.CANONICALIZATION_NONE: Canonicalization.NONE,
@@ -125,12 +126,12 @@ def policy_to_model(
     elif given is not None:
         message = getattr(msg, given)
         parameters = PARAMETERS[message.DESCRIPTOR.full_name](message, violations)
-    if msg.compat not in _COMPAT:
+    if msg.compat not in COMPAT_OF_WIRE:
         violations.append(Violation("policy.compat", f"unknown value {msg.compat}"))
     policy = PolicyRequest(
         name=spec.name,
         parameters=resolve_parameters(spec, msg.name, parameters),
-        compat=_COMPAT.get(msg.compat, Compat.NONE),
+        compat=COMPAT_OF_WIRE.get(msg.compat, Compat.NONE),
         requested_name=msg.name,
     )
     return spec, policy

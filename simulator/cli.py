@@ -152,7 +152,10 @@ def add_simulate(sub: Any) -> argparse.ArgumentParser:
         metavar="NAME",
         help="policies or aliases (default: %(default)s); NAME=LABEL names a run",
     )
-    pol.add_argument("--compat", default="none", choices=("none", "gavel", "shockwave", "sia"))
+    pol.add_argument("--compat", default="none", metavar="NAME",
+                     help="an upstream system's behaviour: none (default), gavel, shockwave, "
+                          "sia, tiresias, synergy (Synergy's TUNE instead of the exact OPT), "
+                          "muri, antman, lucid, iadeep")
     pol.add_argument(
         "--param",
         action="append",
@@ -331,6 +334,9 @@ def policy_configs(args: argparse.Namespace) -> list[tuple[str, SimulationConfig
     from apportion.solver.model import Compat
     from apportion.solver.registry import lookup, resolve_parameters
 
+    known = [c.value for c in Compat]
+    if args.compat not in known:
+        raise InputError(f"--compat {args.compat!r}: expected one of {', '.join(known)}")
     params: dict[str, dict[str, str]] = {}
     for item in args.param:
         key, sep, value = item.partition("=")

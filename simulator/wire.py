@@ -18,20 +18,17 @@ from enum import StrEnum
 
 import numpy as np
 
+from apportion.server.policy_inputs import COMPAT_OF_WIRE
 from apportion.simulator.errors import SimulationInputError
-from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
+from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import ShockwaveParameters, SiaParameters
 from apportion.solver.registry import lookup, resolve_parameters
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import policy_pb2 as policy_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
 
-_COMPAT = {
-    Compat.NONE: policy_pb.COMPAT_UNSPECIFIED,
-    Compat.GAVEL: policy_pb.COMPAT_GAVEL,
-    Compat.SHOCKWAVE: policy_pb.COMPAT_SHOCKWAVE,
-    Compat.SIA: policy_pb.COMPAT_SIA,
-}
+_COMPAT = {compat: wire for wire, compat in COMPAT_OF_WIRE.items()}
+"""The model's `Compat` -> `Policy.compat` (the inverse of the service's reading)."""
 
 
 def request_message(

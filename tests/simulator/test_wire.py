@@ -195,3 +195,14 @@ def test_non_default_parameters_round_trip() -> None:
         violations: list[Any] = []
         same(_policy(policy_message(request), violations), request, request.name)
         assert violations == []
+
+
+@pytest.mark.parametrize("compat", list(Compat))
+def test_every_compat_mode_reaches_the_service(compat: Compat) -> None:
+    """`apportion simulate --compat X --server` sends X: the service reads back the same
+    mode for every value of the model's Compat."""
+    violations: list[Any] = []
+    sent = policy_message(PolicyRequest("max_min_fairness_perf", compat=compat))
+    read = _policy(sent, violations)
+    assert not violations and read is not None
+    assert read.compat is compat
