@@ -202,7 +202,9 @@ def test_every_compat_mode_reaches_the_service(compat: Compat) -> None:
     """`apportion simulate --compat X --server` sends X: the service reads back the same
     mode for every value of the model's Compat."""
     violations: list[Any] = []
-    sent = policy_message(PolicyRequest("max_min_fairness_perf", compat=compat))
+    spec = next(s for s in policies() if s.name == "weighted_max_min_fairness")
+    params = resolve_parameters(spec, spec.name, None)
+    sent = policy_message(PolicyRequest(spec.name, params, compat=compat))
     read = _policy(sent, violations)
     assert not violations and read is not None
     assert read.compat is compat
