@@ -126,11 +126,9 @@ def homes_and_tickets(
     ok = problem.usable & (share[user] > 0)
     alone = ~ok.any(axis=1)  # no share on any type it can use: any usable type
     ok[alone] = problem.usable[alone]
-    target = np.zeros((U, n))
-    for u in range(U):
-        total = share[u].sum()
-        if total > 0:
-            target[u] = share[u] / total * float(s[user == u].sum())
+    total = share.sum(axis=1, keepdims=True)
+    demand = np.bincount(user, weights=s, minlength=U)[:, None]  # whole devices: exact
+    target = np.where(total > 0, share / np.where(total > 0, total, 1.0) * demand, 0.0)
     assigned = np.zeros((U, n))
     order = np.lexsort((np.arange(m), -jobs.throughput.max(axis=1), user))
     home = np.full(m, -1, np.int64)
