@@ -64,6 +64,9 @@ HOME_CHECK_EVERY = 8192
 """Jobs homed between two looks at the deadline."""
 PLAN_S_PER_JOB = 1e-6
 """Time (s) left per job for building the plan after the stride quanta."""
+AFTER_TRADING_S_PER_JOB = 6e-6
+"""Time (s) trading leaves per job for the homes (about 3 us a job at 100,000 jobs), a first
+stride quantum and the plan (at most half the time left)."""
 
 
 def users_of(problem: Problem) -> tuple[list[str], IntArray, FloatArray]:
@@ -243,11 +246,13 @@ def solve_policy(
     rate = user_rates(problem, user, U)
     share = fair_shares(tickets, demand, rate, W)
     before = np.einsum("uj,uj->u", rate, share)
-    exact = exact_trading(share, rate, demand, W, deadline, options.threads)
+    # trading leaves time to the homes and a first stride quantum after it
+    trading = deadline.leaving(AFTER_TRADING_S_PER_JOB * m)
+    exact = exact_trading(share, rate, demand, W, trading, options.threads)
     trades: tuple[Trade, ...] = ()
     complete = True
     if parameters.trading is TradingMode.GREEDY:
-        greedy = greedy_trades(share, rate, demand, parameters.trade_price, deadline)
+        greedy = greedy_trades(share, rate, demand, parameters.trade_price, trading)
         traded, trades, complete = greedy.share, greedy.trades, greedy.complete
     elif parameters.trading is TradingMode.EXACT:
         traded = exact.share
@@ -268,7 +273,7 @@ def solve_policy(
                   float(after[u]))
         for u in range(U)
     )
-    section = StrideSection(users, trades, schedule.final_pass, tuple(int(h) for h in home),
+    section = StrideSection(users, trades, schedule.final_pass, tuple(home.tolist()),
                             schedule.migrations, exact.objective)
     cut = Cut(complete, homed, planned, schedule.partial)
     cert = _certificate(parameters, exact, float(after.sum()), options.relative_gap, build,
