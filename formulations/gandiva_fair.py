@@ -41,15 +41,17 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from apportion.formulations.fair_share import water_fill
 from apportion.formulations.normalizers import repair_time_share
 from apportion.formulations.stride import stride_schedule
 from apportion.formulations.trading import ExactTrading, exact_trading, greedy_trades
 from apportion.solver.certificate import termination
-from apportion.solver.deadline import Deadline
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.fairness_model import FairnessInputs
 from apportion.solver.fairness_result import StrideSection, Trade, UserShare
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
@@ -58,6 +60,13 @@ from apportion.solver.result import Certificate, JobStatus, Plan, ShareSection, 
 
 NOMINAL_TICKETS = 1e-9
 """Tickets of a job whose user has no share on any type it can use."""
+HOME_CHECK_EVERY = 8192
+"""Jobs homed between two looks at the deadline."""
+PLAN_S_PER_JOB = 1e-6
+"""Time (s) left per job for building the plan after the stride quanta."""
+AFTER_TRADING_S_PER_JOB = 6e-6
+"""Time (s) trading leaves per job for the homes (about 3 us a job at 100,000 jobs), a first
+stride quantum and the plan (at most half the time left)."""
 
 
 def users_of(problem: Problem) -> tuple[list[str], IntArray, FloatArray]:
@@ -108,36 +117,73 @@ def fair_shares(
 
 
 def homes_and_tickets(
-    problem: Problem, user: IntArray, share: FloatArray
-) -> tuple[IntArray, FloatArray]:
-    """(m,) home type and (m,) tickets of every job (module docstring)."""
+    problem: Problem, user: IntArray, share: FloatArray, deadline: Deadline = NO_DEADLINE
+) -> tuple[IntArray, FloatArray, bool]:
+    """(m,) home type and (m,) tickets of every job (module docstring), and whether every
+    home was chosen by that rule: once `deadline` passes, the jobs left go to the usable type
+    with the largest unmet part of their user's demand at that point."""
     jobs = problem.jobs
     m = jobs.num_jobs
+    U, n = share.shape
     s = jobs.scale_factor.astype(np.float64)
-    usable = problem.usable
-    T = jobs.throughput
+    ok = problem.usable & (share[user] > 0)
+    alone = ~ok.any(axis=1)  # no share on any type it can use: any usable type
+    ok[alone] = problem.usable[alone]
+    total = share.sum(axis=1, keepdims=True)
+    demand = np.bincount(user, weights=s, minlength=U)[:, None]  # whole devices: exact
+    target = np.where(total > 0, share / np.where(total > 0, total, 1.0) * demand, 0.0)
+    assigned = np.zeros((U, n))
+    order = np.lexsort((np.arange(m), -jobs.throughput.max(axis=1), user))
     home = np.full(m, -1, np.int64)
-    tickets = np.zeros(m)
-    for u in range(share.shape[0]):
-        members = np.flatnonzero(user == u)
-        total = share[u].sum()
-        demand = float(s[members].sum())
-        target = share[u] / total * demand if total > 0 else np.zeros(share.shape[1])
-        assigned = np.zeros(share.shape[1])
-        for i in members[np.lexsort((members, -T[members].max(axis=1)))]:
-            ok = usable[i] & (share[u] > 0)
-            if not ok.any():
-                ok = usable[i]
-            unmet = np.where(ok, target - assigned, -np.inf)
-            j = int(np.argmax(unmet))
-            home[i] = j
-            assigned[j] += s[i]
-        for j in np.unique(home[members]):
-            on = members[home[members] == j]
-            weight = jobs.priority_weight[on] * s[on]
-            tickets[on] = share[u, j] * weight / weight.sum() if share[u, j] > 0 \
-                else NOMINAL_TICKETS
-    return home, np.maximum(tickets, NOMINAL_TICKETS)
+    done = _greedy_homes(order, user, ok, s, target, assigned, home, deadline)
+    if done < m:
+        left = order[done:]
+        unmet = np.where(ok[left], target[user[left]] - assigned[user[left]], -np.inf)
+        home[left] = np.argmax(unmet, axis=1)
+    key = user * n + home
+    weight = jobs.priority_weight * s
+    per_home = np.bincount(key, weights=weight, minlength=U * n)
+    held = share[user, home]
+    tickets = np.where(held > 0, held * weight / np.where(held > 0, per_home[key], 1.0),
+                       NOMINAL_TICKETS)
+    return home, np.maximum(tickets, NOMINAL_TICKETS), done == m
+
+
+def _greedy_homes(
+    order: IntArray,
+    user: IntArray,
+    ok: NDArray[np.bool_],
+    s: FloatArray,
+    target: FloatArray,
+    assigned: FloatArray,
+    home: IntArray,
+    deadline: Deadline,
+) -> int:
+    """Home each job of `order` in turn on its `ok` type with the largest target - assigned
+    of its user (ties: the lowest type; none: type 0), updating `assigned` and `home`; returns
+    how many were homed before the deadline passed (looked at every `HOME_CHECK_EVERY`)."""
+    masks, mask_of = np.unique(ok[order], axis=0, return_inverse=True)
+    choices = [tuple(int(j) for j in np.flatnonzero(mask)) for mask in masks]
+    users = user[order].tolist()
+    sizes = s[order].tolist()
+    goal = target.tolist()
+    got = assigned.tolist()
+    chosen: list[int] = []
+    for done, (mask, u, size) in enumerate(zip(mask_of.ravel().tolist(), users, sizes,
+                                               strict=True)):
+        if done % HOME_CHECK_EVERY == 0 and done and deadline.expired():
+            break
+        best, best_unmet = 0, -math.inf
+        t, a = goal[u], got[u]
+        for j in choices[mask]:
+            unmet = t[j] - a[j]
+            if unmet > best_unmet:
+                best, best_unmet = j, unmet
+        a[best] += size
+        chosen.append(best)
+    home[order[:len(chosen)]] = chosen
+    assigned[:] = got
+    return len(chosen)
 
 
 def equal_split(problem: Problem, compat: Compat) -> FloatArray:
@@ -200,21 +246,25 @@ def solve_policy(
     rate = user_rates(problem, user, U)
     share = fair_shares(tickets, demand, rate, W)
     before = np.einsum("uj,uj->u", rate, share)
-    exact = exact_trading(share, rate, demand, W, deadline, options.threads)
+    # trading leaves time to the homes and a first stride quantum after it
+    trading = deadline.leaving(AFTER_TRADING_S_PER_JOB * m)
+    exact = exact_trading(share, rate, demand, W, trading, options.threads)
     trades: tuple[Trade, ...] = ()
     complete = True
     if parameters.trading is TradingMode.GREEDY:
-        greedy = greedy_trades(share, rate, demand, parameters.trade_price, deadline)
+        greedy = greedy_trades(share, rate, demand, parameters.trade_price, trading)
         traded, trades, complete = greedy.share, greedy.trades, greedy.complete
     elif parameters.trading is TradingMode.EXACT:
         traded = exact.share
     else:
         traded = share
     after = np.einsum("uj,uj->u", rate, traded)
-    home, job_tickets = homes_and_tickets(problem, user, traded)
+    # the plan is built from the stride quanta after them
+    staged = deadline.leaving(PLAN_S_PER_JOB * m)
+    home, job_tickets, homed = homes_and_tickets(problem, user, traded, staged)
     build = time.perf_counter() - started
     schedule = stride_schedule(problem, job_tickets, home, fair.stride_pass,
-                               parameters.quanta, deadline)
+                               parameters.quanta, staged)
     planned = len(schedule.rounds)
     X = schedule.ran / max(planned, 1)
     thr = np.einsum("ij,ij->i", jobs.throughput, X)
@@ -223,10 +273,11 @@ def solve_policy(
                   float(after[u]))
         for u in range(U)
     )
-    section = StrideSection(users, trades, schedule.final_pass, tuple(int(h) for h in home),
+    section = StrideSection(users, trades, schedule.final_pass, tuple(home.tolist()),
                             schedule.migrations, exact.objective)
+    cut = Cut(complete, homed, planned, schedule.partial)
     cert = _certificate(parameters, exact, float(after.sum()), options.relative_gap, build,
-                        time.perf_counter() - started - build, complete, planned, U, trades,
+                        time.perf_counter() - started - build, cut, U, trades,
                         schedule.migrations)
     objective_value = after[user]
     return Plan(time_share=X, effective_throughput=thr, normalized_throughput=thr,
@@ -236,6 +287,25 @@ def solve_policy(
                 shares=ShareSection(rounds=schedule.rounds), stride=section)
 
 
+@dataclass(frozen=True)
+class Cut:
+    """Which stages the deadline cut short."""
+
+    trading_complete: bool
+    """Greedy trading reached its fixed point."""
+    homed: bool
+    """Every job's home was chosen by the greedy rule."""
+    planned: int
+    """Stride quanta planned."""
+    partial: bool
+    """The first quantum was cut short."""
+
+    def short(self, quanta: int) -> bool:
+        """Any stage was cut short."""
+        return (not self.trading_complete or not self.homed or self.partial
+                or self.planned < quanta)
+
+
 def _certificate(
     parameters: GandivaFairParameters,
     exact: ExactTrading,
@@ -243,26 +313,33 @@ def _certificate(
     tolerance: float,
     build: float,
     solve_time: float,
-    complete: bool,
-    planned: int,
+    cut: Cut,
     users: int,
     trades: tuple[Trade, ...],
     migrations: int,
 ) -> Certificate:
     mode = parameters.trading
     formulation = (f"Gandiva_fair: {users} users, {mode.value} trading ({len(trades)} trades), "
-                   f"stride over {planned} quanta ({migrations} migrations)")
+                   f"stride over {cut.planned} quanta ({migrations} migrations)")
     bound = exact.bound if math.isfinite(exact.bound) else None
     if mode is TradingMode.EXACT:
         gap = Certificate(Termination.OPTIMAL, True, objective, bound).gap
         ended = termination(exact.status, True, gap, tolerance)
+        if ended is Termination.OPTIMAL and cut.short(parameters.quanta):
+            ended = Termination.FEASIBLE  # the trades are optimal, the schedule is cut short
     else:
         ended = Termination.HEURISTIC
     detail = f"trading LP: {exact.status.value}, optimum {exact.objective:.6g}"
-    if not complete:
+    if not cut.trading_complete:
         detail += "; greedy trading stopped before its fixed point (limit)"
-    if planned < parameters.quanta:
-        detail += f"; stride cut at {planned} quanta by the time limit"
+    if not cut.homed:
+        detail += ("; homes of the jobs left at the time limit were their types with the "
+                   "largest unmet share")
+    if cut.partial:
+        detail += ("; stride cut within its first quantum by the time limit: only the gangs "
+                   "placed before it run")
+    elif cut.planned < parameters.quanta:
+        detail += f"; stride cut at {cut.planned} quanta by the time limit"
     return Certificate(
         termination=ended,
         maximize=True,

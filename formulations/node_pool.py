@@ -5,10 +5,14 @@ A gang of `need` devices goes (1) on the nodes it held before, if they still hav
 of it (no migration); else (2) on the single node with the fewest free devices that holds it
 (best fit, keeps large holes for large gangs); else (3) on whole nodes in decreasing free
 devices, as few as possible. Without a node layout the type is one pool and placements name
-no node.
+no node. The nodes are also kept sorted by (free devices, index), so the best fit is a
+bisection instead of a scan of every node (a quantum of 100,000 jobs on 9,375 nodes took
+seconds).
 """
 
 from __future__ import annotations
+
+from bisect import bisect_left, insort
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,6 +30,8 @@ class NodePool:
         """Free devices of each node when the pool was made."""
         self.pool = int(total)
         """Free devices of the type (the sum of `free` when nodes are known)."""
+        self._by_free = sorted((f, k) for k, f in self.free.items())
+        """(free devices, node) of every node, ascending."""
 
     @property
     def layout(self) -> bool:
@@ -57,12 +63,11 @@ class NodePool:
         ):
             taken = self._take_from(list(previous), need)
         else:
-            whole = [k for k in self.nodes if self.free[k] >= need]
-            if whole:
-                taken = self._take_from([min(whole, key=lambda k: (self.free[k], k))], need)
+            best = bisect_left(self._by_free, (need, -1))  # the fewest free that hold it
+            if best < len(self._by_free):
+                taken = self._take_from([self._by_free[best][1]], need)
             elif not single_node:
-                taken = self._take_from(sorted(self.nodes, key=lambda k: (-self.free[k], k)),
-                                        need)
+                taken = self._take_from(self._largest_first(need), need)
         if taken is not None:
             self.pool -= need
         return taken
@@ -70,7 +75,7 @@ class NodePool:
     def take_exactly(self, node_devices: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
         """Take the given (node, devices) pairs (the caller checked that they fit)."""
         for k, devices in node_devices:
-            self.free[k] -= devices
+            self._use(k, devices)
             self.pool -= devices
         return tuple(k for k, _ in node_devices)
 
@@ -81,10 +86,34 @@ class NodePool:
                 break
             use = min(self.free[k], need)
             if use:
-                self.free[k] -= use
+                self._use(k, use)
                 need -= use
                 taken.append(k)
         return tuple(taken)
+
+    def _use(self, k: int, devices: int) -> None:
+        """Take `devices` of node k's free devices."""
+        free = self.free[k]
+        del self._by_free[bisect_left(self._by_free, (free, k))]
+        insort(self._by_free, (free - devices, k))
+        self.free[k] = free - devices
+
+    def _largest_first(self, need: int) -> list[int]:
+        """Nodes with free devices in decreasing free devices (ties: index), as many as hold
+        `need` (all of them when they do not)."""
+        order: list[int] = []
+        held = 0
+        end = len(self._by_free)
+        while held < need and end > 0 and self._by_free[end - 1][0] > 0:
+            free = self._by_free[end - 1][0]
+            start = bisect_left(self._by_free, (free, -1), 0, end)
+            for _, k in self._by_free[start:end]:
+                order.append(k)
+                held += free
+                if held >= need:
+                    break
+            end = start
+        return order
 
     def copy(self) -> NodePool:
         """A pool with the same free devices (taking from it leaves this one unchanged)."""

@@ -23,6 +23,7 @@ the previous quantum when they have room, so migrations are rare, and they are c
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,13 @@ from apportion.formulations.node_pool import NodePool, node_pools
 from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import FloatArray, IntArray, Problem
 from apportion.solver.result import RoundGrant, ScheduledRound
+
+CHECK_EVERY = 2048
+"""Gangs placed between two looks at the deadline within a quantum."""
+RESPONSE_S_PER_GRANT = 3e-6
+"""Time (s) a planned quantum costs after the schedule per grant (building and sending the
+response's rounds): a quantum is started only when the time left covers the last quantum's
+own time and this for its grants."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,9 @@ class StrideSchedule:
     """(m,) passes after the planned quanta."""
     migrations: int
     """Times a job ran on other nodes (or another type) than in its previous quantum."""
+    partial: bool = False
+    """The deadline passed within the first quantum: it holds only the gangs placed before
+    (feasible, but not work-conserving)."""
 
 
 def initial_passes(passes: FloatArray, home: IntArray, clients: NDArray[np.bool_]) -> FloatArray:
@@ -86,18 +97,21 @@ def stride_schedule(
     deadline: Deadline = NO_DEADLINE,
 ) -> StrideSchedule:
     """Plan `quanta` quanta (module docstring). `tickets` (m,) > 0 for clients (0 = not a
-    client), `home` (m,) the client's type, `passes` (m,) (NaN = new client). Stops early
-    (at least one quantum) once `deadline` has passed."""
+    client), `home` (m,) the client's type, `passes` (m,) (NaN = new client). Stops early once
+    `deadline` has passed or the time left would not cover another quantum: the quanta
+    planned so far are kept, and a first quantum cut short keeps the gangs placed in it
+    (`partial`)."""
     jobs, cluster, hist = problem.jobs, problem.cluster, problem.history
     m, n = jobs.num_jobs, cluster.num_types
     s = jobs.scale_factor.astype(np.int64)
+    sizes = s.tolist()
     clients = tickets > 0
     current = initial_passes(passes, home, clients)
     stride = np.divide(s, tickets, out=np.zeros(m), where=clients)
     usable = problem.usable
     empty = node_pools(problem, np.zeros(m, bool))
     largest = [pool.largest_node for pool in empty]
-    order = np.argsort(-jobs.throughput.sum(axis=0), kind="stable")
+    order = np.argsort(-jobs.throughput.sum(axis=0), kind="stable").tolist()
     names = cluster.node_names
     running = hist.running(m)
     last_type = np.where(running, hist.current_type, -1)
@@ -105,23 +119,35 @@ def stride_schedule(
     ran = np.zeros((m, n))
     rounds: list[ScheduledRound] = []
     migrations = 0
-    index = np.arange(m)
+    partial = False
+    own = [np.flatnonzero(clients & (home == j)) for j in range(n)]
+    client_index = np.flatnonzero(clients)
+    quantum_s = 0.0
     for q in range(quanta):
-        if q > 0 and deadline.expired():
+        if q > 0 and (deadline.expired() or deadline.remaining()
+                      < quantum_s + RESPONSE_S_PER_GRANT * len(rounds[-1].grants)):
             break
+        started = time.perf_counter()
         pools = [pool.copy() for pool in empty]
         placed: dict[int, tuple[int, tuple[int, ...]]] = {}
         previous = (last_type, last_nodes)
+        looks = _Looks(deadline)
         for j in order:
-            own = np.flatnonzero(clients & (home == j))
-            for i in own[np.lexsort((own, current[own]))]:
-                _place(int(i), int(j), pools[j], int(s[i]), largest[j], previous, placed)
-        waiting = np.flatnonzero(clients & ~np.isin(index, list(placed)))
+            for i in own[j][np.lexsort((own[j], current[own[j]]))].tolist():
+                if looks.expired():
+                    break
+                _place(i, j, pools[j], sizes[i], largest[j], previous, placed)
+        waiting = client_index[~np.isin(client_index, list(placed))]
         waiting = waiting[np.lexsort((waiting, current[waiting]))]
         for j in order:
-            for i in waiting:
-                if pools[j].pool > 0 and int(i) not in placed and usable[i, j]:
-                    _place(int(i), int(j), pools[j], int(s[i]), largest[j], previous, placed)
+            pool = pools[j]
+            for i in waiting[usable[waiting, j]].tolist():
+                if pool.pool <= 0 or looks.expired():
+                    break
+                if i not in placed and sizes[i] <= pool.pool:
+                    _place(i, j, pool, sizes[i], largest[j], previous, placed)
+        if looks.cut and q > 0:  # the complete quanta are the plan
+            break
         grants = []
         this_type = np.full(m, -1)
         this_nodes: list[tuple[int, ...]] = [()] * m
@@ -129,7 +155,7 @@ def stride_schedule(
             same = last_type[i] == j and last_nodes[i] == nodes
             if last_type[i] >= 0 and not same and (names or last_type[i] != j):
                 migrations += 1
-            grants.append(RoundGrant(job=i, type_index=j, devices=int(s[i]),
+            grants.append(RoundGrant(job=i, type_index=j, devices=sizes[i],
                                      nodes=tuple(names[k] for k in nodes),
                                      lease_extended=bool(names) and same and bool(nodes)))
             ran[i, j] += 1
@@ -138,4 +164,25 @@ def stride_schedule(
         last_type, last_nodes = this_type, this_nodes
         grants.sort(key=lambda g: (g.type_index, g.job))
         rounds.append(ScheduledRound(index=q, grants=tuple(grants)))
-    return StrideSchedule(tuple(rounds), ran, current, migrations)
+        quantum_s = time.perf_counter() - started
+        if looks.cut:
+            partial = True
+            break
+    return StrideSchedule(tuple(rounds), ran, current, migrations, partial)
+
+
+class _Looks:
+    """Looks at the deadline once every `CHECK_EVERY` gangs placed (or tried); `cut` once it
+    has passed."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        self.deadline = deadline
+        self.count = 0
+        self.cut = False
+
+    def expired(self) -> bool:
+        if not self.cut:
+            self.count += 1
+            if self.count % CHECK_EVERY == 0:
+                self.cut = self.deadline.expired()
+        return self.cut
