@@ -29,7 +29,7 @@ import scipy.sparse as sp
 from apportion.formulations.group_plans import NO_USABLE_TYPE, ExactRun, compared_plan
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
 from apportion.solver.backends.status import SolverStatus
-from apportion.solver.deadline import Deadline
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.groups import ColocationGroup, GroupSection
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import IadeepParameters
@@ -41,6 +41,8 @@ from apportion.solver.result import (
 from apportion.solver.sharing import JobConfiguration, SharingInputs
 
 _EPS = 1e-9
+DEADLINE_CHECK_EVERY = 1024
+"""Jobs the greedy places between two looks at the deadline."""
 
 
 @dataclass(frozen=True)
@@ -184,35 +186,49 @@ def solve_packing(inst: IadeepInstance, deadline: Deadline, gap: float,
                    time.perf_counter() - started, model.size)
 
 
-def least_interference(inst: IadeepInstance) -> list[int]:
-    """IADeep's per-arrival greedy (compat): the chosen columns."""
-    by_members: dict[tuple[frozenset[int], int], list[int]] = {}
-    for c, column in enumerate(inst.columns):
-        by_members.setdefault((frozenset(column.members), column.type_index), []).append(c)
+def least_interference(inst: IadeepInstance, deadline: Deadline = NO_DEADLINE) -> list[int]:
+    """IADeep's per-arrival greedy (compat): the chosen columns. A job joins a busy device
+    through the columns that contain it (a group whose other members are exactly that
+    device's group, on its type and device count), so the pass is linear in the columns.
+    Once `deadline` passes, the jobs not yet reached wait (the columns chosen so far stay a
+    packing)."""
     alone: dict[int, dict[int, int]] = {}  # per job and type, its first configuration that fits
+    joins: dict[int, list[int]] = {}  # per job, the group columns that contain it
     for c, column in enumerate(inst.columns):
         if len(column.members) == 1:
             alone.setdefault(column.members[0], {}).setdefault(column.type_index, c)
+        else:
+            for i in column.members:
+                joins.setdefault(i, []).append(c)
     devices: list[int] = []  # the column on each busy device
+    slot_of: dict[frozenset[int], int] = {}  # a busy device by the members of its group
     free = inst.devices.copy()
-    for i in inst.arrival_order.tolist():
+    for step, i in enumerate(inst.arrival_order.tolist()):
+        if step % DEADLINE_CHECK_EVERY == 0 and deadline.expired():
+            break
         idle = [c for j, c in sorted(alone.get(i, {}).items())
                 if free[j] >= inst.columns[c].devices]
         if idle:
+            slot_of[frozenset(inst.columns[idle[0]].members)] = len(devices)
             devices.append(idle[0])
             free[inst.columns[idle[0]].type_index] -= inst.columns[idle[0]].devices
             continue
+        # the smallest (largest slowdown, device, column) over the groups i can join
         best: tuple[float, int, int] | None = None
-        for slot, c in enumerate(devices):
-            current = inst.columns[c]
-            options = by_members.get((frozenset(current.members) | {i}, current.type_index), [])
-            for option in options:
-                if inst.columns[option].devices != current.devices:
-                    continue
-                worst = max(inst.columns[option].slowdown)
-                if best is None or worst < best[0]:
-                    best = (worst, slot, option)
+        for option in joins.get(i, ()):
+            column = inst.columns[option]
+            slot = slot_of.get(frozenset(column.members) - {i})
+            if slot is None:
+                continue
+            current = inst.columns[devices[slot]]
+            if current.type_index != column.type_index or current.devices != column.devices:
+                continue
+            candidate = (max(column.slowdown), slot, option)
+            if best is None or candidate < best:
+                best = candidate
         if best is not None:
+            del slot_of[frozenset(inst.columns[devices[best[1]]].members)]
+            slot_of[frozenset(inst.columns[best[2]].members)] = best[1]
             devices[best[1]] = best[2]
     return devices
 

@@ -111,3 +111,38 @@ def test_policy_reports_configurations_and_the_greedy() -> None:
     compat = solve(problem, PolicyRequest("iadeep", IadeepParameters(), Compat.IADEEP),
                    SolveOptions())
     assert compat.certificate.objective == groups.heuristic_objective
+
+
+def scan_every_device(inst: IadeepInstance) -> list[int]:
+    """IADeep's greedy as published: an arriving job without idle devices looks at every busy
+    device for the group (with that device's group, on its type) of least largest slowdown."""
+    free = inst.devices.copy()
+    devices: list[int] = []
+    for i in inst.arrival_order.tolist():
+        idle = sorted((column.type_index, c) for c, column in enumerate(inst.columns)
+                      if column.members == (i,) and free[column.type_index] >= column.devices)
+        if idle:
+            c = idle[0][1]
+            devices.append(c)
+            free[inst.columns[c].type_index] -= inst.columns[c].devices
+            continue
+        best: tuple[float, int, int] | None = None
+        for slot, c in enumerate(devices):
+            current = inst.columns[c]
+            for option, column in enumerate(inst.columns):
+                if (set(column.members) == set(current.members) | {i}
+                        and column.type_index == current.type_index
+                        and column.devices == current.devices
+                        and (best is None or max(column.slowdown) < best[0])):
+                    best = (max(column.slowdown), slot, option)
+        if best is not None:
+            devices[best[1]] = best[2]
+    return devices
+
+
+@given(st.integers(0, 10_000), st.integers(1, 7), st.integers(1, 3))
+def test_greedy_matches_the_scan_of_every_busy_device(seed: int, m: int, devices: int) -> None:
+    """The greedy's lookup of joinable groups (linear in the columns) chooses what scanning
+    every busy device for every listed group chooses."""
+    inst = iadeep_instance(iadeep_problem(seed, m, devices), IadeepParameters())
+    assert least_interference(inst) == scan_every_device(inst)
