@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
 from apportion.formulations.group_plans import NO_USABLE_TYPE, ExactRun, compared_plan
+from apportion.solver.arrays import BoolArray
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import NO_DEADLINE, Deadline
@@ -45,9 +47,10 @@ DEADLINE_CHECK_EVERY = 1024
 """Jobs the greedy places between two looks at the deadline."""
 
 
-@dataclass(frozen=True)
-class Column:
-    """A group with a configuration per member, its value and memory."""
+class Column(NamedTuple):
+    """A group with a configuration per member, its value and memory (a named tuple: there is
+    one per job, type and configuration, and a frozen dataclass costs several times more to
+    build)."""
 
     members: tuple[int, ...]
     configurations: tuple[int, ...]
@@ -88,6 +91,40 @@ def type_devices(problem: Problem, params: IadeepParameters) -> tuple[IntArray, 
     return count, room
 
 
+def _alone_columns(problem: Problem, sharing: SharingInputs, memory: FloatArray,
+                   usable: BoolArray, device_memory: FloatArray) -> list[Column]:
+    """Every job alone in each of its configurations on each type it can use whose devices
+    have the memory, ordered by job, type, configuration; built from flat arrays (one entry
+    per job and configuration) rather than per job."""
+    jobs = problem.jobs
+    m = jobs.num_jobs
+    owners = [i for i, own in enumerate(sharing.configurations[:m]) if own]
+    counts = np.ones(m, np.int64)
+    counts[owners] = [len(sharing.configurations[i]) for i in owners]
+    job = np.repeat(np.arange(m), counts)
+    first = np.cumsum(counts) - counts
+    config = np.arange(job.size) - first[job]
+    throughput = np.ones(job.size)
+    need = memory[job].astype(np.float64)
+    for i in owners:
+        own = sharing.configurations[i]
+        at = slice(int(first[i]), int(first[i]) + len(own))
+        throughput[at] = [conf.throughput for conf in own]
+        need[at] = [conf.gpu_memory_gib for conf in own]
+    entry, type_index = np.nonzero(usable[job] & (need[:, None] <= device_memory[None, :] + _EPS))
+    order = np.lexsort((config[entry], type_index, job[entry]))
+    entry, type_index = entry[order], type_index[order]
+    value = jobs.priority_weight[job[entry]] * throughput[entry]
+    return [
+        Column((i,), (k,), (1.0,), v, mem, d, j)
+        for i, k, v, mem, d, j in zip(
+            job[entry].tolist(), config[entry].tolist(), value.tolist(), need[entry].tolist(),
+            jobs.scale_factor[job[entry]].astype(np.int64).tolist(), type_index.tolist(),
+            strict=True,
+        )
+    ]
+
+
 def iadeep_instance(problem: Problem, params: IadeepParameters) -> IadeepInstance:
     jobs = problem.jobs
     m = jobs.num_jobs
@@ -96,15 +133,8 @@ def iadeep_instance(problem: Problem, params: IadeepParameters) -> IadeepInstanc
     devices, device_memory = type_devices(problem, params)
     usable = problem.usable & (jobs.scale_factor[:, None] <= devices[None, :])
     cap = params.max_slowdown if params.max_slowdown > 0 else np.inf
-    columns: list[Column] = []
     weight = jobs.priority_weight
-    for i in range(m):
-        for j in np.nonzero(usable[i])[0].tolist():
-            for k, conf in enumerate(_configs(sharing, i, float(memory[i]))):
-                if conf.gpu_memory_gib <= device_memory[j] + _EPS:
-                    columns.append(Column((i,), (k,), (1.0,),
-                                          float(weight[i] * conf.throughput),
-                                          conf.gpu_memory_gib, int(jobs.scale_factor[i]), j))
+    columns = _alone_columns(problem, sharing, memory, usable, device_memory)
     for entry in sharing.interference:
         if max(entry.slowdown) > cap:
             continue

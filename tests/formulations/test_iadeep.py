@@ -24,10 +24,10 @@ from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import IadeepParameters
 from apportion.solver.result import Termination
-from apportion.solver.sharing import GroupInterference, SharingInputs
+from apportion.solver.sharing import GroupInterference, JobConfiguration, SharingInputs
 from apportion.solver.solve import solve
 from apportion.solver.validation import make_problem
-from tests.formulations.colocation_cases import two_configurations
+from tests.formulations.colocation_cases import multi_type_problem, two_configurations
 
 
 def iadeep_problem(seed: int, m: int, devices: int, slowdown_scale: float = 1.0) -> Problem:
@@ -146,3 +146,36 @@ def test_greedy_matches_the_scan_of_every_busy_device(seed: int, m: int, devices
     every busy device for every listed group chooses."""
     inst = iadeep_instance(iadeep_problem(seed, m, devices), IadeepParameters())
     assert least_interference(inst) == scan_every_device(inst)
+
+
+@given(st.integers(0, 10_000), st.integers(1, 7), st.integers(0, 7),
+       st.sampled_from([8.0, 12.0, 24.0]))
+def test_alone_columns_are_every_job_type_and_configuration_that_fits(
+    seed: int, m: int, configured: int, device_memory: float
+) -> None:
+    """One column per job, usable type with its GPU count of devices, and configuration (or
+    the job's own memory without configurations) that fits a device, in that order, valued
+    at priority weight x relative throughput."""
+    problem = multi_type_problem(seed, m)
+    sharing = problem.sharing
+    assert sharing is not None
+    configs = sharing.configurations[:configured]  # the later jobs have none
+    # without shared devices every device of a type has `device_memory` free
+    problem = replace(problem, sharing=replace(sharing, configurations=configs, devices=None,
+                                                  interference=()))
+    inst = iadeep_instance(problem, IadeepParameters(device_memory_gib=device_memory))
+    alone = list(inst.columns)
+    jobs, memory = problem.jobs, sharing.gpu_memory(m)
+    expected = []
+    for i in range(m):
+        own = configs[i] if i < len(configs) and configs[i] else (
+            JobConfiguration("", 1.0, float(memory[i])),)
+        for j in range(problem.cluster.num_types):
+            if not problem.usable[i, j] or jobs.scale_factor[i] > inst.devices[j]:
+                continue
+            for k, conf in enumerate(own):
+                if conf.gpu_memory_gib <= device_memory + 1e-9:
+                    expected.append(((i,), (k,), (1.0,),
+                                     float(jobs.priority_weight[i] * conf.throughput),
+                                     conf.gpu_memory_gib, int(jobs.scale_factor[i]), j))
+    assert [tuple(c) for c in alone] == expected
