@@ -20,7 +20,9 @@ for that group), else the job waits.
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -70,8 +72,41 @@ class Column(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Columns:
+    """The columns as arrays: first every job alone (`alone_job`, ordered by job, type and
+    configuration), then the listed groups (`groups`); `columns[c]` is column c as a
+    `Column`. Whole-column arrays are (k,) over all of them."""
+
+    alone_job: IntArray
+    alone_configuration: IntArray
+    groups: tuple[Column, ...]
+    value: FloatArray
+    memory_gib: FloatArray
+    devices: IntArray
+    type_index: IntArray
+
+    def __len__(self) -> int:
+        return int(self.value.size)
+
+    def __getitem__(self, c: int) -> Column:
+        alone = self.alone_job.size
+        if c >= alone:
+            return self.groups[c - alone]
+        return Column((int(self.alone_job[c]),), (int(self.alone_configuration[c]),), (1.0,),
+                      float(self.value[c]), float(self.memory_gib[c]),
+                      int(self.devices[c]), int(self.type_index[c]))
+
+    def __iter__(self) -> Iterator[Column]:
+        return (self[c] for c in range(len(self)))
+
+    def members(self, c: int) -> tuple[int, ...]:
+        alone = self.alone_job.size
+        return self.groups[c - alone].members if c >= alone else (int(self.alone_job[c]),)
+
+
+@dataclass(frozen=True)
 class IadeepInstance:
-    columns: tuple[Column, ...]
+    columns: Columns
     devices: IntArray
     """(n,) devices of each accelerator type that groups may take."""
     num_jobs: int
@@ -102,7 +137,8 @@ def type_devices(problem: Problem, params: IadeepParameters) -> tuple[IntArray, 
 
 
 def _alone_columns(problem: Problem, sharing: SharingInputs, memory: FloatArray,
-                   usable: BoolArray, device_memory: FloatArray) -> list[Column]:
+                   usable: BoolArray, device_memory: FloatArray
+                   ) -> tuple[IntArray, IntArray, FloatArray, FloatArray, IntArray, IntArray]:
     """Every job alone in each of its configurations on each type it can use whose devices
     have the memory, ordered by job, type, configuration; built from flat arrays (one entry
     per job and configuration) rather than per job."""
@@ -125,14 +161,8 @@ def _alone_columns(problem: Problem, sharing: SharingInputs, memory: FloatArray,
     order = np.lexsort((config[entry], type_index, job[entry]))
     entry, type_index = entry[order], type_index[order]
     value = jobs.priority_weight[job[entry]] * throughput[entry]
-    return [
-        Column((i,), (k,), (1.0,), v, mem, d, j)
-        for i, k, v, mem, d, j in zip(
-            job[entry].tolist(), config[entry].tolist(), value.tolist(), need[entry].tolist(),
-            jobs.scale_factor[job[entry]].astype(np.int64).tolist(), type_index.tolist(),
-            strict=True,
-        )
-    ]
+    return (job[entry], config[entry], value, need[entry],
+            jobs.scale_factor[job[entry]].astype(np.int64), type_index.astype(np.int64))
 
 
 def iadeep_instance(problem: Problem, params: IadeepParameters,
@@ -147,7 +177,8 @@ def iadeep_instance(problem: Problem, params: IadeepParameters,
     usable = problem.usable & (jobs.scale_factor[:, None] <= devices[None, :])
     cap = params.max_slowdown if params.max_slowdown > 0 else np.inf
     weight = jobs.priority_weight
-    columns = _alone_columns(problem, sharing, memory, usable, device_memory)
+    alone = _alone_columns(problem, sharing, memory, usable, device_memory)
+    columns: list[Column] = []  # the listed groups
     complete = True
     for read, entry in enumerate(sharing.interference):
         if read % DEADLINE_CHECK_EVERY == 0 and deadline.expired():
@@ -166,23 +197,29 @@ def iadeep_instance(problem: Problem, params: IadeepParameters,
             columns.append(Column(entry.jobs, tuple(chosen), entry.slowdown, float(value), need,
                                   int(jobs.scale_factor[entry.jobs[0]]), j))
     order = np.lexsort((np.arange(m), jobs.arrival_time_s))
-    return IadeepInstance(tuple(columns), devices, m, order.astype(np.int64), complete)
+    groups = Columns(
+        alone[0], alone[1], tuple(columns),
+        value=np.concatenate([alone[2], [c.value for c in columns]]),
+        memory_gib=np.concatenate([alone[3], [c.memory_gib for c in columns]]),
+        devices=np.concatenate([alone[4], [c.devices for c in columns]]).astype(np.int64),
+        type_index=np.concatenate([alone[5], [c.type_index for c in columns]]).astype(np.int64),
+    )
+    return IadeepInstance(groups, devices, m, order.astype(np.int64), complete)
 
 
 def packing_value(inst: IadeepInstance, chosen: list[int]) -> float:
-    return float(sum(inst.columns[c].value for c in chosen))
+    return float(inst.columns.value[np.asarray(chosen, np.int64)].sum())
 
 
 def devices_used(inst: IadeepInstance, chosen: list[int]) -> IntArray:
     """(n,) devices of each type the chosen columns take."""
-    used = np.zeros(inst.devices.size, np.int64)
-    for c in chosen:
-        used[inst.columns[c].type_index] += inst.columns[c].devices
-    return used
+    at = np.asarray(chosen, np.int64)
+    return np.bincount(inst.columns.type_index[at], weights=inst.columns.devices[at],
+                       minlength=inst.devices.size).astype(np.int64)
 
 
 def is_packing(inst: IadeepInstance, chosen: list[int]) -> bool:
-    members = [i for c in chosen for i in inst.columns[c].members]
+    members = [i for c in chosen for i in inst.columns.members(c)]
     return len(members) == len(set(members)) and bool(
         (devices_used(inst, chosen) <= inst.devices).all())
 
@@ -204,21 +241,23 @@ def solve_packing(inst: IadeepInstance, deadline: Deadline, gap: float,
     k = len(inst.columns)
     if k == 0:
         return Packing([], 0.0, 0.0, SolverStatus.OPTIMAL, 0.0, ModelSize())
-    rows: list[int] = []
-    cols: list[int] = []
-    for c, column in enumerate(inst.columns):
-        rows.extend(column.members)
-        cols.extend([c] * len(column.members))
+    columns = inst.columns
+    alone = columns.alone_job.size
+    rows = [columns.alone_job.tolist()]
+    cols = [list(range(alone))]
+    for c, column in enumerate(columns.groups, start=alone):
+        rows.append(list(column.members))
+        cols.append([c] * len(column.members))
+    row = np.fromiter(itertools.chain.from_iterable(rows), np.int64)
+    col = np.fromiter(itertools.chain.from_iterable(cols), np.int64)
     m, n = inst.num_jobs, inst.devices.size
-    ones = np.ones(len(rows))
-    devices = np.array([column.devices for column in inst.columns], np.float64)
-    types = np.array([column.type_index for column in inst.columns], np.int64)
     matrix = sp.vstack([
-        sp.csc_matrix((ones, (np.array(rows), np.array(cols))), shape=(m, k)),
-        sp.csc_matrix((devices, (types, np.arange(k))), shape=(n, k)),
+        sp.csc_matrix((np.ones(row.size), (row, col)), shape=(m, k)),
+        sp.csc_matrix((columns.devices.astype(np.float64), (columns.type_index, np.arange(k))),
+                      shape=(n, k)),
     ]).tocsc()
     model = LinearModel(
-        cost=np.array([column.value for column in inst.columns]),
+        cost=columns.value.copy(),
         matrix=matrix,
         row_lower=np.full(m + n, -INFINITY),
         row_upper=np.concatenate([np.ones(m), inst.devices.astype(np.float64)]),
@@ -239,43 +278,49 @@ def least_interference(inst: IadeepInstance, deadline: Deadline = NO_DEADLINE) -
     device's group, on its type and device count), so the pass is linear in the columns.
     Once `deadline` passes, the jobs not yet reached wait (the columns chosen so far stay a
     packing)."""
-    alone: dict[int, dict[int, int]] = {}  # per job and type, its first configuration that fits
+    columns, m = inst.columns, inst.num_jobs
+    alone = columns.alone_job.size
+    job, type_of = columns.alone_job, columns.type_index[:alone]
+    # per job, its first configuration on each type (the columns are in job, type order)
+    first = np.ones(alone, bool)
+    first[1:] = (job[1:] != job[:-1]) | (type_of[1:] != type_of[:-1])
+    firsts = np.nonzero(first)[0]
+    begin = np.searchsorted(job[firsts], np.arange(m + 1)).tolist()
+    first_of = firsts.tolist()
+    types, needs = columns.type_index.tolist(), columns.devices.tolist()
     joins: dict[int, list[int]] = {}  # per job, the group columns that contain it
-    for c, column in enumerate(inst.columns):
-        if len(column.members) == 1:
-            alone.setdefault(column.members[0], {}).setdefault(column.type_index, c)
-        else:
-            for i in column.members:
-                joins.setdefault(i, []).append(c)
+    for c, group in enumerate(columns.groups, start=alone):
+        for i in group.members:
+            joins.setdefault(i, []).append(c)
     devices: list[int] = []  # the column on each busy device
     slot_of: dict[frozenset[int], int] = {}  # a busy device by the members of its group
-    free = inst.devices.copy()
+    free = inst.devices.tolist()
     for step, i in enumerate(inst.arrival_order.tolist()):
         if step % DEADLINE_CHECK_EVERY == 0 and deadline.expired():
             break
-        idle = [c for j, c in sorted(alone.get(i, {}).items())
-                if free[j] >= inst.columns[c].devices]
-        if idle:
-            slot_of[frozenset(inst.columns[idle[0]].members)] = len(devices)
-            devices.append(idle[0])
-            free[inst.columns[idle[0]].type_index] -= inst.columns[idle[0]].devices
+        idle = next((c for c in first_of[begin[i]:begin[i + 1]] if free[types[c]] >= needs[c]),
+                    None)
+        if idle is not None:
+            slot_of[frozenset((i,))] = len(devices)
+            devices.append(idle)
+            free[types[idle]] -= needs[idle]
             continue
         # the smallest (largest slowdown, device, column) over the groups i can join
         best: tuple[float, int, int] | None = None
         for option in joins.get(i, ()):
-            column = inst.columns[option]
+            column = columns.groups[option - alone]
             slot = slot_of.get(frozenset(column.members) - {i})
             if slot is None:
                 continue
-            current = inst.columns[devices[slot]]
-            if current.type_index != column.type_index or current.devices != column.devices:
+            current = devices[slot]
+            if types[current] != column.type_index or needs[current] != column.devices:
                 continue
             candidate = (max(column.slowdown), slot, option)
             if best is None or candidate < best:
                 best = candidate
         if best is not None:
-            del slot_of[frozenset(inst.columns[devices[best[1]]].members)]
-            slot_of[frozenset(inst.columns[best[2]].members)] = best[1]
+            del slot_of[frozenset(columns.members(devices[best[1]]))]
+            slot_of[frozenset(columns.members(best[2]))] = best[1]
             devices[best[1]] = best[2]
     return devices
 
@@ -330,28 +375,38 @@ def _groups(problem: Problem, inst: IadeepInstance, chosen: list[int]
     types = (sharing.devices.type_index if sharing.devices is not None
              else np.repeat(np.arange(problem.cluster.num_types), problem.cluster.count))
     of_type = [np.nonzero(types == j)[0].tolist() for j in range(inst.devices.size)]
-    memory = sharing.gpu_memory(m)
-    next_device = np.zeros(inst.devices.size, np.int64)
+    columns = inst.columns
+    alone = columns.alone_job.size
+    configured = sharing.configurations
+    at = np.asarray(chosen, np.int64)
+    first_member = np.array([min(columns.members(c)) for c in at[at >= alone].tolist()]
+                            + columns.alone_job[at[at < alone]].tolist(), np.int64)
+    at = np.concatenate([at[at >= alone], at[at < alone]])[np.argsort(first_member,
+                                                                      kind="stable")]
+    next_device = [0] * inst.devices.size
     groups: list[ColocationGroup] = []
-    for c in sorted(chosen, key=lambda c: min(inst.columns[c].members)):
-        column = inst.columns[c]
-        j = column.type_index
-        first = int(next_device[j])
-        span = of_type[j][first:first + column.devices]
-        next_device[j] += column.devices
-        names = tuple(
-            _configs(sharing, i, float(memory[i]))[k].name
-            for i, k in zip(column.members, column.configurations, strict=True)
-        )
+    for c, j, count in zip(at.tolist(), columns.type_index[at].tolist(),
+                           columns.devices[at].tolist(), strict=True):
+        column = columns.groups[c - alone] if c >= alone else None
+        if column is None:
+            i, k = int(columns.alone_job[c]), int(columns.alone_configuration[c])
+            members, slowdown, chosen_configurations = (i,), (1.0,), (k,)
+        else:
+            members, slowdown = column.members, column.slowdown
+            chosen_configurations = column.configurations
+        first = next_device[j]
+        next_device[j] += count
+        names = tuple(configured[i][k].name if i < len(configured) and configured[i] else ""
+                      for i, k in zip(members, chosen_configurations, strict=True))
         groups.append(ColocationGroup(
-            members=column.members,
-            slowdown=column.slowdown,
+            members=members,
+            slowdown=slowdown,
             type_index=j,
-            devices=column.devices,
-            device_ids=tuple(ids[d] for d in span if d < len(ids)),
+            devices=count,
+            device_ids=tuple(ids[d] for d in of_type[j][first:first + count] if d < len(ids))
+            if ids else (),
             configurations=names if any(names) else (),
         ))
-        for i in column.members:
+        for i in members:
             status[i], reasons[i] = JobStatus.ALLOCATED, ""
     return groups, status, reasons
-
