@@ -272,12 +272,17 @@ def solve_packing(inst: IadeepInstance, deadline: Deadline, gap: float,
                    time.perf_counter() - started, model.size)
 
 
-def least_interference(inst: IadeepInstance, deadline: Deadline = NO_DEADLINE) -> list[int]:
-    """IADeep's per-arrival greedy (compat): the chosen columns. A job joins a busy device
-    through the columns that contain it (a group whose other members are exactly that
-    device's group, on its type and device count), so the pass is linear in the columns.
-    Once `deadline` passes, the jobs not yet reached wait (the columns chosen so far stay a
-    packing)."""
+def least_interference(inst: IadeepInstance) -> list[int]:
+    """IADeep's per-arrival greedy (compat): the chosen columns."""
+    return least_interference_until(inst, NO_DEADLINE)[0]
+
+
+def least_interference_until(inst: IadeepInstance, deadline: Deadline
+                             ) -> tuple[list[int], int]:
+    """IADeep's greedy and the number of arrivals it reached: once `deadline` passes, the
+    jobs not yet reached wait (the columns chosen so far stay a packing). A job joins a busy
+    device through the columns that contain it (a group whose other members are exactly that
+    device's group, on its type and device count), so the pass is linear in the columns."""
     columns, m = inst.columns, inst.num_jobs
     alone = columns.alone_job.size
     job, type_of = columns.alone_job, columns.type_index[:alone]
@@ -295,9 +300,11 @@ def least_interference(inst: IadeepInstance, deadline: Deadline = NO_DEADLINE) -
     devices: list[int] = []  # the column on each busy device
     slot_of: dict[frozenset[int], int] = {}  # a busy device by the members of its group
     free = inst.devices.tolist()
-    for step, i in enumerate(inst.arrival_order.tolist()):
-        if step % DEADLINE_CHECK_EVERY == 0 and deadline.expired():
+    reached = 0
+    for i in inst.arrival_order.tolist():
+        if reached % DEADLINE_CHECK_EVERY == 0 and deadline.expired():
             break
+        reached += 1
         idle = next((c for c in first_of[begin[i]:begin[i + 1]] if free[types[c]] >= needs[c]),
                     None)
         if idle is not None:
@@ -322,7 +329,7 @@ def least_interference(inst: IadeepInstance, deadline: Deadline = NO_DEADLINE) -
             del slot_of[frozenset(columns.members(devices[best[1]]))]
             slot_of[frozenset(columns.members(best[2]))] = best[1]
             devices[best[1]] = best[2]
-    return devices
+    return devices, reached
 
 
 def solve_policy(
@@ -337,7 +344,9 @@ def solve_policy(
     deadline (or the columns are incomplete); the plan is then the greedy's, and so it is when
     the solver stops with a worse one."""
     inst = iadeep_instance(problem, params, deadline)
-    heuristic = least_interference(inst, deadline)
+    heuristic, reached = least_interference_until(inst, deadline)
+    greedy = "IADeep's greedy" if reached == inst.num_jobs else (
+        f"IADeep's greedy, cut by the time limit after {reached} of {inst.num_jobs} arrivals")
     heuristic_value = packing_value(inst, heuristic)
     exact: ExactRun | None = None
     chosen = heuristic
@@ -347,15 +356,16 @@ def solve_policy(
         setup_s = MIP_SETUP_S_PER_COLUMN_PAIR * len(inst.columns) ** 2
         if not inst.complete or solver_deadline.remaining() < setup_s:
             exact = ExactRun(heuristic_value, None, SolverStatus.TIME_LIMIT, formulation,
-                             detail="time limit: the set packing was not started (the plan is "
-                                    "IADeep's greedy)")
+                             detail=f"time limit: the set packing was not started (the plan is "
+                                    f"{greedy})")
         else:
             found = solve_packing(inst, solver_deadline, options.relative_gap, options.threads)
-            objective, chosen = found.objective, found.chosen
+            objective, chosen, detail = found.objective, found.chosen, ""
             if heuristic_value > objective:  # a time-limited incumbent below the greedy
                 objective, chosen = heuristic_value, heuristic
+                detail = f"the set packing stopped below {greedy}, which is the plan"
             exact = ExactRun(objective, found.bound, found.status, formulation,
-                             found.solve_time_s, found.size)
+                             found.solve_time_s, found.size, detail)
     groups, status, reasons = _groups(problem, inst, chosen)
     return compared_plan(problem, GroupSection(tuple(groups)), status, reasons,
                          "iadeep_least_interference", heuristic_value, exact,
