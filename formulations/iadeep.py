@@ -47,11 +47,12 @@ from apportion.solver.sharing import JobConfiguration, SharingInputs
 _EPS = 1e-9
 DEADLINE_CHECK_EVERY = 1024
 """Jobs the greedy places (listed groups read) between two looks at the deadline."""
-MIP_SETUP_S_PER_COLUMN_PAIR = 6e-9
-"""Time HiGHS spends on the set packing after presolve and before it first reads its time
-limit, per squared column (it grows with the square of the columns; measured on a loaded
-2-core machine: 1.75 s for 24,576 columns, 8 s for 49,152, 31-57 s for 98,304). With less
-time left than that the MIP is not started and the plan is the greedy's."""
+MIP_SETUP_S_PER_COLUMN_PAIR = 1.5e-8
+"""Time HiGHS may spend on the set packing without reading its time limit, per squared column
+(its setup after presolve and its first round of cuts grow with the square of the columns;
+measured on a loaded 2-core machine: setup 1.75 s for 24,576 columns, 8 s for 49,152, 31-57 s
+for 98,304; setup and one round of cuts 1.3 s for 12,288). With less time left than that the
+MIP is not started and the plan is the greedy's."""
 PLAN_S_PER_JOB = 4e-6
 """Time (s) the set packing leaves, per job, for building the plan from its columns."""
 
