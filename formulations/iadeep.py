@@ -54,7 +54,8 @@ measured on a loaded 2-core machine: setup 1.75 s for 24,576 columns, 8 s for 49
 for 98,304; setup and one round of cuts 1.3 s for 12,288). With less time left than that the
 MIP is not started and the plan is the greedy's."""
 PLAN_S_PER_JOB = 4e-6
-"""Time (s) the set packing leaves, per job, for building the plan from its columns."""
+"""Time (s) the columns, the greedy and the set packing leave, per job, for building the plan
+(measured: about 0.4 s for 100,000 jobs in 39,503 groups on a loaded 2-core machine)."""
 
 
 class Column(NamedTuple):
@@ -344,8 +345,10 @@ def solve_policy(
     is not started when it could not reach its first look at the time limit before the
     deadline (or the columns are incomplete); the plan is then the greedy's, and so it is when
     the solver stops with a worse one."""
-    inst = iadeep_instance(problem, params, deadline)
-    heuristic, reached = least_interference_until(inst, deadline)
+    # every stage before the plan's building leaves it its time
+    before_plan = deadline.leaving(PLAN_S_PER_JOB * problem.jobs.num_jobs)
+    inst = iadeep_instance(problem, params, before_plan)
+    heuristic, reached = least_interference_until(inst, before_plan)
     greedy = "IADeep's greedy" if reached == inst.num_jobs else (
         f"IADeep's greedy, cut by the time limit after {reached} of {inst.num_jobs} arrivals")
     heuristic_value = packing_value(inst, heuristic)
@@ -353,14 +356,13 @@ def solve_policy(
     chosen = heuristic
     if compat is not Compat.IADEEP:
         formulation = f"set packing over {len(inst.columns)} (group, configuration) columns"
-        solver_deadline = deadline.leaving(PLAN_S_PER_JOB * problem.jobs.num_jobs)
         setup_s = MIP_SETUP_S_PER_COLUMN_PAIR * len(inst.columns) ** 2
-        if not inst.complete or solver_deadline.remaining() < setup_s:
+        if not inst.complete or before_plan.remaining() < setup_s:
             exact = ExactRun(heuristic_value, None, SolverStatus.TIME_LIMIT, formulation,
                              detail=f"time limit: the set packing was not started (the plan is "
                                     f"{greedy})")
         else:
-            found = solve_packing(inst, solver_deadline, options.relative_gap, options.threads)
+            found = solve_packing(inst, before_plan, options.relative_gap, options.threads)
             objective, chosen, detail = found.objective, found.chosen, ""
             if heuristic_value > objective:  # a time-limited incumbent below the greedy
                 objective, chosen = heuristic_value, heuristic
