@@ -58,8 +58,9 @@ class Bids:
 
     bidder: IntArray
     """(K,) the bidder of each bid."""
-    use: FloatArray
-    """(K, R) resource use of each bid's bundle (devices)."""
+    use: sp.csr_matrix
+    """(K, R) resource use of each bid's bundle (devices), sparse (a bundle names a type and a
+    few nodes); a dense array is converted."""
     value: FloatArray
     """(K,) V of each bundle (> 0)."""
     outside: FloatArray
@@ -69,6 +70,10 @@ class Bids:
     max_winners: int = 0
     """A bound on how many bidders can win at once (Themis: the free devices); 0 = the
     number of bidders. Enables the dominance reduction (`dominated`)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.use, sp.csr_matrix):
+            object.__setattr__(self, "use", sp.csr_matrix(self.use, dtype=np.float64))
 
     @property
     def num_bidders(self) -> int:
@@ -138,7 +143,8 @@ def welfare_of(bids: Bids, choice: IntArray, exclude: int = -1) -> float:
 def feasible(bids: Bids, choice: IntArray, tolerance: float = 1e-9) -> bool:
     """The chosen bundles fit the capacity together."""
     won = choice[choice >= 0]
-    use = bids.use[won].sum(axis=0) if won.size else np.zeros(bids.capacity.size)
+    use = np.asarray(bids.use[won].sum(axis=0)).ravel() if won.size else \
+        np.zeros(bids.capacity.size)
     return bool(np.all(use <= bids.capacity + tolerance))
 
 
@@ -147,11 +153,15 @@ def _greedy_fill(bids: Bids, cols: IntArray, gain: FloatArray) -> IntArray:
     (among `cols`) that still fits."""
     choice = np.full(bids.num_bidders, -1, np.int64)
     left = bids.capacity.astype(np.float64).copy()
-    for k in cols[np.lexsort((cols, -gain[cols]))]:
+    indptr, indices, data = bids.use.indptr, bids.use.indices, bids.use.data
+    for k in cols[np.lexsort((cols, -gain[cols]))].tolist():
         i = int(bids.bidder[k])
-        if choice[i] < 0 and np.all(bids.use[k] <= left + 1e-9):
+        if choice[i] >= 0:
+            continue
+        rows = slice(indptr[k], indptr[k + 1])
+        if np.all(data[rows] <= left[indices[rows]] + 1e-9):
             choice[i] = k
-            left -= bids.use[k]
+            left[indices[rows]] -= data[rows]
     return choice
 
 
@@ -167,9 +177,11 @@ def dominated(bids: Bids, cols: IntArray, gain: FloatArray) -> NDArray[np.bool_]
     if limit <= 0 or cols.size <= limit:
         return out
     use = bids.use[cols]
-    single = (use > 0).sum(axis=1) == 1
-    resource = np.argmax(use > 0, axis=1)
-    size = use[np.arange(cols.size), resource]
+    use.eliminate_zeros()
+    single = np.diff(use.indptr) == 1
+    first = np.minimum(use.indptr[:-1], max(use.indices.size - 1, 0))
+    resource = np.where(single, use.indices[first] if use.indices.size else 0, -1)
+    size = np.where(single, use.data[first] if use.data.size else 0.0, 0.0)
     for r in np.unique(resource[single]):
         on = np.flatnonzero(single & (resource == r))
         if on.size <= limit:
@@ -216,6 +228,10 @@ def proportional_fair(
         np.isin(given[given >= 0], cols).all())
     incumbent = given if usable and given is not None else _greedy_fill(bids, cols, gain)
     base = float(np.sum(np.log(bids.outside[np.arange(a) != exclude])))
+    if deadline.expired():  # no time for the program: the feasible start, bound unknown
+        value = welfare_of(bids, incumbent, exclude)
+        return Welfare(incumbent, value, math.inf, SolverStatus.TIME_LIMIT, 0.0, ModelSize(),
+                       "greedy", detail="time limit reached before the program was solved")
     matrix, rhs = _rows(bids, cols)
     k = cols.size
     model = LinearModel(
@@ -253,12 +269,12 @@ def _rows(bids: Bids, cols: IntArray) -> tuple[sp.csc_matrix, FloatArray]:
     some bundle uses (`<=`)."""
     k = cols.size
     bidders, owner_row = np.unique(bids.bidder[cols], return_inverse=True)
-    used = np.flatnonzero(bids.use[cols].sum(axis=0) > 0)
-    sub = bids.use[np.ix_(cols, used)]
-    r_idx, c_idx = np.nonzero(sub.T)
-    rows = np.concatenate([owner_row, bidders.size + r_idx])
-    colsx = np.concatenate([np.arange(k), c_idx])
-    vals = np.concatenate([np.ones(k), sub.T[r_idx, c_idx]])
+    chosen = bids.use[cols].tocoo()
+    keep = chosen.data != 0
+    used, resource_row = np.unique(chosen.col[keep], return_inverse=True)
+    rows = np.concatenate([owner_row, bidders.size + resource_row])
+    colsx = np.concatenate([np.arange(k), chosen.row[keep]])
+    vals = np.concatenate([np.ones(k), chosen.data[keep]])
     n_rows = bidders.size + used.size
     matrix = sp.csc_matrix((vals, (rows, colsx)), shape=(n_rows, k))
     return matrix, np.concatenate([np.ones(bidders.size), bids.capacity[used]])
@@ -282,13 +298,14 @@ def partial_allocation(
     exact = pf.status is SolverStatus.OPTIMAL
     solves = 0
     skipped = 0
-    for i in np.flatnonzero(pf.choice >= 0):
-        others = welfare_of(bids, pf.choice, exclude=int(i))
-        if deadline.expired():
-            kept[i], lower[i] = 1.0, 0.0
-            skipped += 1
+    winners = np.flatnonzero(pf.choice >= 0)
+    for position, i in enumerate(winners.tolist()):
+        if deadline.expired():  # the rest keep their bundles whole: no payment
+            kept[winners[position:]], lower[winners[position:]] = 1.0, 0.0
+            skipped = winners.size - position
             exact = False
-            continue
+            break
+        others = welfare_of(bids, pf.choice, exclude=i)
         without = proportional_fair(bids, exclude=int(i), abs_gap=abs_gap, deadline=deadline,
                                     threads=threads, start=pf.choice)
         solves += without.solver != "closed form"

@@ -110,7 +110,7 @@ def brute_force(devices: Devices, bids: Bids, exclude: int = -1) -> float:
         counts = (assignments == b).astype(float) @ onehot
         best = np.full(assignments.shape[0], bids.outside[b])
         for k in np.flatnonzero(bids.bidder == b):
-            contains = np.all(counts >= bids.use[k] - 1e-9, axis=1)
+            contains = np.all(counts >= bids.use[[k]].toarray() - 1e-9, axis=1)
             best = np.where(contains, np.maximum(best, bids.value[k]), best)
         total += np.log(best)
     return float(total.max())
