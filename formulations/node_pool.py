@@ -10,6 +10,8 @@ no node.
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -26,6 +28,7 @@ class NodePool:
         """Free devices of each node when the pool was made."""
         self.pool = int(total)
         """Free devices of the type (the sum of `free` when nodes are known)."""
+        self._by_free: dict[int, list[int]] | None = None
 
     @property
     def layout(self) -> bool:
@@ -57,12 +60,11 @@ class NodePool:
         ):
             taken = self._take_from(list(previous), need)
         else:
-            whole = [k for k in self.nodes if self.free[k] >= need]
-            if whole:
-                taken = self._take_from([min(whole, key=lambda k: (self.free[k], k))], need)
+            best = self._best_fit(need)
+            if best is not None:
+                taken = self._take_from([best], need)
             elif not single_node:
-                taken = self._take_from(sorted(self.nodes, key=lambda k: (-self.free[k], k)),
-                                        need)
+                taken = self._take_largest(need)
         if taken is not None:
             self.pool -= need
         return taken
@@ -70,9 +72,58 @@ class NodePool:
     def take_exactly(self, node_devices: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
         """Take the given (node, devices) pairs (the caller checked that they fit)."""
         for k, devices in node_devices:
-            self.free[k] -= devices
+            self._set(k, self.free[k] - devices)
             self.pool -= devices
         return tuple(k for k, _ in node_devices)
+
+    def _index(self) -> dict[int, list[int]]:
+        """Nodes by free devices (a heap of node indices per count, with stale entries that
+        `_lowest` drops): a gang's node is found without scanning every node of the type."""
+        if self._by_free is None:
+            self._by_free = {}
+            for k in self.nodes:
+                self._by_free.setdefault(self.free[k], []).append(k)
+            for heap in self._by_free.values():
+                heapq.heapify(heap)
+        return self._by_free
+
+    def _set(self, k: int, free: int) -> None:
+        self.free[k] = free
+        if self._by_free is not None:
+            heapq.heappush(self._by_free.setdefault(free, []), k)
+
+    def _lowest(self, count: int) -> int | None:
+        """The lowest-index node with exactly `count` free devices, if any."""
+        heap = self._index().get(count)
+        while heap:
+            if self.free[heap[0]] == count:
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
+    def _best_fit(self, need: int) -> int | None:
+        """The node with the fewest free devices >= `need` (ties: lowest index)."""
+        for count in sorted(c for c in self._index() if c >= need):
+            k = self._lowest(count)
+            if k is not None:
+                return k
+        return None
+
+    def _take_largest(self, need: int) -> tuple[int, ...]:
+        """`need` devices from nodes in decreasing free devices (ties: lowest index)."""
+        taken: list[int] = []
+        for count in sorted((c for c in self._index() if c > 0), reverse=True):
+            while need > 0:
+                k = self._lowest(count)
+                if k is None:
+                    break
+                use = min(count, need)
+                self._set(k, count - use)
+                need -= use
+                taken.append(k)
+            if need == 0:
+                break
+        return tuple(taken)
 
     def _take_from(self, order: list[int], need: int) -> tuple[int, ...]:
         taken: list[int] = []
@@ -81,7 +132,7 @@ class NodePool:
                 break
             use = min(self.free[k], need)
             if use:
-                self.free[k] -= use
+                self._set(k, self.free[k] - use)
                 need -= use
                 taken.append(k)
         return tuple(taken)

@@ -48,6 +48,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from apportion.formulations.gavel_lp import FtfData, ftf_data
 from apportion.formulations.leases import holding_leases, keep_leases
@@ -136,19 +137,24 @@ def auction_bids(
     """The mechanism's input: resources are the n types, then the nodes."""
     n = problem.cluster.num_types
     nodes = len(problem.cluster.node_names)
-    position = {int(i): p for p, i in enumerate(offered)}
-    use = np.zeros((len(bundles), n + nodes))
-    for k, bundle in enumerate(bundles):
-        use[k, bundle.type_index] = problem.jobs.scale_factor[bundle.job]
-        for node, devices in bundle.node_devices:
-            use[k, n + node] = devices
+    position = np.full(problem.jobs.num_jobs, -1, np.int64)
+    position[offered] = np.arange(offered.size)
+    job = np.array([b.job for b in bundles], np.int64)
+    # one entry per bundle on its type, then one per named node
+    named = [(k, n + node, devices) for k, b in enumerate(bundles)
+             for node, devices in b.node_devices]
+    rows = np.concatenate([np.arange(len(bundles)), [r for r, _, _ in named]]).astype(np.int64)
+    cols = np.concatenate([[b.type_index for b in bundles], [c for _, c, _ in named]])
+    vals = np.concatenate([problem.jobs.scale_factor[job].astype(np.float64),
+                           [d for _, _, d in named]])
+    use = sp.csr_matrix((vals, (rows, cols.astype(np.int64))), shape=(len(bundles), n + nodes))
     capacity = np.zeros(n + nodes)
     for j, pool in enumerate(pools):
         capacity[j] = pool.pool
         for node, free in pool.free.items():
             capacity[n + node] = free
     return Bids(
-        bidder=np.array([position[b.job] for b in bundles], np.int64),
+        bidder=position[job],
         use=use,
         value=np.array([1.0 / b.rho for b in bundles]),
         outside=1.0 / rho_without[offered],
