@@ -127,6 +127,8 @@ class PartialAllocation:
     """Every c_i is within `abs_gap` (relative) of its exact value."""
     solve_time_s: float
     detail: str = ""
+    payments_cut: bool = False
+    """The time limit passed before every winner was priced (the rest keep c_i = 1)."""
 
 
 def _best_choice(bids: Bids, keep: np.ndarray) -> IntArray:
@@ -317,7 +319,7 @@ def partial_allocation(
     for position, i in enumerate(winners.tolist()):
         if deadline.expired():  # the rest keep their bundles whole: no payment
             kept[winners[position:]], lower[winners[position:]] = 1.0, 0.0
-            skipped = winners.size - position
+            skipped += winners.size - position
             exact = False
             break
         others = welfare_of(bids, pf.choice, exclude=i)
@@ -329,11 +331,14 @@ def partial_allocation(
         lower[i] = min(kept[i], math.exp(others - max(without.bound, best)))
         if without.status is not SolverStatus.OPTIMAL or without.bound - best > abs_gap * 1.01:
             exact = False
+        if without.status.limit_reached:
+            skipped += 1  # priced against the best choice found in time
     detail = f"{int((pf.choice >= 0).sum())} winners, {solves} payment programs"
     if skipped:
-        detail += f"; {skipped} payments not computed (time limit): c = 1"
+        detail += (f"; {skipped} payments cut by the time limit (c_i = 1, or priced against "
+                   "the best choice found in time)")
     return PartialAllocation(pf, kept, lower, solves, exact,
-                             time.perf_counter() - started, detail)
+                             time.perf_counter() - started, detail, payments_cut=skipped > 0)
 
 
 @dataclass(frozen=True)
@@ -356,6 +361,8 @@ class DivisibleAllocation:
     solve_time_s: float
     size: ModelSize
     solver_version: str
+    payments_cut: bool = False
+    """The time limit passed before every bidder was priced (the rest keep c_i = 1)."""
 
 
 def divisible_partial_allocation(
@@ -382,11 +389,12 @@ def divisible_partial_allocation(
     logs = np.log(np.maximum(utility, 1e-300))
     kept = np.ones(a)
     exact = full.status.solved and full.bound - full.objective <= abs_gap
+    cut = False
     for i in range(a):
         if a == 1:
             break
         if deadline.expired():
-            exact = False
+            exact, cut = False, True
             break
         rest = np.arange(a) != i
         without = solve_market(value[rest], scale[rest], capacity, ones[:-1], deadline)
@@ -395,6 +403,7 @@ def divisible_partial_allocation(
         kept[i] = min(1.0, math.exp(others - best))
         if not without.status.solved or without.bound - best > abs_gap:
             exact = False
+        cut |= without.status.limit_reached
     return DivisibleAllocation(full.X, utility, kept, full.objective, full.bound, full.status,
                                exact, time.perf_counter() - started, full.size,
-                               full.solver_version)
+                               full.solver_version, payments_cut=cut)

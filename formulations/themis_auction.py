@@ -255,6 +255,8 @@ class Mechanism:
     solve_time_s: float
     bids: int
     detail: str
+    payments_cut: bool = False
+    """The time limit passed before every winner was priced (the rest keep their share)."""
 
 
 def _epoch(problem: Problem, fair: FairnessInputs, params: ThemisAuctionParameters) -> Epoch:
@@ -319,7 +321,8 @@ def _bundle_auction(
     return Mechanism(kept, rho_won, bundle_index, log_value, pf.objective, pf.bound, pf.status,
                      outcome.payments_exact, pf.solver, pf.solver_version, pf.size,
                      outcome.solve_time_s, len(bundles),
-                     f"{pf.detail}; {outcome.detail}" if pf.detail else outcome.detail)
+                     f"{pf.detail}; {outcome.detail}" if pf.detail else outcome.detail,
+                     outcome.payments_cut)
 
 
 def _divisible_auction(
@@ -351,7 +354,7 @@ def _divisible_auction(
                      outcome.bound, outcome.status, outcome.payments_exact, "clarabel",
                      outcome.solver_version, outcome.size, outcome.solve_time_s,
                      int(bidders.size), f"{bidders.size} bidders, {bidders.size} payment "
-                                        "programs (Eisenberg-Gale)")
+                                        "programs (Eisenberg-Gale)", outcome.payments_cut)
 
 
 def solve_policy(
@@ -439,7 +442,10 @@ def _plan(
                           gap_scale=scale).gap
         ended = termination(mechanism.status, True, gap, tolerance)
         detail = mechanism.detail
-        if ended is Termination.OPTIMAL and not mechanism.exact:
+        if mechanism.payments_cut and ended in (Termination.OPTIMAL,
+                                                Termination.OPTIMAL_INACCURATE):
+            ended = Termination.FEASIBLE  # not the mechanism's answer: some payments missing
+        elif ended is Termination.OPTIMAL and not mechanism.exact:
             ended = Termination.OPTIMAL_INACCURATE
             detail += "; some payment programs not solved to the gap"
         cert = Certificate(
