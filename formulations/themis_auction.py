@@ -69,11 +69,11 @@ from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Ter
 
 BoolArray = np.ndarray
 
-PLAN_S_PER_JOB = 6e-6
+PLAN_S_PER_JOB = 8e-6
 """Time (s) held back from the mechanism per job for the leftover allocation and the plan
-(measured 4-6 us per job at 100,000 jobs on a shared 2-core machine)."""
-PLACE_S_PER_WINNER = 1e-5
-"""Time (s) held back per bidder for placing the winners on nodes (measured 5-10 us per
+(measured 4-8 us per job at 100,000 jobs on a shared 2-core machine)."""
+PLACE_S_PER_WINNER = 1.5e-5
+"""Time (s) held back per bidder for placing the winners on nodes (measured 5-15 us per
 winner)."""
 
 
