@@ -30,6 +30,9 @@ from apportion.formulations.partial_allocation import (
     proportional_fair,
     welfare_of,
 )
+from apportion.solver.backends.status import SolverStatus
+from apportion.solver.deadline import Deadline
+from apportion.solver.result import ModelSize
 
 Array = NDArray[np.float64]
 
@@ -110,7 +113,7 @@ def brute_force(devices: Devices, bids: Bids, exclude: int = -1) -> float:
         counts = (assignments == b).astype(float) @ onehot
         best = np.full(assignments.shape[0], bids.outside[b])
         for k in np.flatnonzero(bids.bidder == b):
-            contains = np.all(counts >= bids.use[k] - 1e-9, axis=1)
+            contains = np.all(counts >= bids.use[[k]].toarray() - 1e-9, axis=1)
             best = np.where(contains, np.maximum(best, bids.value[k]), best)
         total += np.log(best)
     return float(total.max())
@@ -246,3 +249,34 @@ def test_a_bidder_alone_pays_nothing_and_favourites_that_fit_need_no_solve() -> 
     assert math.isclose(outcome.kept_fraction[0], 1.0 / 2.9, rel_tol=1e-9)
     without = proportional_fair(tight, exclude=0)
     assert list(without.choice) == [-1, 1]
+
+
+@given(auctions())
+def test_a_passed_deadline_gives_a_feasible_choice_without_a_program(
+    case: tuple[Devices, Bids]
+) -> None:
+    """With the deadline already past no program is built: a feasible choice (the greedy start
+    or every favourite when they fit), its bound unknown unless closed form proves it, every
+    winner keeping its whole bundle, and the cut reported."""
+    _, bids = case
+    outcome = partial_allocation(bids, deadline=Deadline(0.0))
+    pf = outcome.welfare
+    assert feasible(bids, pf.choice)
+    assert pf.size == ModelSize()  # nothing was handed to a solver
+    if pf.solver != "closed form":
+        assert pf.status is SolverStatus.TIME_LIMIT and math.isinf(pf.bound)
+    assert pf.objective == welfare_of(bids, pf.choice)
+    won = pf.choice >= 0
+    assert np.all(outcome.kept_fraction[won] == 1.0)
+    assert outcome.payments_cut is bool(won.any())
+    if won.any():
+        assert not outcome.payments_exact
+
+
+def test_a_contested_device_past_the_deadline_goes_to_the_greedy_choice() -> None:
+    bids = Bids(np.array([0, 1]), np.array([[1.0], [1.0]]), np.array([3.0, 2.9]),
+                np.array([1.0, 1.0]), np.array([1.0]))
+    outcome = partial_allocation(bids, deadline=Deadline(0.0))
+    assert list(outcome.welfare.choice) == [0, -1]  # the larger gain fits first
+    assert outcome.welfare.status is SolverStatus.TIME_LIMIT
+    assert outcome.kept_fraction[0] == 1.0 and outcome.payments_cut

@@ -26,9 +26,9 @@ from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
 from apportion.solver.errors import ValidationError
 from apportion.solver.fairness_model import BidTable, BundleBid, FairnessInputs
-from apportion.solver.model import Compat, PolicyRequest, Problem
+from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import ThemisAuctionParameters
-from apportion.solver.result import Plan, Termination
+from apportion.solver.result import ModelSize, Plan, Termination
 from apportion.solver.solve import solve
 from apportion.solver.validation import make_problem
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -274,3 +274,42 @@ def test_bad_inputs_are_field_errors(mutate: Any, field: str) -> None:
     data = request()
     mutate(data)
     assert field in violations(data)
+
+
+# --------------------------------------------------------------------------------------------
+# the deadline: cut at every place a solve looks at it
+
+
+@pytest.mark.parametrize("divisible", [False, True])
+def test_a_deadline_passing_at_any_check_gives_a_feasible_honest_plan(divisible: bool) -> None:
+    """Ten jobs contest four devices (favourites do not all fit), so the proportional-fair
+    program and the payment programs run. Whichever check the deadline passes at, the plan is
+    feasible and work-conserving; it is `optimal` only when the deadline never passed, and
+    with the deadline past from the start no program is built and every winner keeps its
+    whole share."""
+    from tests.countdown import CountdownDeadline
+
+    problem = instance(3, m=10, counts=(2, 2))
+    request = PolicyRequest("themis_auction", ThemisAuctionParameters(
+        fairness_knob=0.0, divisible_shares=divisible))
+    reference = solve(problem, request)
+    assert reference.certificate.termination is Termination.OPTIMAL
+    terminations = []
+    for checks in range(40):
+        plan = solve(problem, request, SolveOptions(), CountdownDeadline(checks=checks))
+        cert = plan.certificate
+        assert_work_conserving(problem, plan)
+        if cert.termination is Termination.OPTIMAL:  # then it is the mechanism's answer
+            assert np.allclose(plan.time_share, reference.time_share, atol=1e-9)
+        else:
+            assert cert.termination is Termination.FEASIBLE
+        won = winners(plan)
+        assert plan.auction is not None
+        kept = np.array([o.kept_fraction for o in plan.auction.outcomes])[won]
+        if checks == 0:
+            assert won.any() and np.all(kept == 1.0)
+            if not divisible:
+                assert cert.model_size == ModelSize()  # no program was built
+        terminations.append(cert.termination)
+    assert terminations[0] is Termination.FEASIBLE
+    assert terminations[-1] is Termination.OPTIMAL  # the countdown outlasts a whole solve
