@@ -553,3 +553,27 @@ def test_second_milp_solver_agrees(case: tuple[Problem, int]) -> None:
     pi = np.linspace(1.0, 3.0, inputs.n)
     ours = sw.solve_window(inputs, pi, None, gap=0.0)
     assert ours.objective == pytest.approx(scip_optimum(inputs, pi), rel=1e-6, abs=1e-7)
+
+
+@given(windows())
+def test_a_window_too_large_for_the_time_left_is_not_started(
+    case: tuple[Problem, int],
+) -> None:
+    """With less time left than HiGHS needs before it first reads its limit (here: any time,
+    by making the allowance per nonzero huge), no MILP runs: the answer comes at once, says so,
+    is never optimal, and any schedule it returns fits the devices."""
+    from apportion.solver.deadline import Deadline
+
+    problem, T = case
+    allowance = sw.MILP_UNREAD_LIMIT_S_PER_NONZERO
+    sw.MILP_UNREAD_LIMIT_S_PER_NONZERO = 1e9
+    try:
+        plan = solve(problem, PolicyRequest("shockwave", params(T)),
+                     deadline=Deadline.after(3600.0))
+    finally:
+        sw.MILP_UNREAD_LIMIT_S_PER_NONZERO = allowance
+    assert plan.certificate.termination is not Termination.OPTIMAL
+    assert "not started" in plan.certificate.detail
+    if plan.window is not None:
+        used = plan.window.schedule.astype(int) @ problem.jobs.scale_factor
+        assert np.all(used <= int(problem.cluster.count.sum()))
