@@ -138,29 +138,34 @@ def _place(
         (i for i in range(len(choice)) if choice[i] >= 0),
         key=lambda i: (-configs[choice[i]].devices, -configs[choice[i]].nodes, not keep[i], i),
     )
+    nodes_of: dict[int, IntArray] = {}  # each type's nodes, ascending, found once
     for i in order:
         conf = configs[choice[i]]
-        of_type = np.nonzero(layout.node_type == conf.type_index)[0]
+        of_type = nodes_of.get(conf.type_index)
+        if of_type is None:
+            of_type = nodes_of[conf.type_index] = np.nonzero(
+                layout.node_type == conf.type_index)[0]
         prev = [v for v in previous[i] if v in set(of_type.tolist())] if keep[i] else []
+        # candidates as arrays (ascending node index); previous nodes first, then as stated
         if conf.nodes > 1:
             per = conf.devices // conf.nodes
-            whole = [v for v in of_type if free[v] == size[v] == per]
-            whole.sort(key=lambda v: (v not in prev, v))
-            if len(whole) < conf.nodes:
+            whole = of_type[(free[of_type] == size[of_type]) & (size[of_type] == per)]
+            whole = whole[np.argsort(~np.isin(whole, prev), kind="stable")]
+            if whole.size < conf.nodes:
                 failed.append(i)
                 continue
             picked = whole[: conf.nodes]
-            for v in picked:
-                free[v] = 0
+            free[picked] = 0
             result[i] = tuple((int(v), int(per)) for v in picked)
         else:
-            fits = [v for v in of_type if free[v] >= conf.devices]
-            if not fits:
+            fits = of_type[free[of_type] >= conf.devices]
+            if fits.size == 0:
                 failed.append(i)
                 continue
-            best = min(fits, key=lambda v: (v not in prev, free[v], v))
+            # min over (not previous, free devices, node index)
+            best = int(fits[np.lexsort((fits, free[fits], ~np.isin(fits, prev)))[0]])
             free[best] -= conf.devices
-            result[i] = ((int(best), conf.devices),)
+            result[i] = ((best, conf.devices),)
     return PlacementResult(tuple(result), tuple(failed))
 
 
