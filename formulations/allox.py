@@ -85,6 +85,7 @@ from apportion.solver.backends.highs import (
     highs_version,
     solve_highs,
 )
+from apportion.solver.backends.highs_startup import INTERIOR_POINT_LP, SIMPLEX_LP, can_start
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.certificate import termination
 from apportion.solver.deadline import NO_DEADLINE, Deadline
@@ -102,13 +103,6 @@ from apportion.solver.result import (
 )
 
 MAX_PRICING_ROUNDS = 64
-IPM_FIRST_ITERATION_S_PER_NONZERO = 1e-6
-"""Time HiGHS's interior point spends before its first iteration (when it first reads its time
-limit), per nonzero of the LP (measured: 1.3 s for 1.26 million nonzeros, 100,000 jobs on
-75,000 devices, on a loaded 2-core machine)."""
-SIMPLEX_FIRST_ITERATION_S_PER_NONZERO = 5e-7
-"""The same for dual simplex (its setup: 0.7 s for 1.26 million nonzeros); with less time left
-the LP is not started and the plan is the fastest-group schedule, reported as time-limited."""
 DECODE_S_PER_ITEM = 6e-6
 """Time (s) the LP leaves, per matched job and per device, for decoding its matching into
 queues (measured: about 1 s for 100,000 jobs on 75,000 devices on a loaded 2-core machine)."""
@@ -210,17 +204,13 @@ def _solve_lp(
     # Interior point + crossover (a vertex): 3-6x faster than simplex on 10^4-10^5 arcs here;
     # it can stall on small degenerate instances (no status at these tolerances), which
     # simplex always settles. Infeasible = too few positions for the jobs of some group.
-    # Interior point cannot stop before its first iteration, which takes about a microsecond
-    # per nonzero: with less time left than that, simplex (it reads the time limit often)
-    # returns the best point it reached instead of overrunning the deadline.
-    left = deadline.remaining()
-    if left < SIMPLEX_FIRST_ITERATION_S_PER_NONZERO * matrix.nnz:
-        # too little time for either method to reach its first check of the limit
-        return SolverStatus.TIME_LIMIT, np.zeros((N, H)), np.zeros(S), 0.0, nvar, N + S
-    short = left < IPM_FIRST_ITERATION_S_PER_NONZERO * matrix.nnz
+    # Interior point cannot stop before its first iteration: with too little time for that,
+    # simplex (it reads the time limit often) returns the best point it reached instead of
+    # overrunning the deadline; with too little for simplex's setup, nothing is started.
+    short = not can_start(deadline, INTERIOR_POINT_LP, model.size)
     settings = HighsSettings(method="simplex" if short else "ipm", crossover=True,
                              primal_tolerance=1e-10, dual_tolerance=1e-10, threads=threads,
-                             fallback_to_simplex=True)
+                             fallback_to_simplex=True, startup=SIMPLEX_LP)
     result = solve_highs(model, settings, deadline)
     y = np.zeros((N, H))
     np.add.at(y, (rows, slot_group[cols]), result.x)

@@ -32,6 +32,7 @@ import scipy.sparse as sp
 from apportion.formulations.group_plans import NO_USABLE_TYPE, ExactRun, compared_plan
 from apportion.solver.arrays import BoolArray
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
+from apportion.solver.backends.highs_startup import SET_PACKING_MILP, can_start
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.groups import ColocationGroup, GroupSection
@@ -47,12 +48,6 @@ from apportion.solver.sharing import JobConfiguration, SharingInputs
 _EPS = 1e-9
 DEADLINE_CHECK_EVERY = 1024
 """Jobs the greedy places (listed groups read) between two looks at the deadline."""
-MIP_SETUP_S_PER_COLUMN_PAIR = 1.5e-8
-"""Time HiGHS may spend on the set packing without reading its time limit, per squared column
-(its setup after presolve and its first round of cuts grow with the square of the columns;
-measured on a loaded 2-core machine: setup 1.75 s for 24,576 columns, 8 s for 49,152, 31-57 s
-for 98,304; setup and one round of cuts 1.3 s for 12,288). With less time left than that the
-MIP is not started and the plan is the greedy's."""
 PLAN_S_PER_JOB = 4e-6
 """Time (s) the columns, the greedy and the set packing leave, per job, for building the plan
 (measured: about 0.4 s for 100,000 jobs in 39,503 groups on a loaded 2-core machine)."""
@@ -356,8 +351,8 @@ def solve_policy(
     chosen = heuristic
     if compat is not Compat.IADEEP:
         formulation = f"set packing over {len(inst.columns)} (group, configuration) columns"
-        setup_s = MIP_SETUP_S_PER_COLUMN_PAIR * len(inst.columns) ** 2
-        if not inst.complete or before_plan.remaining() < setup_s:
+        size = ModelSize(variables=len(inst.columns))
+        if not inst.complete or not can_start(before_plan, SET_PACKING_MILP, size):
             exact = ExactRun(heuristic_value, None, SolverStatus.TIME_LIMIT, formulation,
                              detail=f"time limit: the set packing was not started (the plan is "
                                     f"{greedy})")

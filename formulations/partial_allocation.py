@@ -43,6 +43,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
+from apportion.solver.backends.highs_startup import BUNDLE_MILP, can_start
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import FloatArray, IntArray
@@ -50,19 +51,6 @@ from apportion.solver.result import ModelSize
 
 ABS_GAP = 1e-7
 """Default absolute gap on the log-welfare (also the relative accuracy of every c_i)."""
-
-
-MILP_SETUP_S_PER_NONZERO = 2.5e-5
-"""Time (s) HiGHS spends on the program, per nonzero, before it first reads its time limit
-(measured: 0.25 s at 9,800 nonzeros, 1.1 s at 39,000; it grows faster than the size)."""
-MILP_SETUP_GROWTH_NONZEROS = 40_000
-"""Beyond this many nonzeros the setup time grows with their square (measured: 16 s at
-120,000 nonzeros, 60,000 bundles)."""
-
-
-def milp_setup_s(nonzeros: int) -> float:
-    """Estimated time (s) before HiGHS first reads its limit on a program of `nonzeros`."""
-    return MILP_SETUP_S_PER_NONZERO * nonzeros * max(1.0, nonzeros / MILP_SETUP_GROWTH_NONZEROS)
 
 
 @dataclass(frozen=True)
@@ -244,7 +232,9 @@ def proportional_fair(
     incumbent = given if usable and given is not None else _greedy_fill(bids, cols, gain)
     base = float(np.sum(np.log(bids.outside[np.arange(a) != exclude])))
     matrix, rhs = _rows(bids, cols)
-    if deadline.expired() or deadline.remaining() < milp_setup_s(matrix.nnz):
+    size = ModelSize(variables=cols.size, constraints=rhs.size, nonzeros=matrix.nnz,
+                     integer_variables=cols.size)
+    if not can_start(deadline, BUNDLE_MILP, size):
         # no time for the program (HiGHS would overrun the limit before first reading it):
         # the feasible start, bound unknown
         value = welfare_of(bids, incumbent, exclude)

@@ -82,6 +82,7 @@ from apportion.solver.backends.highs import (
     highs_version,
     solve_highs,
 )
+from apportion.solver.backends.highs_startup import MILP
 from apportion.solver.backends.status import SolverResult, SolverStatus
 from apportion.solver.certificate import termination
 from apportion.solver.deadline import NO_DEADLINE, Deadline
@@ -116,10 +117,6 @@ tolerance, the same 1e-3, applies)."""
 DEFAULT_TIME_LIMIT_S = 15.0
 """Each MILP of a window stops after this many seconds when the request sets no limit
 (Shockwave's own)."""
-MILP_UNREAD_LIMIT_S_PER_NONZERO = 1e-5
-"""Time per nonzero a window's MILP may run in HiGHS before it first reads its time limit
-(presolve, then the root LP: 1.2 s + 4.6 s for 467,000 nonzeros, 8,192 jobs x 20 rounds); a
-MILP with less time left is not started."""
 MAX_PRIORITY = 1e9
 """Cap on the fallback priority pi_i (rho ** 100 overflows double precision quickly)."""
 Bool2D = NDArray[np.bool_]
@@ -208,16 +205,11 @@ def _run(
     """One MILP (an LP when nothing is integer), stopped at `deadline` or after
     `DEFAULT_TIME_LIMIT_S` when the deadline is further or absent."""
     limited = deadline.within(DEFAULT_TIME_LIMIT_S)
-    if limited.remaining() < MILP_UNREAD_LIMIT_S_PER_NONZERO * A.nnz:
-        # HiGHS would not read its limit again before the time is up: not started
-        return SolverResult(SolverStatus.TIME_LIMIT, np.zeros(cost.size), solver="highs",
-                            size=ModelSize(variables=cost.size, constraints=A.shape[0],
-                                           nonzeros=A.nnz),
-                            detail="not started: too little time left for a program this size")
     model = LinearModel(cost, A, row_lower, row_upper, lower, upper,
                         integer if integer.any() else None, maximize)
+    # a MILP HiGHS could not stop in the time left is not started
     settings = HighsSettings(mip_rel_gap=float(gap), mip_abs_gap=0.0 if gap == 0 else 1e-6,
-                             seed=0, threads=threads)
+                             seed=0, threads=threads, startup=MILP)
     return solve_highs(model, settings, limited)
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from apportion.solver.backends.highs_startup import NO_STARTUP, StartupCost, can_start
 from apportion.solver.backends.status import SolverResult, SolverStatus
 from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import FloatArray
@@ -104,6 +105,9 @@ class HighsSettings:
     can stall on small degenerate instances; simplex settles them)."""
     options: tuple[tuple[str, Any], ...] = field(default_factory=tuple)
     """Other HiGHS options by name, e.g. (("simplex_dual_edge_weight_strategy", 1),)."""
+    startup: StartupCost = NO_STARTUP
+    """The kind of program, for `solve_highs`'s estimate of the time before HiGHS first reads
+    its limit: with less time left the program is not started."""
 
 
 _quiet_done = False
@@ -281,7 +285,11 @@ def solve_highs(
 ) -> SolverResult:
     """Solve `model` once. `start`: a feasible point (column values) handed to a MIP as its
     first incumbent; ignored when None. HiGHS 1.16 can report a better objective than the
-    point it returns after a start (presolve on); such a run is repeated without the start."""
+    point it returns after a start (presolve on); such a run is repeated without the start.
+    A program HiGHS could not start and stop by `deadline` (`settings.startup`) is not started:
+    TIME_LIMIT, no point, no time spent."""
+    if not can_start(deadline, settings.startup, model.size):
+        return not_started(model.size)
     highs = new_highs(settings.threads)
     apply_settings(highs, settings)
     set_deadline(highs, deadline)
@@ -297,6 +305,13 @@ def solve_highs(
             again = solve_highs(model, settings, deadline)
             return replace(again, solve_time_s=again.solve_time_s + elapsed)
     return result
+
+
+def not_started(size: ModelSize) -> SolverResult:
+    """The result of a program of `size` not started for want of time."""
+    return SolverResult(SolverStatus.TIME_LIMIT, np.zeros(size.variables),
+                        np.zeros(size.constraints), solver="highs", size=size,
+                        detail="not started: too little time left for a program this size")
 
 
 def _set_start(highs: Any, start: FloatArray) -> None:

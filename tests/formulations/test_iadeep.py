@@ -22,6 +22,7 @@ from apportion.formulations.iadeep import (
     packing_value,
     solve_packing,
 )
+from apportion.solver.backends.highs_startup import StartupCost
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
@@ -212,7 +213,7 @@ def test_too_little_time_for_the_set_packing_keeps_the_greedys_plan(
     problem = iadeep_problem(seed, m, devices)
     policy = PolicyRequest("iadeep", IadeepParameters())
     with pytest.MonkeyPatch.context() as patch:  # an hour is not enough for any instance
-        patch.setattr(iadeep, "MIP_SETUP_S_PER_COLUMN_PAIR", 3600.0)
+        patch.setattr(iadeep, "SET_PACKING_MILP", StartupCost(per_column_pair_s=3600.0))
         plan = solve(problem, policy, SolveOptions(), Deadline.after(3600.0))
     compat = solve(problem, replace(policy, compat=Compat.IADEEP), SolveOptions())
     cert = plan.certificate

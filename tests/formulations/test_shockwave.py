@@ -562,16 +562,14 @@ def test_a_window_too_large_for_the_time_left_is_not_started(
     """With less time left than HiGHS needs before it first reads its limit (here: any time,
     by making the allowance per nonzero huge), no MILP runs: the answer comes at once, says so,
     is never optimal, and any schedule it returns fits the devices."""
+    from apportion.solver.backends.highs_startup import StartupCost
     from apportion.solver.deadline import Deadline
 
     problem, T = case
-    allowance = sw.MILP_UNREAD_LIMIT_S_PER_NONZERO
-    sw.MILP_UNREAD_LIMIT_S_PER_NONZERO = 1e9
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sw, "MILP", StartupCost(per_nonzero_s=1e9))
         plan = solve(problem, PolicyRequest("shockwave", params(T)),
                      deadline=Deadline.after(3600.0))
-    finally:
-        sw.MILP_UNREAD_LIMIT_S_PER_NONZERO = allowance
     assert plan.certificate.termination is not Termination.OPTIMAL
     assert "not started" in plan.certificate.detail
     if plan.window is not None:

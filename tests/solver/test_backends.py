@@ -24,6 +24,7 @@ from apportion.solver.backends.highs import (
     LinearModel,
     solve_highs,
 )
+from apportion.solver.backends.highs_startup import NO_STARTUP, StartupCost, can_start
 from apportion.solver.backends.lp import solve_lp
 from apportion.solver.backends.ortools import solve_cpsat
 from apportion.solver.backends.status import SolverStatus
@@ -113,6 +114,31 @@ def test_mip_bound_and_incumbent() -> None:
     assert result.objective == pytest.approx(best)
     assert result.bound is not None and result.bound >= best - 1e-9
     assert result.size == ModelSize(3, 3, 9, 3)
+
+
+def test_a_program_too_large_for_the_time_left_is_not_started() -> None:
+    """`settings.startup` estimates HiGHS's time before it first reads its limit: with more
+    than that left the program runs as usual, with less it is not started (TIME_LIMIT, no
+    point, the model's sizes), and without a deadline it always runs."""
+    rows = np.array([[2.0, 3.0, 1.0], [4.0, 1.0, 2.0]])
+    model = LinearModel(np.ones(3), sp.csc_matrix(rows), np.full(2, -INFINITY),
+                        np.array([5.0, 11.0]), np.zeros(3), np.ones(3), maximize=True)
+    per_nonzero = StartupCost(per_nonzero_s=1.0)  # 6 s for this program's 6 nonzeros
+    assert per_nonzero.seconds(model.size) == pytest.approx(6.0)
+    settings = HighsSettings(startup=per_nonzero)
+    ran = solve_highs(model, settings, Deadline.after(3600.0))
+    assert ran.status is SolverStatus.OPTIMAL and ran.has_solution
+    assert solve_highs(model, settings).status is SolverStatus.OPTIMAL
+    stopped = solve_highs(model, settings, Deadline.after(5.0))
+    assert stopped.status is SolverStatus.TIME_LIMIT and not stopped.has_solution
+    assert "not started" in stopped.detail and stopped.solve_time_s == 0.0
+    assert stopped.x.shape == (3,) and stopped.row_dual.shape == (2,)
+    assert stopped.size == model.size
+    # growth with the square beyond a size, and with the columns squared
+    assert StartupCost(per_nonzero_s=1.0, growth_nonzeros=3).seconds(model.size) == \
+        pytest.approx(12.0)
+    assert StartupCost(per_column_pair_s=1.0).seconds(model.size) == pytest.approx(9.0)
+    assert not can_start(Deadline(0.0), NO_STARTUP, model.size)  # a past deadline
 
 
 def test_session_warm_resolve_equals_a_fresh_solve() -> None:
