@@ -15,10 +15,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import json_format
 from hypothesis import strategies as st
 
 from apportion.solver.capabilities import PlanKind
 from apportion.solver.registry import PolicySpec, policies
+from apportion.testing import to_job_columns
+from apportion.v1 import allocation_service_pb2 as service_pb
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 Json = Any
@@ -177,31 +180,13 @@ def every_base() -> list[tuple[str, dict[str, Json]]]:
     return [*out, *examples, ("columnar", columnar)]
 
 
-_DEFAULTS: dict[str, Any] = {
-    "scaleFactor": 1, "priorityWeight": 1.0, "tenant": "", "arrivalTimeS": 0.0,
-    "deadlineS": "NaN", "restartPenaltyS": 30.0, "jobType": "",
-}
-
-
 def to_columns(data: dict[str, Any], keep_rows: int = 0) -> dict[str, Any]:
-    """The same request with its jobs after the first `keep_rows` moved into job_columns."""
-    out = json.loads(json.dumps(data))
-    snapshot = out["snapshot"]
-    rows, moved = snapshot["jobs"][:keep_rows], snapshot["jobs"][keep_rows:]
-    types = [t["name"] for t in snapshot["cluster"]["acceleratorTypes"]][::-1]
-    columns: dict[str, Any] = {
-        "ids": [job["id"] for job in moved],
-        "throughputTypes": types,
-        "throughput": [job.get("throughput", {}).get(t, 0.0) for job in moved for t in types],
-        "stepsDone": [job.get("progress", {}).get("stepsDone", 0.0) for job in moved],
-        "totalSteps": [job.get("progress", {}).get("totalSteps", 0.0) for job in moved],
-    }
-    for key, default in _DEFAULTS.items():
-        columns[key] = [job.get(key, default) for job in moved]
-    snapshot["jobs"] = rows
-    snapshot["jobColumns"] = columns
-    return out
-
+    """The same (valid) request with its jobs after the first `keep_rows` moved into
+    job_columns, throughput types in the reverse of the cluster's order (the columns name
+    their own order)."""
+    request = json_format.ParseDict(data, service_pb.SolveRequest())
+    types = [t.name for t in request.snapshot.cluster.accelerator_types][::-1]
+    return json_format.MessageToDict(to_job_columns(request, keep_rows, types))
 
 
 # --------------------------------------------------------------------------------------------

@@ -405,3 +405,8 @@ def test_to_job_columns_keeps_the_order_of_jobs() -> None:
     assert list(columnar.snapshot.job_columns.ids) == ["c", "d"]
     assert list(columnar.snapshot.job_columns.scale_factor) == [2, 1]
     assert list(columnar.snapshot.job_columns.restart_penalty_s) == [30.0, 30.0]
+    kept = to_job_columns(request, keep_rows=3, types=["k80", "v100"])
+    assert [job.id for job in kept.snapshot.jobs] == ["a", "b", "c"]
+    assert list(kept.snapshot.job_columns.throughput_types) == ["k80", "v100"]
+    assert list(kept.snapshot.job_columns.throughput) == [
+        request.snapshot.jobs[3].throughput.get(name, 0.0) for name in ("k80", "v100")]

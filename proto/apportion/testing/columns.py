@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from apportion.solver.model import DEFAULT_RESTART_PENALTY_S, Problem
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -103,17 +104,21 @@ def _plain(job: snapshot_pb.Job) -> bool:
     return names <= PLAIN_JOB_FIELDS and progress <= {"steps_done", "total_steps"}
 
 
-def to_job_columns(request: service_pb.SolveRequest) -> service_pb.SolveRequest:
+def to_job_columns(
+    request: service_pb.SolveRequest, keep_rows: int = 0, types: Sequence[str] | None = None
+) -> service_pb.SolveRequest:
     """A copy of `request` with the trailing `Snapshot.jobs` entries that use only the plain
     fields moved into `Snapshot.job_columns` (columnar jobs follow the rows, so a plain job
-    before one that needs a row keeps its row and the order is unchanged). Unset row fields
-    become their documented defaults (scale factor 1, weight 1, no deadline, restart penalty
-    30 s), so the service reads the same jobs either way."""
+    before one that needs a row keeps its row and the order is unchanged); the first
+    `keep_rows` jobs always stay rows. Unset row fields become their documented defaults
+    (scale factor 1, weight 1, no deadline, restart penalty 30 s), so the service reads the same
+    jobs either way. `types`: the order of `JobColumns.throughput_types` (default: the
+    cluster's order, only the types some moved job names)."""
     out = service_pb.SolveRequest()
     out.CopyFrom(request)
     jobs = out.snapshot.jobs
     start = len(jobs)
-    while start > 0 and _plain(jobs[start - 1]):
+    while start > keep_rows and _plain(jobs[start - 1]):
         start -= 1
     moved = list(jobs)[start:]
     if not moved:
@@ -123,7 +128,8 @@ def to_job_columns(request: service_pb.SolveRequest) -> service_pb.SolveRequest:
     jobs.extend(kept)
     columns = out.snapshot.job_columns
     names = [t.name for t in out.snapshot.cluster.accelerator_types]
-    used = [n for n in names if any(n in job.throughput for job in moved)]
+    used = [n for n in names if any(n in job.throughput for job in moved)] \
+        if types is None else list(types)
     columns.throughput_types.extend(used)
     for job in moved:
         columns.ids.append(job.id)
