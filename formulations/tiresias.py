@@ -31,10 +31,10 @@ Admission, in priority order:
   `PLACEMENT_CHECKS_MAX` checks, or once the checks' share of the time is used, the rest of
   the order is admitted by counts; the plan is then `optimal` only if that admitted nobody.
 
-Time limit: the admission leaves time for the plan and reads the deadline between windows
-of the walk (and between placement checks). Cut short, the jobs it decided keep the exact
-decisions, the others are not admitted ("stopped at the time limit"), and the plan is
-`feasible` with the bound: admitted + undecided jobs.
+Time limit: the Gittins indices leave time for the walk, the walk for the plan; both read
+the deadline between array operations (and between placement checks). Jobs left without an
+index come after the others of their queue; jobs the walk did not reach are not admitted
+("stopped at the time limit"); the plan is then `feasible` with the bound of `admit`.
 
 The plan gives time share 1 on its type to every admitted job; running jobs not admitted
 are preempted. `Plan.admission` carries, per job, its queue, rank, index and the executed and
@@ -76,6 +76,8 @@ COUNT_S_PER_JOB = 1e-6
 (measured: about 0.03 s for 100,000 jobs)."""
 SKIP_FIT_WINDOW = 256
 """Fewest jobs in a window of `skip_fit` after a misfit (module docstring of `skip_fit`)."""
+GITTINS_CHUNK = 2**18
+"""Attained values x service samples per array operation of `gittins_indices`."""
 
 
 def queue_of(service: FloatArray, thresholds: tuple[float, ...]) -> IntArray:
@@ -88,24 +90,60 @@ def gittins_index(
     attained: float, samples: FloatArray, quantum: float = 0.0, quirk: bool = False
 ) -> float:
     """G(a) of the module docstring (sup over Delta when `quantum` is 0)."""
+    return float(gittins_indices(np.array([attained], np.float64), samples, quantum, quirk)[0])
+
+
+def gittins_indices(
+    attained: FloatArray, samples: FloatArray, quantum: float = 0.0, quirk: bool = False,
+    deadline: Deadline = NO_DEADLINE,
+) -> FloatArray:
+    """G(a) of the module docstring for each value of `attained` (sup over Delta when
+    `quantum` is 0); nan for the values not reached before the deadline.
+
+    Each distinct value once, in increasing order (queue order), `GITTINS_CHUNK` values x
+    samples per array operation, one deadline look each. Over the sorted samples d, with
+    rest_k = d_k - a for the samples above a: a quantum Delta finishes those with rest <=
+    Delta and spends min(rest, Delta) on each (the quirk: d_k on a finished one). The supremum
+    is attained at a breakpoint Delta = rest_t: t - p + 1 samples finished (p samples at or
+    below a) over the cumulative spend up to t plus rest_t for each sample after t (among
+    equal rests the last counts them all, the others give less)."""
     d = np.sort(np.asarray(samples, np.float64))
+    values, inverse = np.unique(np.asarray(attained, np.float64), return_inverse=True)
+    found = np.full(values.size, np.nan)
     if d.size == 0:
-        return 0.0
-    later = d[d > attained]
-    if later.size == 0:
-        below = d[d < d[-1]]
-        if below.size == 0 or below[-1] >= attained:
-            return 0.0
-        return gittins_index(float(below[-1]), d, quantum, quirk)
-    rest = later - attained
-    deltas = np.array([quantum]) if quantum > 0 else np.unique(rest)
-    done = (rest[None, :] <= deltas[:, None])
-    if quirk:
-        spent = np.where(done, later[None, :], deltas[:, None])
-    else:
-        spent = np.minimum(rest[None, :], deltas[:, None])
-    ratio = done.sum(axis=1) / spent.sum(axis=1)
-    return float(ratio.max())
+        return np.zeros(inverse.size)
+    # at or past the largest sample: the index of the largest sample below it (0 when none)
+    below = d[d < d[-1]]
+    past = values >= d[-1]
+    found[past] = 0.0 if below.size == 0 else np.nan
+    probe = values[~past]
+    if past.any() and below.size:
+        probe = np.append(probe, below[-1])
+    k = d.size
+    after = (k - 1 - np.arange(k))[None, :]  # samples after each position
+    computed = np.full(probe.size, np.nan)
+    rows = max(1, GITTINS_CHUNK // k)
+    for start in range(0, probe.size, rows):
+        if deadline.expired():
+            break
+        a = probe[start:start + rows, None]
+        rest = d[None, :] - a
+        later = rest > 0
+        each = np.broadcast_to(d, rest.shape) if quirk else rest
+        if quantum > 0:
+            done = later & (rest <= quantum)
+            spent = np.where(later, np.where(done, each, quantum), 0.0).sum(axis=1)
+            ratio = done.sum(axis=1) / spent
+        else:
+            cumulative = np.cumsum(np.where(later, each, 0.0), axis=1)
+            finished = np.arange(1, k + 1)[None, :] - (k - later.sum(axis=1))[:, None]
+            ratio = np.divide(finished, cumulative + rest * after, where=later,
+                              out=np.full(rest.shape, -np.inf)).max(axis=1)
+        computed[start:start + rows] = ratio
+    found[~past] = computed[:int(np.count_nonzero(~past))]
+    if past.any() and below.size:
+        found[past] = computed[-1]
+    return found[inverse]
 
 
 def _attained(problem: Problem, executed: FloatArray, service: TiresiasService) -> FloatArray:
@@ -114,10 +152,32 @@ def _attained(problem: Problem, executed: FloatArray, service: TiresiasService) 
     return executed * problem.jobs.scale_factor
 
 
+@dataclass(frozen=True)
+class Ranking:
+    """The admission order and each job's state after promotions (per job, problem order)."""
+
+    order: IntArray
+    queue: IntArray
+    index: FloatArray
+    """2D-Gittins index (0 for LAS; nan when not computed before the deadline)."""
+    attained: FloatArray
+    executed: FloatArray
+    waiting: FloatArray
+    promoted: BoolArray
+    unindexed: int
+    """Jobs whose Gittins index was not computed before the deadline: ranked after the others
+    of their queue, by arrival."""
+    exact: int
+    """Leading jobs of `order` in the policy's order: all, or those in queues before the first
+    job without its index."""
+
+
 def admission_order(
-    problem: Problem, parameters: TiresiasParameters, compat: Compat
-) -> tuple[IntArray, IntArray, FloatArray, FloatArray, FloatArray, FloatArray, np.ndarray]:
-    """(order, queue, index, attained, executed, waiting, promoted) after promotions."""
+    problem: Problem, parameters: TiresiasParameters, compat: Compat,
+    deadline: Deadline = NO_DEADLINE,
+) -> Ranking:
+    """The order of the module docstring, after promotions; the Gittins indices are computed
+    until `deadline`."""
     m = problem.jobs.num_jobs
     inputs = placement_jobs(problem)
     executed = inputs.executed_time_s.copy() if inputs.executed_time_s.size == m else np.zeros(m)
@@ -136,17 +196,24 @@ def admission_order(
     arrival = problem.jobs.arrival_time_s
     ids = np.array(problem.jobs.ids, dtype=object)
     id_rank = np.argsort(np.argsort(ids, kind="stable"), kind="stable")
+    unindexed = 0
     if parameters.mode is TiresiasMode.GITTINS:
         quantum = parameters.gittins_quantum
         quirk = compat is Compat.TIRESIAS
         if quirk and quantum <= 0:
             quantum = TIRESIAS_GITTINS_QUANTUM
         samples = np.asarray(parameters.service_samples, np.float64)
-        index = np.array([gittins_index(float(a), samples, quantum, quirk) for a in attained])
-        order = np.lexsort((id_rank, arrival, -index, queue))
+        index = gittins_indices(attained, samples, quantum, quirk, deadline)
+        missing = np.isnan(index)
+        unindexed = int(np.count_nonzero(missing))
+        order = np.lexsort((id_rank, arrival, np.where(missing, np.inf, -index), queue))
     else:
         order = np.lexsort((id_rank, arrival, ~running, queue))
-    return order, queue, index, attained, executed, waiting, promoted
+    exact = m
+    if unindexed:
+        first = int(np.argmax(np.isnan(index[order])))
+        exact = int(np.count_nonzero(queue < queue[order[first]]))
+    return Ranking(order, queue, index, attained, executed, waiting, promoted, unindexed, exact)
 
 
 def _types_by_speed(problem: Problem, i: int) -> list[int]:
@@ -291,20 +358,35 @@ def solve_policy(
     options: SolveOptions,
     deadline: Deadline,
 ) -> Plan:
-    """Tiresias's admission (module docstring). The admission leaves `PLAN_S_PER_JOB` per job
-    of the time to the plan; cut by the deadline, the jobs it did not reach are not admitted
-    and the plan is `feasible` (the decided prefix is the exact one)."""
+    """Tiresias's admission (module docstring): the walk leaves `PLAN_S_PER_JOB` per job of
+    the time to the plan, the Gittins indices `COUNT_S_PER_JOB` more to the walk."""
+    del options
+    walk = deadline.leaving(PLAN_S_PER_JOB * problem.jobs.num_jobs)
+    return admit(problem, parameters, compat,
+                 walk.leaving(COUNT_S_PER_JOB * problem.jobs.num_jobs), walk)
+
+
+def admit(
+    problem: Problem,
+    parameters: TiresiasParameters,
+    compat: Compat,
+    index_deadline: Deadline,
+    walk_deadline: Deadline,
+) -> Plan:
+    """The plan of Tiresias's admission, the Gittins indices computed until `index_deadline`
+    and the walk until `walk_deadline`. Cut short, the jobs the walk did not reach are not
+    admitted and the plan is `feasible`, with the bound: the admitted jobs of the leading
+    ones decided as the policy's order would (`Ranking.exact`) plus every job after them."""
     started = time.perf_counter()
     m, n = problem.jobs.num_jobs, problem.cluster.num_types
-    order, queue, index, attained, executed, waiting, promoted = admission_order(
-        problem, parameters, compat)
-    admission_deadline = deadline.leaving(PLAN_S_PER_JOB * m)
+    ranking = admission_order(problem, parameters, compat, index_deadline)
+    order, queue = ranking.order, ranking.queue
     proven, note = True, ""
     if parameters.admission is TiresiasAdmission.PLACEMENT:
-        placed = placement_admission(problem, order, parameters, admission_deadline)
+        placed = placement_admission(problem, order, parameters, walk_deadline)
         chosen, decided, proven, note = placed.chosen, placed.decided, placed.proven, placed.note
     else:
-        counted = skip_fit(problem, order, admission_deadline)
+        counted = skip_fit(problem, order, walk_deadline)
         chosen, decided = counted.chosen, counted.decided
     admitted = chosen >= 0
     count = float(np.count_nonzero(admitted))
@@ -316,6 +398,9 @@ def solve_policy(
     rank[order] = np.arange(m)
     reasons = _reasons(problem, admitted, queue, rank, order[decided:])
     notes = ["lexicographic admission in priority order"]
+    if ranking.unindexed:
+        notes.append(f"time limit reached: {ranking.unindexed} jobs ranked without their "
+                     f"Gittins index (after the others of their queue, by arrival)")
     if note:
         notes.append(note)
     if not proven:
@@ -323,14 +408,16 @@ def solve_policy(
     if not complete:
         notes.append(f"time limit reached: jobs from rank {decided} on not decided "
                      f"(not admitted)")
-    exact = proven and complete
+    known = min(decided, ranking.exact)  # leading jobs decided as the policy's order would
+    exact = proven and known >= m
     certificate = Certificate(
         termination=Termination.OPTIMAL if exact else Termination.FEASIBLE,
         maximize=True,
         objective=count,
-        # the decided prefix is exact: at most every undecided job more (all of them when the
-        # placement checks were not all proven)
-        bound=count if exact else count + float(m - decided) if proven else float(m),
+        # the known prefix is exact: at most every later job more (all jobs when a placement
+        # check was not proven)
+        bound=float(np.count_nonzero(admitted[order[:known]]) + m - known) if proven
+        else float(m),
         solver="placement MILP" if parameters.admission is TiresiasAdmission.PLACEMENT
         else "skip-fit",
         formulation=f"tiresias 2D-{parameters.mode.value.upper()} (D1), "
@@ -338,7 +425,6 @@ def solve_policy(
         solve_time_s=time.perf_counter() - started,
         detail="; ".join(notes),
     )
-    del options
     return Plan(
         time_share=share,
         effective_throughput=thr,
@@ -351,10 +437,9 @@ def solve_policy(
         job_reason=reasons,
         admission=AdmissionSection(
             offered=np.ones(m, dtype=bool), admitted=admitted, queue=queue, rank=rank,
-            priority_index=np.asarray(index, np.float64),
-            attained_service=np.asarray(attained, np.float64),
-            promoted=np.asarray(promoted, bool), executed_time_s=executed,
-            waiting_time_s=waiting,
+            priority_index=ranking.index, attained_service=ranking.attained,
+            promoted=ranking.promoted, executed_time_s=ranking.executed,
+            waiting_time_s=ranking.waiting,
         ),
     )
 

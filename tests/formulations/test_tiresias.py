@@ -399,3 +399,97 @@ def test_admission_stage_lays_the_section_over_every_job() -> None:
     rows = plan.admission.jobs
     assert [i for i, row in enumerate(rows) if row is not None] == index.tolist()
     assert [rows[i] for i in index.tolist()] == list(alone.admission.jobs)
+
+
+def quirk_by_definition(a: float, samples: list[float], quantum: float) -> float:
+    """Tiresias's quirked index straight from its rule: over the quanta (the breakpoints, or
+    the fixed one), finished samples over their durations summed plus the quantum for each
+    unfinished sample."""
+    later = [d for d in samples if d > a]
+    deltas = [quantum] if quantum > 0 else sorted({d - a for d in later})
+    best = 0.0
+    for delta in deltas:
+        done = [d for d in later if d - a <= delta]
+        best = max(best, len(done) / (sum(done) + delta * (len(later) - len(done))))
+    return best
+
+
+@given(samples=st.lists(st.integers(1, 60), min_size=1, max_size=12),
+       attained=st.lists(st.integers(0, 70), min_size=1, max_size=6),
+       quantum=st.sampled_from([0.0, 5.0, 20.0]), quirk=st.booleans())
+def test_gittins_indices_of_many_jobs_match_one_at_a_time(
+    samples: list[int], attained: list[int], quantum: float, quirk: bool
+) -> None:
+    """The batch over jobs (each distinct attained value once, in chunks) gives each job its
+    index from the definition, with and without the quirk, past the largest sample too."""
+    values = [float(x) for x in samples]
+    got = tiresias.gittins_indices(np.asarray(attained, float), np.asarray(values), quantum,
+                                   quirk)
+    for a, index in zip(attained, got.tolist(), strict=True):
+        probe = float(a)
+        if probe >= max(values):  # past every sample: the largest sample below the largest
+            below = [d for d in values if d < max(values)]
+            if not below:
+                assert index == 0.0
+                continue
+            probe = max(below)
+        if quirk:
+            expected = quirk_by_definition(probe, values, quantum)
+        else:
+            expected = index_by_definition(probe, values, quantum)
+        assert abs(index - expected) <= 1e-9 * max(1.0, expected)
+
+
+def test_a_deadline_leaves_the_later_gittins_indices_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Indices are computed one attained value per deadline look (here), lowest first; cut,
+    the jobs without one come after the indexed jobs of their queue, by arrival, and the
+    order is the policy's up to the queue of the first of them."""
+    samples = tuple(float(x) for x in (10, 20, 30, 60, 100, 400))
+    monkeypatch.setattr(tiresias, "GITTINS_CHUNK", len(samples))  # one value per chunk
+    executed = [40.0, 5.0, 25.0, 5.0, 15.0, 0.0]  # queues 2, 0, 1, 0, 1, 0
+    problem = problem_with([1] * 6, 3, executed=executed, arrival=[5, 4, 3, 2, 1, 0])
+    params = TiresiasParameters(mode=TiresiasMode.GITTINS, service_samples=samples,
+                                thresholds=(10.0, 30.0), service=TiresiasService.TIME)
+    full = tiresias.admission_order(problem, params, Compat.NONE)
+    assert (full.unindexed, full.exact) == (0, 6)
+    distinct = sorted(set(executed))
+    exact = []
+    for looks in range(len(distinct) + 1):
+        cut = tiresias.admission_order(problem, params, Compat.NONE,
+                                       CountdownDeadline(checks=looks))
+        indexed = [e in distinct[:looks] for e in executed]
+        assert (~np.isnan(cut.index)).tolist() == indexed
+        assert cut.unindexed == indexed.count(False)
+        assert np.array_equal(cut.index[indexed], full.index[indexed])
+        for q in range(3):
+            mine = [i for i in cut.order.tolist() if cut.queue[i] == q]
+            head = [i for i in full.order.tolist() if cut.queue[i] == q and indexed[i]]
+            tail = sorted((i for i in mine if not indexed[i]),
+                          key=lambda i: problem.jobs.arrival_time_s[i])
+            assert mine == head + tail
+        assert cut.order[:cut.exact].tolist() == full.order[:cut.exact].tolist()
+        exact.append(cut.exact)
+    assert exact == [0, 0, 3, 3, 5, 6]  # jobs of the queues before the first without index
+
+
+def test_a_cut_ranking_with_a_whole_walk_is_feasible_with_the_prefix_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The walk decides every job but the indices were cut: not `optimal`; the bound counts
+    the jobs admitted in the queues ranked exactly plus every job after them."""
+    samples = tuple(float(x) for x in (10, 20, 30, 60, 100, 400))
+    monkeypatch.setattr(tiresias, "GITTINS_CHUNK", len(samples))  # one value per chunk
+    executed = [40.0, 5.0, 25.0, 5.0, 15.0, 0.0]  # queues 2, 0, 1, 0, 1, 0
+    problem = problem_with([1] * 6, 4, executed=executed)
+    params = TiresiasParameters(mode=TiresiasMode.GITTINS, service_samples=samples,
+                                thresholds=(10.0, 30.0), service=TiresiasService.TIME)
+    whole = tiresias.admit(problem, params, Compat.NONE, NO_DEADLINE, NO_DEADLINE)
+    assert whole.certificate.termination is Termination.OPTIMAL
+    cut = tiresias.admit(problem, params, Compat.NONE, CountdownDeadline(checks=2), NO_DEADLINE)
+    assert cut.certificate.termination is Termination.FEASIBLE
+    assert "3 jobs ranked without their Gittins index" in cut.certificate.detail
+    assert "not decided" not in cut.certificate.detail
+    assert (cut.certificate.objective, cut.certificate.bound) == (4.0, 3.0 + 3.0)
+    assert_feasible(problem, cut)
