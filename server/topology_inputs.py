@@ -908,18 +908,24 @@ tiresias_parameters: dict[str, Callable[[Any, list[Violation]], object]] = {
 
 
 def fill_admission_response(plan: Plan, out: service_pb.Plan) -> None:
-    """Per job, the admission-ordering policy's queue, rank, index and state."""
-    if plan.admission is None:
+    """Per job, the admission-ordering policy's queue, rank, index and state (the section's
+    columns read as Python lists once)."""
+    section = plan.admission
+    if section is None:
         return
-    for entry, info in zip(out.jobs, plan.admission.jobs, strict=True):
-        if info is None:
+    rows = zip(out.jobs, section.offered.tolist(), section.admitted.tolist(),
+               section.queue.tolist(), section.rank.tolist(), section.priority_index.tolist(),
+               section.attained_service.tolist(), section.promoted.tolist(),
+               section.executed_time_s.tolist(), section.waiting_time_s.tolist(), strict=True)
+    for entry, offered, admitted, queue, rank, index, service, promoted, ran, waited in rows:
+        if not offered:
             continue
         msg = entry.admission
-        msg.admitted = info.admitted
-        msg.queue = info.queue
-        msg.rank = info.rank
-        msg.priority_index = info.priority_index
-        msg.attained_service = info.attained_service
-        msg.promoted = info.promoted
-        msg.executed_time_s = info.executed_time_s
-        msg.waiting_time_s = info.waiting_time_s
+        msg.admitted = admitted
+        msg.queue = queue
+        msg.rank = rank
+        msg.priority_index = index
+        msg.attained_service = service
+        msg.promoted = promoted
+        msg.executed_time_s = ran
+        msg.waiting_time_s = waited

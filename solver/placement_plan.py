@@ -4,8 +4,13 @@ certificate (`apportion.v1.PlacementSummary`). Device and node indices are the t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
+from apportion.solver.arrays import BoolArray, FloatArray, IntArray
 from apportion.solver.outcome import ModelSize, Termination
 
 
@@ -105,8 +110,38 @@ class AdmissionInfo:
 
 @dataclass(frozen=True)
 class AdmissionSection:
-    """Admission-ordering plans (tiresias)."""
+    """Admission-ordering plans (tiresias): per job (problem order), one column per field of
+    `AdmissionInfo`, and `offered` (False = the job was not offered to the policy: an
+    admission stage deferred it, its other entries are 0)."""
 
-    jobs: tuple[AdmissionInfo | None, ...]
-    """Per job (problem order), its queue, rank, index and state; None = the job was not
-    offered to the policy (admission stage)."""
+    offered: BoolArray
+    admitted: BoolArray
+    queue: IntArray
+    rank: IntArray
+    """Position in the admission order (0 = first)."""
+    priority_index: FloatArray
+    """2D-Gittins index (0 for LAS)."""
+    attained_service: FloatArray
+    promoted: BoolArray
+    executed_time_s: FloatArray
+    waiting_time_s: FloatArray
+
+    @property
+    def jobs(self) -> tuple[AdmissionInfo | None, ...]:
+        """The section as one `AdmissionInfo` per job (None = not offered); built on each read."""
+        columns = (getattr(self, f.name).tolist() for f in fields(AdmissionInfo))
+        return tuple(
+            AdmissionInfo(*row) if offered else None
+            for offered, row in zip(self.offered.tolist(), zip(*columns, strict=True),
+                                    strict=True)
+        )
+
+    def expanded(self, index: IntArray, m: int) -> AdmissionSection:
+        """The section of the jobs `index` laid out over m jobs (the others not offered)."""
+
+        def rows(column: NDArray[Any]) -> NDArray[Any]:
+            out = np.zeros(m, dtype=column.dtype)
+            out[index] = column
+            return out
+
+        return AdmissionSection(*(rows(getattr(self, f.name)) for f in fields(self)))

@@ -19,7 +19,6 @@ import numpy as np
 from apportion.solver.deadline import Deadline
 from apportion.solver.fairness_result import AuctionOutcome
 from apportion.solver.model import Colocations, IntArray, PolicyRequest, Problem, SolveOptions
-from apportion.solver.placement_plan import AdmissionSection
 from apportion.solver.result import (
     ConfigurationSection,
     DeviceQueue,
@@ -158,7 +157,7 @@ def expand_plan(plan: Plan, index: IntArray, m: int, reason: str) -> Plan:
         placement = replace(placement, jobs=per_job(placement.jobs, None))
     admission = plan.admission
     if admission is not None:
-        admission = AdmissionSection(per_job(admission.jobs, None))
+        admission = admission.expanded(back, m)
     auction, stride, usage = plan.auction, plan.stride, plan.usage
     if auction is not None:
         auction = replace(auction, leases=per_job(auction.leases, None),

@@ -291,6 +291,16 @@ def test_tiresias_reports_queues_and_state() -> None:
     assert old.status == service_pb.JOB_STATUS_ALLOCATED and old.reason.startswith("preempted")
 
 
+def test_tiresias_behind_load_based_admission_reports_only_offered_jobs() -> None:
+    request = tiresias_request()
+    request.snapshot.jobs[0].scale_factor = 1  # "old" (running) is accepted first, "new" waits
+    request.policy.admission.mode = policy_pb.ADMISSION_MODE_LOAD_BASED
+    request.policy.admission.load_threshold = 1.0
+    old, new = solve_request(request).plan.jobs
+    assert new.status == service_pb.JOB_STATUS_DEFERRED and not new.HasField("admission")
+    assert old.HasField("admission") and (old.admission.admitted, old.admission.rank) == (True, 0)
+
+
 @pytest.mark.parametrize("mutate, field", [
     (lambda p: p.thresholds.extend([10.0, 5.0]), "policy.tiresias.thresholds"),
     (lambda p: setattr(p, "mode", policy_pb.TIRESIAS_MODE_GITTINS),
