@@ -117,6 +117,7 @@ from apportion.solver.result import (
     QueueSection,
     relative_gap,
 )
+from apportion.solver.row_classes import identical_rows
 
 MAX_PRICING_ROUNDS = 64
 DECODE_S_PER_ITEM = 3e-6
@@ -169,36 +170,6 @@ class Matching:
     """Job classes (jobs with identical processing-time rows) the LP was written over."""
     note: str = ""
     """Why the matching is not the LP's (the LP not started or stopped), or ""."""
-
-
-def job_classes(P: FloatArray) -> tuple[IntArray, IntArray]:
-    """Jobs with identical processing-time rows P[i, :]: (class of each job (N,), first job of
-    each class (C,)), classes numbered in order of their first job.
-
-    Only rows whose first entry is shared are compared in full (one sort of the first column,
-    then a full sort of those rows), so distinct rows cost one argsort."""
-    N = P.shape[0]
-    if N == 0 or P.shape[1] == 0:
-        return np.arange(N, dtype=np.int64), np.arange(N, dtype=np.int64)
-    order = np.argsort(P[:, 0], kind="stable")
-    first = P[order, 0]
-    equal = first[1:] == first[:-1]
-    shared = np.zeros(N, dtype=bool)
-    shared[1:] |= equal
-    shared[:-1] |= equal
-    candidates = order[shared]
-    representative = np.arange(N, dtype=np.int64)
-    if candidates.size:
-        # full rows, then the job index: each run of equal rows starts at its smallest index
-        keys = (candidates, *(P[candidates, h] for h in range(P.shape[1] - 1, -1, -1)))
-        rows = candidates[np.lexsort(keys)]
-        values = P[rows]
-        starts = np.r_[True, (values[1:] != values[:-1]).any(axis=1)]
-        run_first = rows[np.maximum.accumulate(np.where(starts, np.arange(rows.size), 0))]
-        representative[rows] = run_first
-    is_first = representative == np.arange(N)
-    number = np.cumsum(is_first) - 1
-    return number[representative], np.flatnonzero(is_first).astype(np.int64)
 
 
 def schedule_groups(
@@ -373,7 +344,7 @@ def solve_matching(
     identical machines (group h: W_h machines free from tau_h; job i takes P[i, h] > 0 s there,
     np.inf = not allowed). Every job needs at least one finite entry.
 
-    The LP is written over job classes (identical rows of P, `job_classes`): in
+    The LP is written over job classes (identical rows of P): in
     sum_i (C_i - a_i) the a_i are constants, so such jobs are interchangeable, and the
     transportation LP with supply |class| per class has the same optimum and integral
     vertices. A class's jobs are dealt its groups in job order (`_deal`)."""
@@ -388,9 +359,8 @@ def solve_matching(
         )
     t0 = float(tau.min())
     base = np.asarray(tau - t0, dtype=np.float64)
-    job_class, first = job_classes(P)
+    first, job_class, count = identical_rows(P)  # inf (not allowed) compares equal too
     R = P[first]
-    count = np.bincount(job_class, minlength=first.size)
     n_h = np.isfinite(P).sum(axis=0)
     cap = np.where(n_h > 0, -(-n_h // W) + 1, 1).astype(np.int64)
     if initial_positions is None:
@@ -770,4 +740,4 @@ def solve_policy(
     )
 
 
-__all__ = ["Matching", "job_classes", "schedule_groups", "solve_matching", "solve_policy"]
+__all__ = ["Matching", "schedule_groups", "solve_matching", "solve_policy"]

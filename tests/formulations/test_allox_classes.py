@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from apportion.formulations.allox import Matching, job_classes, solve_matching
+from apportion.formulations.allox import Matching, solve_matching
+from apportion.solver.row_classes import identical_rows
 from tests.formulations.test_allox import Devices, assert_rel, brute_force, explicit_hungarian
 
 Array = NDArray[np.float64]
@@ -30,8 +31,11 @@ def repeated_rows(draw: st.DrawFn) -> Array:
 
 
 @given(repeated_rows())
-def test_classes_are_the_distinct_rows_in_order_of_first_appearance(P: Array) -> None:
-    job_class, first = job_classes(P)
+def test_classes_of_rows_with_blocked_arcs(P: Array) -> None:
+    """AlloX's rows hold inf (not allowed); the classes are still exactly the distinct rows,
+    in order of their first appearance."""
+    first, job_class, sizes = identical_rows(P)
+    assert np.array_equal(sizes, np.bincount(job_class))
     seen: dict[tuple[float, ...], int] = {}
     for i, row in enumerate(map(tuple, P.tolist())):
         seen.setdefault(row, i)

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from apportion.formulations.allox import _lp_size, job_classes, lp_seconds, solve_matching
+from apportion.formulations.allox import _lp_size, lp_seconds, solve_matching
 from apportion.solver.backends.highs_startup import INTERIOR_POINT_LP
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import AlloxParameters
 from apportion.solver.result import Termination
+from apportion.solver.row_classes import identical_rows
 from apportion.solver.solve import solve
 from tests.formulations.test_allox import (
     Devices,
@@ -50,14 +51,14 @@ def estimate(inst: Devices, positions: int) -> float:
     """AlloX's estimate (s) of the time to solve its LP with `positions` positions per
     group."""
     P, _, W = inst.grouped()
-    _, first = job_classes(P)
+    first, _, _ = identical_rows(P)
     return lp_seconds(_lp_size(P[first], np.full(W.size, positions)))
 
 
 def test_an_lp_that_can_start_but_not_end_is_not_started() -> None:
     inst = random_devices(np.random.default_rng(7), 40, 3, 2)
     P, tau, W = inst.grouped()
-    _, first = job_classes(P)
+    first, _, _ = identical_rows(P)
     K = np.full(W.size, 2 * -(-40 // int(W.sum())) + 1)
     size = _lp_size(P[first], K)
     starts, ends = INTERIOR_POINT_LP.seconds(size), lp_seconds(size)
