@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from apportion.formulations.allox import _lp_size, lp_seconds, solve_matching
+from apportion.formulations.allox import Matching, _lp_size, lp_seconds, solve_matching
 from apportion.solver.backends.highs_startup import INTERIOR_POINT_LP
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
@@ -55,6 +55,12 @@ def estimate(inst: Devices, positions: int) -> float:
     return lp_seconds(_lp_size(P[first], np.full(W.size, positions)))
 
 
+def fastest_groups(inst: Devices) -> Matching:
+    """The matching with no time at all: every job on its fastest group."""
+    P, tau, W = inst.grouped()
+    return solve_matching(P, tau, W, inst.a, StillDeadline(left=0.0))
+
+
 def test_an_lp_that_can_start_but_not_end_is_not_started() -> None:
     inst = random_devices(np.random.default_rng(7), 40, 3, 2)
     P, tau, W = inst.grouped()
@@ -64,15 +70,34 @@ def test_an_lp_that_can_start_but_not_end_is_not_started() -> None:
     starts, ends = INTERIOR_POINT_LP.seconds(size), lp_seconds(size)
     assert starts < ends
     stopped = solve_matching(P, tau, W, inst.a, StillDeadline(left=(starts + ends) / 2))
-    assert stopped.status == "time_limit" and stopped.solve_time_s == 0.0
-    assert "not started" in stopped.note
-    assert np.array_equal(stopped.group, np.argmin(P, axis=1))
+    assert stopped.status == "time_limit" and "LP not started" in stopped.note
     check_matching(P, tau, W, inst.a, stopped)
     solved = solve_matching(P, tau, W, inst.a, StillDeadline(left=ends))
-    assert solved.status == "optimal"
-    assert solved.objective <= stopped.objective
+    assert solved.status == "optimal" and not solved.note
+    assert solved.objective <= stopped.objective <= fastest_groups(inst).objective
     assert stopped.bound is not None and solved.bound is not None
     assert stopped.bound <= solved.bound + 1e-9 * abs(solved.bound)
+
+
+def test_without_time_for_the_lp_a_sample_prices_the_slots() -> None:
+    """30 jobs, one fast device and six half as fast: on their fastest group all 30 queue on
+    the fast device. With time for an LP over a sample of the jobs but not for the whole LP,
+    the sample's slot prices spread them, and its duals give a tighter valid bound."""
+    work = np.linspace(10.0, 40.0, 30)
+    inst = Devices(p=np.c_[work, np.tile(2 * work[:, None], 6)], tau=np.zeros(7),
+                   a=np.zeros(30))
+    P, tau, W = inst.grouped()
+    every = np.array([31, 6])  # every position a group can use (ceil(30 / W) + 1)
+    alone = fastest_groups(inst)
+    whole = solve_matching(P, tau, W, inst.a)
+    left = 0.99 * lp_seconds(_lp_size(P, every))  # not enough for the whole LP
+    priced = solve_matching(P, tau, W, inst.a, StillDeadline(left=left), initial_positions=every)
+    assert priced.status == "time_limit" and "LP not started" in priced.note
+    assert "slot prices of an LP over" in priced.note
+    check_matching(P, tau, W, inst.a, priced)
+    assert whole.objective <= priced.objective < alone.objective
+    assert whole.bound is not None and priced.bound is not None and alone.bound is not None
+    assert alone.bound < priced.bound <= whole.bound * (1 + 1e-12)
 
 
 def test_a_pricing_round_that_cannot_end_is_not_started() -> None:
