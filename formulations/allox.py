@@ -137,13 +137,15 @@ MIN_SAMPLE_CLASSES = 8
 PRICE_S_PER_JOB = 1e-6
 """Time (s) per job to price, schedule and bound the sample's plan (measured: 0.07 s of CPU for
 70,000 jobs)."""
+LP_OVERHEAD_S = 0.005
 LP_S_PER_NONZERO = 1.8e-6
 LP_GROWTH_NONZEROS = 500_000
 """HiGHS solves the transportation LP to its end (interior point, crossover) in about
-`LP_S_PER_NONZERO` x nonzeros x (1 + nonzeros / `LP_GROWTH_NONZEROS`) s (measured on a 2-core
-machine from the CPU time under load: 0.2 s at 100,000 nonzeros, 1.2 s at 400,000, 3.6 s at
-800,000, about 8 s at 1.26 million). A round that cannot end in the time left is not started:
-stopped at its limit, the LP leaves no usable point."""
+`LP_OVERHEAD_S` + `LP_S_PER_NONZERO` x nonzeros x (1 + nonzeros / `LP_GROWTH_NONZEROS`) s
+(measured on a 2-core machine from the CPU time under load: 2-5 ms for a few hundred nonzeros,
+0.2 s at 100,000 nonzeros, 1.2 s at 400,000, 3.6 s at 800,000, about 8 s at 1.26 million). A
+round that cannot end in the time left is not started: stopped at its limit, the LP leaves no
+usable point."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,12 +232,14 @@ def _lp_size(R: FloatArray, K: IntArray) -> ModelSize:
 
 def lp_seconds(size: ModelSize) -> float:
     """The estimated time (s) to solve a transportation LP of `size` to its end."""
-    return LP_S_PER_NONZERO * size.nonzeros * (1.0 + size.nonzeros / LP_GROWTH_NONZEROS)
+    nonzeros = size.nonzeros
+    return LP_OVERHEAD_S + LP_S_PER_NONZERO * nonzeros * (1.0 + nonzeros / LP_GROWTH_NONZEROS)
 
 
 def _can_finish(deadline: Deadline, size: ModelSize, slowdown: float) -> bool:
-    """Whether an LP of `size` can be solved to its end by `deadline` (always without one),
-    `slowdown` x the estimate (>= 1: how much longer than estimated the last round took)."""
+    """Whether an LP of `size` can be solved to its end by `deadline` (always without one):
+    `slowdown` x the estimate (>= 1: how much longer than estimated an earlier round took, on
+    the deadline's clock)."""
     return can_start(deadline, INTERIOR_POINT_LP, size) and \
         deadline.remaining() >= slowdown * lp_seconds(size)
 
@@ -439,12 +443,16 @@ def solve_matching(
     slowdown = 1.0  # how much longer than estimated the rounds took, at least 1
     while True:
         rounds += 1
+        before = deadline.remaining()
         status, y_round, v_round, elapsed, size = _solve_lp(
             R, count.astype(np.float64), base, W.astype(np.float64), K, deadline, threads,
             slowdown)
         solve_time += elapsed
-        # a larger round takes longer than this one: scale its estimate by this one's error
-        slowdown = max(slowdown, elapsed / max(lp_seconds(size), 1e-9))
+        # a larger round takes longer than this one: scale its estimate by this one's error,
+        # timed on the deadline's clock
+        spent = before - deadline.remaining()
+        if elapsed > 0 and math.isfinite(spent):
+            slowdown = max(slowdown, spent / lp_seconds(size))
         if status is SolverStatus.INFEASIBLE and bool((cap > K).any()):
             # Not enough positions where some jobs may run: give every group more. At the cap
             # (ceil(N_h/W_h) + 1 positions) every job fits, so this terminates.

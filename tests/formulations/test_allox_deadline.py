@@ -11,11 +11,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from apportion.formulations.allox import Matching, _lp_size, lp_seconds, solve_matching
 from apportion.solver.backends.highs_startup import INTERIOR_POINT_LP
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
+from apportion.solver.outcome import ModelSize
 from apportion.solver.parameters import AlloxParameters
 from apportion.solver.result import Termination
 from apportion.solver.row_classes import identical_rows
@@ -25,6 +27,7 @@ from tests.formulations.test_allox import (
     assert_rel,
     brute_force,
     device_instances,
+    explicit_hungarian,
     problem,
     random_devices,
 )
@@ -164,3 +167,29 @@ def test_an_lp_not_started_spends_no_solver_time(left: float) -> None:
     P, tau, W = inst.grouped()
     stopped = solve_matching(P, tau, W, inst.a, StillDeadline(left=left))
     assert stopped.solve_time_s == 0.0 and stopped.rounds == 1
+
+
+@given(device_instances(max_jobs=30, max_devices=6),
+       st.sampled_from([-1.0, 0.1, 0.3, 0.5, 0.7, 1.0, 3.0]), st.integers(1, 3))
+def test_any_time_left_gives_a_feasible_plan_and_an_honest_bound(
+    inst: Devices, fraction: float, start: int
+) -> None:
+    """Whatever is cut (the LP, a pricing round, the sample), the matching is feasible, never
+    below the optimum (Gavel's Hungarian matrix), its bound never above it, and `optimal` only
+    at it. The time left: AlloX's estimate for an LP with `fraction` of the nonzeros of the LP
+    with every position (-1: none at all)."""
+    P, tau, W = inst.grouped()
+    every = _lp_size(P, -(-P.shape[0] // W) + 1)
+    left = 0.0 if fraction < 0 else lp_seconds(
+        ModelSize(nonzeros=int(fraction * every.nonzeros)))
+    result = solve_matching(P, tau, W, inst.a, StillDeadline(left=left),
+                            initial_positions=np.full(W.size, start))
+    check_matching(P, tau, W, inst.a, result)
+    optimum = explicit_hungarian(inst)
+    scale = max(1.0, abs(optimum))
+    assert result.objective >= optimum - 1e-9 * scale
+    assert result.bound is not None and result.bound <= optimum + 1e-9 * scale
+    if result.status == "optimal":
+        assert_rel(result.objective, optimum, what="optimal")
+    else:
+        assert result.note
