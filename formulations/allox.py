@@ -488,10 +488,12 @@ def solve_matching(
         if prices is not None:
             value, cheapest = _cheapest_slot(R, base, K_first, prices)
             priced = schedule_groups(P, tau, W, cheapest[job_class])
+            sample = f"the slot prices of an LP over {sampled} of {first.size} job classes"
             if np.sum(priced[3] - a) < np.sum(schedule[3] - a):
                 group, schedule = cheapest[job_class], priced
-                placed = (f"jobs at their cheapest slot under the slot prices of an LP over "
-                          f"{sampled} of {first.size} job classes")
+                placed = f"jobs at their cheapest slot under {sample}"
+            else:
+                placed += f" (a better schedule than under {sample})"
             if _dual_objective(value, count, W, prices) > _dual_objective(smallest, count, W, v):
                 smallest, v = value, prices
         note += f"; {placed}"
