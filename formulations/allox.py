@@ -289,10 +289,12 @@ def _solve_lp(
 
 
 def _cheapest_slot(
-    P: FloatArray, base: FloatArray, K: IntArray, v: tuple[FloatArray, ...]
+    P: FloatArray, base: FloatArray, K: IntArray, v: tuple[FloatArray, ...],
+    beyond: bool = True,
 ) -> tuple[FloatArray, IntArray]:
     """Per row of P: the smallest reduced cost (cost - v) over every slot (positions beyond K_h
-    at v = 0) and the group of a slot where it is reached (the first such group)."""
+    at v = 0; only positions 1..K_h when not `beyond`) and the group of a slot where it is
+    reached (the first such group)."""
     N, H = P.shape
     smallest = np.full(N, np.inf)
     group = np.zeros(N, np.int64)
@@ -300,8 +302,8 @@ def _cheapest_slot(
         ok = np.flatnonzero(np.isfinite(P[:, h]))
         if not ok.size:
             continue
-        k = np.arange(1, K[h] + 2, dtype=np.float64)
-        duals = np.r_[v[h], 0.0]
+        k = np.arange(1, K[h] + 1 + beyond, dtype=np.float64)
+        duals = np.r_[v[h], 0.0] if beyond else v[h]
         values = (base[h] + np.outer(P[ok, h], k) - duals[None, :]).min(axis=1)
         better = values < smallest[ok]
         smallest[ok[better]] = values[better]
@@ -349,14 +351,7 @@ def _prices_out(
 ) -> NDArray[np.bool_]:
     """(H,) groups whose first missing position K_h + 1 (v = 0 there) has a negative reduced
     cost for some class, against the classes' smallest reduced cost inside the model."""
-    C, H = R.shape
-    inside = np.full(C, np.inf)
-    for h in range(H):
-        ok = np.isfinite(R[:, h])
-        if ok.any():
-            k = np.arange(1, K[h] + 1, dtype=np.float64)
-            values = base[h] + np.outer(R[ok, h], k) - v[h][None, :]
-            inside[ok] = np.minimum(inside[ok], values.min(axis=1))
+    inside, _ = _cheapest_slot(R, base, K, v, beyond=False)
     outside = base[None, :] + (K + 1)[None, :] * R
     tol = 1e-10 * max(float(np.max(inside[np.isfinite(inside)], initial=0.0)), 1.0)
     return np.asarray((outside < inside[:, None] - tol).any(axis=0))
