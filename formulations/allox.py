@@ -559,6 +559,17 @@ def _device_nodes(problem: Problem, offsets: IntArray) -> tuple[IntArray, IntArr
     return node_of_device, lo, lo + taken
 
 
+def _take_free(is_held: list[bool], mine: list[int], wanted: int, g: int, end: int) -> int:
+    """Append to `mine` the free devices g, g + 1, ... before `end` until it holds `wanted`,
+    marking them held; return the device after the last one looked at."""
+    while len(mine) < wanted and g < end:
+        if not is_held[g]:
+            mine.append(g)
+            is_held[g] = True
+        g += 1
+    return g
+
+
 def _devices(problem: Problem) -> _Devices:
     """The devices, which node holds each, and the running jobs on them: each running job
     keeps, in job order, the first free devices of its type on its nodes, then the first free
@@ -600,19 +611,8 @@ def _devices(problem: Problem) -> _Devices:
         nodes = sorted({k for k in hist.current_nodes[i] if node_lo[k] < node_hi[k] and
                         offsets[t] <= node_lo[k] < type_end[t]}, key=lambda k: node_next[k])
         for k in nodes:
-            g = node_next[k]
-            while len(mine) < wanted and g < node_end[k]:
-                if not is_held[g]:
-                    mine.append(g)
-                    is_held[g] = True
-                g += 1
-            node_next[k] = g
-        g = type_next[t]
-        while len(mine) < wanted and g < type_end[t]:
-            if not is_held[g]:
-                mine.append(g)
-                is_held[g] = True
-            g += 1
+            node_next[k] = _take_free(is_held, mine, wanted, node_next[k], node_end[k])
+        g = _take_free(is_held, mine, wanted, type_next[t], type_end[t])
         while g < type_end[t] and is_held[g]:
             g += 1
         type_next[t] = g
