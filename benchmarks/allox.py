@@ -1,11 +1,13 @@
 """AlloX: apportion's grouped transportation LP against Gavel's explicit Hungarian matrix, same run.
 
-    python benchmarks/allox.py [--sizes 128 512 2048] [--reference-max 512]
+    python benchmarks/allox.py [--sizes 128 512 2048] [--reference-max 512] [--catalog 0]
 
 Instances: N pending 1-device jobs on 3 accelerator types (v100, p100, k80) with 0.75 devices
 per job (apportion.datasets.synthetic.cluster_counts: 96 devices at 128 jobs, 384 at 512,
 1,536 at 2,048), all devices free (Gavel's case), single-device throughputs drawn as in the
 synthetic catalog, remaining work = 60 * 10^U(1.5, 3) s on the k80, arrivals in the last hour.
+With `--catalog K`, each job copies the throughputs and work of one of K jobs drawn that way
+(its arrival stays its own): jobs with identical rows, which the LP takes as one class.
 
 The reference is Gavel's formulation: a dense |P| x |P|*N matrix (one column per device and
 position k = 1..|P|, cost now - a_i + k * p[i, type(g)]) solved by scipy's rectangular
@@ -19,6 +21,7 @@ reference / apportion. "rel. diff" compares the two optimal objectives.
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from dataclasses import replace
 
@@ -34,17 +37,21 @@ from apportion.solver.validation import make_problem
 NOW = 3600.0
 
 
-def instance(num_jobs: int, seed: int) -> Problem:
+def instance(num_jobs: int, seed: int, catalog: int = 0) -> Problem:
+    """The module docstring's instance; `catalog` > 0: every job is a copy (throughputs and
+    work; not arrival) of one of `catalog` jobs drawn that way."""
     rng = np.random.default_rng(seed)
-    k80 = np.exp(rng.uniform(np.log(0.3), np.log(30.0), num_jobs))
-    p100 = k80 * rng.uniform(1.2, 3.0, num_jobs)
-    v100 = p100 * rng.uniform(1.1, 2.0, num_jobs)
-    throughput = np.stack([v100, p100, k80], axis=1)
+    drawn = catalog if catalog > 0 else num_jobs
+    k80 = np.exp(rng.uniform(np.log(0.3), np.log(30.0), drawn))
+    p100 = k80 * rng.uniform(1.2, 3.0, drawn)
+    v100 = p100 * rng.uniform(1.1, 2.0, drawn)
+    duration_k80 = 60.0 * 10 ** rng.uniform(1.5, 3.0, drawn)
+    pick = rng.integers(0, drawn, num_jobs) if catalog > 0 else np.arange(num_jobs)
+    throughput = np.stack([v100, p100, k80], axis=1)[pick]
     base = make_problem(DEFAULT_TYPES, cluster_counts(num_jobs), throughput)
-    duration_k80 = 60.0 * 10 ** rng.uniform(1.5, 3.0, num_jobs)
     jobs = replace(
         base.jobs,
-        total_steps=duration_k80 * k80,
+        total_steps=(duration_k80 * k80)[pick],
         arrival_time_s=rng.uniform(0.0, NOW, num_jobs),
     )
     return replace(base, jobs=jobs, time_s=NOW)
@@ -71,7 +78,8 @@ def ours(problem: Problem) -> tuple[float, float, str, float | None, str]:
     plan = solve(problem, PolicyRequest("allox", AlloxParameters(alpha=1.0)))
     elapsed = time.perf_counter() - started
     cert = plan.certificate
-    size = f"{cert.model_size.variables} vars"
+    classes = re.search(r"\d+ job classes", cert.formulation)
+    size = f"{cert.model_size.variables} vars, {classes.group(0) if classes else '?'}"
     return float(cert.objective or 0.0), elapsed, str(cert.termination), cert.gap, size
 
 
@@ -81,9 +89,11 @@ def main() -> None:
     parser.add_argument("--reference-max", type=int, default=512)
     parser.add_argument("--repeat", type=int, default=3, help="apportion runs (best is shown)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--catalog", type=int, default=0,
+                        help="jobs copied from this many drawn jobs (0 = every job drawn)")
     args = parser.parse_args()
     header = (
-        f"{'jobs':>5s} {'devices':>7s} {'apportion s':>11s} {'reference s':>11s} {'ratio':>8s} "
+        f"{'jobs':>6s} {'devices':>7s} {'apportion s':>11s} {'reference s':>11s} {'ratio':>8s} "
         f"{'rel. diff':>9s} {'status':>8s} {'cert. gap':>9s}  model"
     )
     print("reference: Gavel-style dense |P| x |P|*N matrix + scipy linear_sum_assignment")
@@ -91,7 +101,7 @@ def main() -> None:
     print("-" * len(header))
     ours(instance(8, args.seed))  # warm-up: imports, HiGHS start-up
     for size in args.sizes:
-        problem = instance(size, args.seed)
+        problem = instance(size, args.seed, args.catalog)
         runs = [ours(problem) for _ in range(max(1, args.repeat))]
         objective, elapsed, status, gap, model = min(runs, key=lambda r: r[1])
         devices = int(problem.cluster.count.sum())
@@ -106,7 +116,7 @@ def main() -> None:
         else:
             ref_s, ratio, diff_s = f"{'skipped':>11s}", f"{'-':>8s}", f"{'-':>9s}"
         print(
-            f"{size:5d} {devices:7d} {elapsed:11.4f} {ref_s} {ratio} {diff_s} {status:>8s} "
+            f"{size:6d} {devices:7d} {elapsed:11.4f} {ref_s} {ratio} {diff_s} {status:>8s} "
             f"{gap if gap is not None else float('nan'):9.1e}  {model}",
             flush=True,
         )

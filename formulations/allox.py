@@ -38,14 +38,33 @@ every optimal (integral, hence by total unimodularity every optimal fractional) 
 by complementary slackness every optimal dual has v = 0 there; positions further out cost
 more, so the model's duals are feasible for the untruncated problem.
 
+**Job classes.** In sum_i (C_i - a_i) the a_i are constants, so jobs with identical rows
+P[i, :] are interchangeable. The LP is written over classes of such jobs (supply = the
+class's size instead of 1): still a transportation problem with integral data, so it has the
+same optimum and integral vertices; a class's jobs, in job order, take its groups in group
+order, y[c, h] jobs each (any order gives the same total). Snapshots whose jobs come from a
+catalog of (model, steps) shrink by orders of magnitude; distinct rows do not shrink.
+
 **Solve.** The grouped LP is solved with HiGHS (interior point with crossover to a vertex).
 Positions are generated lazily: each group starts with a few positions; after each solve the
-duals are priced against
-the first missing position of every group (v = 0 there) and the groups whose next position
-prices out negatively get twice as many positions, up to ceil(N_h/W_h) + 1. When nothing
-prices out, the restricted LP's duals are feasible for the full problem, so its optimum is the
-full optimum. (Many devices with distinct busy-until times make many groups of one device;
-the model then grows like Gavel's, but only by the positions the duals ask for.)
+duals are priced against the first missing position of every group (v = 0 there) and the
+groups whose next position prices out negatively get twice as many positions, up to
+ceil(N_h/W_h) + 1. When nothing prices out, the restricted LP's duals are feasible for the
+full problem, so its optimum is the full optimum. (Many devices with distinct busy-until times
+make many groups of one device; the model then grows like Gavel's, but only by the positions
+the duals ask for.)
+
+**Time.** A round is started only when HiGHS can be expected to end it in the time left
+(`lp_seconds`, scaled up by how much longer than estimated the previous round took): stopped
+at its limit, the LP leaves no usable point. The LP's deadline leaves time to decode the
+matching into queues. After an earlier round, its restricted optimum (a feasible matching) is
+kept. Without a solved round the plan is the best schedule of: every job on its fastest group;
+the point of an LP stopped at its limit, if any (at 100,000 jobs such a point was 2.4x worse
+than the fastest groups); and every job at its cheapest slot under the duals of the LP over a
+random sample of the job classes (each slot's capacity scaled by the sample's share of the
+jobs; as large as the time left allows, at most `SAMPLE_CLASSES`). Either way the plan is
+feasible and time-limited, never `optimal`, and the sample's duals give the bound when they
+give a higher one.
 
 **Certificate, independent of the method.** The returned plan is decoded from the grouping
 only: each group's jobs are scheduled optimally for that group (largest p at position 1, the
@@ -53,8 +72,9 @@ next W at position 2, ... = shortest-processing-time first on every device), and
 is recomputed from the simulated schedule as sum_i (C_i - a_i). The bound is the dual
 objective sum_i u_i + sum_s cap_s v_s of v = min(0, solver duals) with u_i recomputed as the
 smallest reduced cost min_s (Q[i,s] - v_s) over *all* slots (every position of every group,
-v = 0 outside the model); it is a valid lower bound for any v <= 0 (weak duality). OPTIMAL
-means the relative gap is at most 1e-9 (A3 numerical notes).
+v = 0 outside the model); it is a valid lower bound for any v <= 0 (weak duality), so it is
+reported also when the LP was stopped or not started (with a sample's duals, or v = 0: every
+job at its best slot). OPTIMAL means the relative gap is at most 1e-9 (A3 numerical notes).
 
 **Online setting** (policy `allox`). Running jobs (history `current`) are never preempted:
 they keep their devices, which become free at `busy_until_s` (or, when that is not after
@@ -77,6 +97,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import NDArray
 
 from apportion.solver.backends.highs import (
     INFINITY,
@@ -85,7 +106,7 @@ from apportion.solver.backends.highs import (
     highs_version,
     solve_highs,
 )
-from apportion.solver.backends.highs_startup import INTERIOR_POINT_LP, SIMPLEX_LP, can_start
+from apportion.solver.backends.highs_startup import INTERIOR_POINT_LP, can_start
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.certificate import termination
 from apportion.solver.deadline import NO_DEADLINE, Deadline
@@ -101,11 +122,33 @@ from apportion.solver.result import (
     QueueSection,
     relative_gap,
 )
+from apportion.solver.row_classes import identical_rows
 
 MAX_PRICING_ROUNDS = 64
-DECODE_S_PER_ITEM = 6e-6
-"""Time (s) the LP leaves, per matched job and per device, for decoding its matching into
-queues (measured: about 1 s for 100,000 jobs on 75,000 devices on a loaded 2-core machine)."""
+DECODE_S_PER_ITEM = 5e-6
+"""Time (s) the LP leaves, per matched job and per device, for the queue entries: decoding the
+matching into them (measured: 0.35 s of CPU for 70,000 matched jobs on 75,000 devices, most of
+it building one entry per job and per device) and the part of their conversion to a response
+beyond what the service holds back for any plan (0.75 s against 0.4 s at 100,000 jobs)."""
+SAMPLE_CLASSES = 2000
+"""When the whole LP cannot end in time, the LP over a sample of at most this many job classes
+(slot capacities scaled to the sample's share of the jobs) prices every job's slots (measured
+at 100,000 jobs: 1,000 sampled jobs placed them within 2e-5 of the optimum with a bound within
+3e-5 of it, against 2e-3 and 3e-2 on each job's fastest group; 0.13 s of CPU)."""
+MIN_SAMPLE_CLASSES = 8
+PRICE_S_PER_JOB = 1e-6
+"""Time (s) per job to price, schedule and bound the sample's plan (measured: 0.07 s of CPU for
+70,000 jobs)."""
+LP_OVERHEAD_S = 0.005
+LP_S_PER_NONZERO = 1.8e-6
+LP_GROWTH_NONZEROS = 500_000
+"""HiGHS solves the transportation LP to its end (interior point, crossover) in about
+`LP_OVERHEAD_S` + `LP_S_PER_NONZERO` x nonzeros x (1 + nonzeros / `LP_GROWTH_NONZEROS`) s
+(measured on a 2-core machine from the CPU time under load: 2-5 ms for a few hundred nonzeros,
+0.2 s at 100,000 nonzeros, 1.2 s at 400,000, 3.6 s at 800,000, about 8 s at 1.26 million). A
+round that cannot end in the time left is not started: stopped at its limit, the LP's point is
+no plan worth the time (at 100,000 jobs: 2.4x the flow time of every job on its fastest
+group)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -114,7 +157,7 @@ queues (measured: about 1 s for 100,000 jobs on 75,000 devices on a loaded 2-cor
 
 @dataclass(frozen=True)
 class Matching:
-    """An optimal matching of N jobs to H device groups and its certificate."""
+    """A matching of N jobs to H device groups (optimal when `status` is) and its certificate."""
 
     group: IntArray
     """(N,) group of each job."""
@@ -129,7 +172,8 @@ class Matching:
     objective: float
     """sum_i (C_i - a_i) of the decoded schedule (s)."""
     bound: float | None
-    """Dual objective of (u, v): a proven lower bound on the optimum (None if no duals)."""
+    """Dual objective of (u, v): a proven lower bound on the optimum (with v = 0 when no LP was
+    solved)."""
     u: FloatArray
     """(N,) job duals u_i = min_s (Q[i,s] - v_s)."""
     v: tuple[FloatArray, ...]
@@ -141,6 +185,10 @@ class Matching:
     variables: int = 0
     constraints: int = 0
     rounds: int = 0
+    classes: int = 0
+    """Job classes (jobs with identical processing-time rows) the LP was written over."""
+    note: str = ""
+    """Why the matching is not the LP's (the LP not started or stopped), or ""."""
 
 
 def schedule_groups(
@@ -153,87 +201,196 @@ def schedule_groups(
     machine = np.zeros(N, np.int64)
     start = np.zeros(N)
     completion = np.zeros(N)
-    for h in np.unique(group):
-        jobs = np.nonzero(group == h)[0]
-        p = P[jobs, h]
-        order = jobs[np.lexsort((jobs, -p))]  # longest first, ties by job index
-        r = np.arange(order.size)
-        position[order] = r // W[h] + 1
-        machine[order] = r % W[h]
-        # run order on machine m: decreasing r (shortest first); back to back from tau_h
-        run = order[np.lexsort((-r, r % W[h]))]
-        mach = machine[run]
-        p_run = P[run, h]
-        cum = np.cumsum(p_run)
-        first = np.r_[True, mach[1:] != mach[:-1]]
-        offset = np.maximum.accumulate(np.where(first, cum - p_run, 0.0))
-        # offset of a machine's block = cum before its first job (non-decreasing along `run`)
-        start[run] = tau[h] + (cum - p_run - offset)  # exactly tau_h for a machine's first job
-        completion[run] = start[run] + p_run
+    if N == 0:
+        return position, machine, start, completion
+    jobs = np.arange(N)
+    p = P[jobs, group]
+    # by group, longest first, ties by job index
+    order = np.lexsort((jobs, -p, group))
+    g = group[order]
+    begins = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    r = jobs - np.repeat(begins, np.diff(np.r_[begins, N]))  # rank within the group
+    width = W[g]
+    position[order] = r // width + 1
+    machine[order] = r % width
+    # run order on each machine: decreasing r (shortest first); back to back from tau_h
+    run = order[np.lexsort((-r, r % width, g))]
+    g_run, mach, p_run = group[run], machine[run], p[run]
+    cum = np.empty(N)
+    for b, e in zip(begins.tolist(), np.r_[begins[1:], N].tolist(), strict=True):
+        cum[b:e] = np.cumsum(p_run[b:e])  # per group (the runs keep the groups' order)
+    first = np.r_[True, (mach[1:] != mach[:-1]) | (g_run[1:] != g_run[:-1])]
+    # the offset of a machine's block = cum before its first job
+    offset = (cum - p_run)[np.maximum.accumulate(np.where(first, jobs, 0))]
+    start[run] = tau[g_run] + (cum - p_run - offset)  # exactly tau_h for a machine's first job
+    completion[run] = start[run] + p_run
     return position, machine, start, completion
 
 
+def _lp_size(R: FloatArray, K: IntArray) -> ModelSize:
+    """The size of the LP over classes with rows R (C, H) and positions 1..K_h, before it is
+    built."""
+    arcs = int(np.isfinite(R).sum(axis=0) @ K)
+    return ModelSize(variables=arcs, constraints=R.shape[0] + int(K.sum()), nonzeros=2 * arcs)
+
+
+def lp_seconds(size: ModelSize) -> float:
+    """The estimated time (s) to solve a transportation LP of `size` to its end."""
+    nonzeros = size.nonzeros
+    return LP_OVERHEAD_S + LP_S_PER_NONZERO * nonzeros * (1.0 + nonzeros / LP_GROWTH_NONZEROS)
+
+
+def _can_finish(deadline: Deadline, size: ModelSize, slowdown: float) -> bool:
+    """Whether an LP of `size` can be solved to its end by `deadline` (always without one):
+    `slowdown` x the estimate (>= 1: how much longer than estimated an earlier round took, on
+    the deadline's clock)."""
+    return can_start(deadline, INTERIOR_POINT_LP, size) and \
+        deadline.remaining() >= slowdown * lp_seconds(size)
+
+
 def _solve_lp(
-    P: FloatArray, base: FloatArray, W: IntArray, K: IntArray, deadline: Deadline, threads: int
-) -> tuple[SolverStatus, FloatArray, FloatArray, float, int, int]:
-    """Grouped transportation LP with positions 1..K_h. Returns (status, y per job and group
-    (N, H), v per slot (S,), solve seconds, variables, rows)."""
-    N, H = P.shape
+    R: FloatArray, count: FloatArray, base: FloatArray, capacity: FloatArray, K: IntArray,
+    deadline: Deadline, threads: int, slowdown: float,
+) -> tuple[SolverStatus, FloatArray, FloatArray, float, ModelSize]:
+    """Grouped transportation LP over C job classes (class c: `count[c]` jobs with processing
+    times R[c, :]) and positions 1..K_h of `capacity[h]` jobs each. Returns (status, jobs per
+    class and group y (C, H), v per slot (S,), solve seconds, model size); not started
+    (TIME_LIMIT, y = 0, 0 s) when it cannot end by `deadline` (`_can_finish`)."""
+    C, H = R.shape
     slot_group = np.repeat(np.arange(H), K)
-    slot_k = np.concatenate([np.arange(1, k + 1) for k in K]).astype(np.float64)
     S = slot_group.size
-    allowed = np.isfinite(P)[:, slot_group]
+    size = _lp_size(R, K)
+    if not _can_finish(deadline, size, slowdown):
+        return SolverStatus.TIME_LIMIT, np.zeros((C, H)), np.zeros(S), 0.0, size
+    slot_k = np.concatenate([np.arange(1, k + 1) for k in K]).astype(np.float64)
+    allowed = np.isfinite(R)[:, slot_group]
     rows, cols = np.nonzero(allowed)
-    cost = base[slot_group[cols]] + slot_k[cols] * P[rows, slot_group[cols]]
-    scale = 1.0  # unscaled: HiGHS tolerances are absolute, costs are seconds
-    scale = scale if scale > 0 else 1.0
+    cost = base[slot_group[cols]] + slot_k[cols] * R[rows, slot_group[cols]]
     nvar = rows.size
     matrix = sp.csc_matrix(
-        (np.ones(2 * nvar), np.stack([rows, N + cols], axis=1).ravel(),
+        (np.ones(2 * nvar), np.stack([rows, C + cols], axis=1).ravel(),
          np.arange(0, 2 * nvar + 1, 2)),
-        shape=(N + S, nvar),
+        shape=(C + S, nvar),
     )
-    model = LinearModel(
-        cost=cost / scale,
+    model = LinearModel(  # costs unscaled: HiGHS tolerances are absolute, costs are seconds
+        cost=cost,
         matrix=matrix,
-        row_lower=np.r_[np.ones(N), np.full(S, -INFINITY)],
-        row_upper=np.r_[np.ones(N), W[slot_group].astype(np.float64)],
+        row_lower=np.r_[count, np.full(S, -INFINITY)],
+        row_upper=np.r_[count, capacity[slot_group]],
         col_lower=np.zeros(nvar),
         col_upper=np.full(nvar, INFINITY),
     )
     # Interior point + crossover (a vertex): 3-6x faster than simplex on 10^4-10^5 arcs here;
     # it can stall on small degenerate instances (no status at these tolerances), which
     # simplex always settles. Infeasible = too few positions for the jobs of some group.
-    # Interior point cannot stop before its first iteration: with too little time for that,
-    # simplex (it reads the time limit often) returns the best point it reached instead of
-    # overrunning the deadline; with too little for simplex's setup, nothing is started.
-    short = not can_start(deadline, INTERIOR_POINT_LP, model.size)
-    settings = HighsSettings(method="simplex" if short else "ipm", crossover=True,
-                             primal_tolerance=1e-10, dual_tolerance=1e-10, threads=threads,
-                             fallback_to_simplex=True, startup=SIMPLEX_LP)
+    settings = HighsSettings(method="ipm", crossover=True, primal_tolerance=1e-10,
+                             dual_tolerance=1e-10, threads=threads, fallback_to_simplex=True,
+                             startup=INTERIOR_POINT_LP)
     result = solve_highs(model, settings, deadline)
-    y = np.zeros((N, H))
+    y = np.zeros((C, H))
     np.add.at(y, (rows, slot_group[cols]), result.x)
-    v = scale * result.row_dual[N:]
-    return result.status, y, v, result.solve_time_s, nvar, N + S
+    return result.status, y, result.row_dual[C:], result.solve_time_s, model.size
 
 
-def _reduced_minimum(
-    P: FloatArray, base: FloatArray, K: IntArray, v: tuple[FloatArray, ...]
-) -> tuple[FloatArray, FloatArray]:
-    """(min over model slots of (cost - v), (N, H) cost of each group's first missing slot)."""
+def _cheapest_slot(
+    P: FloatArray, base: FloatArray, K: IntArray, v: tuple[FloatArray, ...],
+    beyond: bool = True,
+) -> tuple[FloatArray, IntArray]:
+    """Per row of P: the smallest reduced cost (cost - v) over every slot (positions beyond K_h
+    at v = 0; only positions 1..K_h when not `beyond`) and the group of a slot where it is
+    reached (the first such group)."""
     N, H = P.shape
-    inside = np.full(N, np.inf)
-    outside = np.full((N, H), np.inf)
+    smallest = np.full(N, np.inf)
+    group = np.zeros(N, np.int64)
     for h in range(H):
-        ok = np.isfinite(P[:, h])
-        if not ok.any():
+        ok = np.flatnonzero(np.isfinite(P[:, h]))
+        if not ok.size:
             continue
-        k = np.arange(1, K[h] + 1, dtype=np.float64)
-        values = base[h] + np.outer(P[ok, h], k) - v[h][None, :]
-        inside[ok] = np.minimum(inside[ok], values.min(axis=1))
-        outside[ok, h] = base[h] + (K[h] + 1) * P[ok, h]
-    return inside, outside
+        k = np.arange(1, K[h] + 1 + beyond, dtype=np.float64)
+        duals = np.r_[v[h], 0.0] if beyond else v[h]
+        values = (base[h] + np.outer(P[ok, h], k) - duals[None, :]).min(axis=1)
+        better = values < smallest[ok]
+        smallest[ok[better]] = values[better]
+        group[ok[better]] = h
+    return smallest, group
+
+
+def _sampled_prices(
+    R: FloatArray, count: IntArray, base: FloatArray, W: IntArray, K: IntArray,
+    deadline: Deadline, threads: int,
+) -> tuple[tuple[FloatArray, ...] | None, int, float]:
+    """Slot duals (per group, positions 1..K_h) of the LP over a random sample of the classes
+    (seeded: the same sample every time), every slot's capacity scaled by the sample's share
+    of the jobs: prices for every class. The sample is as large as can be solved, priced and
+    scheduled in the time left, at most `SAMPLE_CLASSES`. Returns (duals, sampled classes,
+    solve seconds); no duals without time for `MIN_SAMPLE_CLASSES` or when its LP is not
+    solved."""
+    C = R.shape[0]
+    order = np.random.default_rng(0).permutation(C)
+    after = PRICE_S_PER_JOB * float(count.sum())
+    n = min(C, SAMPLE_CLASSES)
+    while n >= MIN_SAMPLE_CLASSES:
+        pick = np.sort(order[:n])
+        if deadline.remaining() >= lp_seconds(_lp_size(R[pick], K)) + after:
+            break
+        n //= 2
+    else:
+        return None, 0, 0.0
+    share = float(count[pick].sum()) / float(count.sum())
+    status, _, v_flat, elapsed, _ = _solve_lp(
+        R[pick], count[pick].astype(np.float64), base, share * W.astype(np.float64), K,
+        deadline, threads, 1.0)
+    if status is not SolverStatus.OPTIMAL:
+        return None, n, elapsed
+    return _slot_duals(v_flat, K), n, elapsed
+
+
+def _slot_duals(v_flat: FloatArray, K: IntArray) -> tuple[FloatArray, ...]:
+    """The LP's slot duals per group, v = min(0, dual) (positions 1..K_h)."""
+    return tuple(np.minimum(part, 0.0) for part in np.split(v_flat, np.cumsum(K)[:-1]))
+
+
+def _prices_out(
+    R: FloatArray, base: FloatArray, K: IntArray, v: tuple[FloatArray, ...]
+) -> NDArray[np.bool_]:
+    """(H,) groups whose first missing position K_h + 1 (v = 0 there) has a negative reduced
+    cost for some class, against the classes' smallest reduced cost inside the model."""
+    inside, _ = _cheapest_slot(R, base, K, v, beyond=False)
+    outside = base[None, :] + (K + 1)[None, :] * R
+    tol = 1e-10 * max(float(np.max(inside[np.isfinite(inside)], initial=0.0)), 1.0)
+    return np.asarray((outside < inside[:, None] - tol).any(axis=0))
+
+
+def _deal(
+    y: FloatArray, count: IntArray, job_class: IntArray, fastest: IntArray
+) -> IntArray:
+    """Each job's group from its class's LP counts y (C, H): the class's members in job order
+    take its groups in group order, y[c, h] jobs each (a vertex is integral; a stopped LP's
+    fractional part goes to the group with the largest fraction, what it left unassigned to
+    the class's fastest group)."""
+    C = y.shape[0]
+    whole = np.floor(np.maximum(y, 0.0) + 1e-6)
+    whole = np.diff(np.minimum(np.cumsum(whole, axis=1), count[:, None]), axis=1,
+                    prepend=0.0)  # never more than the class's jobs, the first groups first
+    left = count - whole.sum(axis=1)
+    fraction = y - whole
+    target = np.where(fraction.max(axis=1, initial=0.0) > 0, np.argmax(fraction, axis=1),
+                      fastest)
+    whole[np.arange(C), target] += left
+    by_class = np.argsort(job_class, kind="stable")
+    begins = np.r_[0, np.cumsum(count)[:-1]]
+    rank = np.empty(job_class.size, np.int64)
+    rank[by_class] = np.arange(job_class.size) - begins[job_class[by_class]]
+    ends = np.cumsum(whole, axis=1)
+    group: IntArray = (ends[job_class] <= rank[:, None]).sum(axis=1)
+    return group
+
+
+def _dual_objective(smallest: FloatArray, count: IntArray, W: IntArray,
+                    v: tuple[FloatArray, ...]) -> float:
+    """The dual objective up to the constant sum_i (t0 - a_i): classes' smallest reduced costs
+    times their sizes plus the slots' capacities times their duals."""
+    return float(smallest @ count) + sum(float(W[h] * part.sum()) for h, part in enumerate(v))
 
 
 def solve_matching(
@@ -247,7 +404,12 @@ def solve_matching(
 ) -> Matching:
     """Minimize sum_i (C_i - a_i) over non-preemptive schedules of N jobs on H groups of
     identical machines (group h: W_h machines free from tau_h; job i takes P[i, h] > 0 s there,
-    np.inf = not allowed). Every job needs at least one finite entry."""
+    np.inf = not allowed). Every job needs at least one finite entry.
+
+    The LP is written over job classes (identical rows of P): in
+    sum_i (C_i - a_i) the a_i are constants, so such jobs are interchangeable, and the
+    transportation LP with supply |class| per class has the same optimum and integral
+    vertices. A class's jobs are dealt its groups in job order (`_deal`)."""
     N, H = P.shape
     W = np.asarray(W, np.int64)
     if N == 0:
@@ -259,6 +421,8 @@ def solve_matching(
         )
     t0 = float(tau.min())
     base = np.asarray(tau - t0, dtype=np.float64)
+    first, job_class, count = identical_rows(P)  # inf (not allowed) compares equal too
+    R = P[first]
     n_h = np.isfinite(P).sum(axis=0)
     cap = np.where(n_h > 0, -(-n_h // W) + 1, 1).astype(np.int64)
     if initial_positions is None:
@@ -266,49 +430,81 @@ def solve_matching(
         K = np.minimum(cap, 2 * (-(-N // max(M, 1))) + 1)
     else:
         K = np.minimum(cap, np.maximum(np.asarray(initial_positions, np.int64), 1))
+    K_first = K
     solve_time = 0.0
     rounds = 0
     status = SolverStatus.ERROR
-    y = np.zeros((N, H))
+    note = ""
+    y = np.zeros(R.shape)  # the last optimal (restricted) LP's counts, or none
     v_flat = np.zeros(int(K.sum()))
-    nvar = nrows = 0
+    K_solved = K
+    size = ModelSize()
+    slowdown = 1.0  # how much longer than estimated the rounds took, at least 1
+    solved = False  # some round's LP was solved
     while True:
         rounds += 1
-        status, y, v_flat, elapsed, nvar, nrows = _solve_lp(P, base, W, K, deadline, threads)
+        before = deadline.remaining()
+        status, y_round, v_round, elapsed, size = _solve_lp(
+            R, count.astype(np.float64), base, W.astype(np.float64), K, deadline, threads,
+            slowdown)
         solve_time += elapsed
+        # a larger round takes longer than this one: scale its estimate by this one's error,
+        # timed on the deadline's clock
+        spent = before - deadline.remaining()
+        if elapsed > 0 and math.isfinite(spent):
+            slowdown = max(slowdown, spent / lp_seconds(size))
         if status is SolverStatus.INFEASIBLE and bool((cap > K).any()):
             # Not enough positions where some jobs may run: give every group more. At the cap
             # (ceil(N_h/W_h) + 1 positions) every job fits, so this terminates.
-            if deadline.remaining() < elapsed:  # no time for a larger LP than this one
-                status = SolverStatus.TIME_LIMIT  # the instance is feasible; time ran out
-                break
             K = np.minimum(cap, 2 * K)
             continue
         if status is not SolverStatus.OPTIMAL:
+            what = ("not started: it could not end in the time left"
+                    if elapsed == 0.0 and status is SolverStatus.TIME_LIMIT else f"ended {status}")
+            if solved:  # an earlier round's restricted optimum: a feasible matching
+                note = f"LP round {rounds} {what}; the plan is round {rounds - 1}'s"
+            else:
+                y, v_flat, K_solved = y_round, v_round, K
+                note = f"LP {what}"
             break
-        v = tuple(np.minimum(part, 0.0) for part in np.split(v_flat, np.cumsum(K)[:-1]))
-        inside, outside = _reduced_minimum(P, base, K, v)
-        tol = 1e-10 * max(float(np.max(inside[np.isfinite(inside)], initial=0.0)), 1.0)
-        grow = ((outside < inside[:, None] - tol).any(axis=0)) & (cap > K)
-        # a next round takes at least as long as this one: not started without that time
-        if not grow.any() or rounds >= MAX_PRICING_ROUNDS or deadline.remaining() < elapsed:
+        y, v_flat, K_solved, solved = y_round, v_round, K, True
+        grow = _prices_out(R, base, K, _slot_duals(v_flat, K)) & (cap > K)
+        if not grow.any() or rounds >= MAX_PRICING_ROUNDS:
             break
         K = np.where(grow, np.minimum(cap, 2 * K), K)
-    v = tuple(np.minimum(part, 0.0) for part in np.split(v_flat, np.cumsum(K)[:-1]))
-    has_point = status is SolverStatus.OPTIMAL or status.limit_reached
-    fastest = np.argmin(P, axis=1)  # a job the LP left unassigned goes to its fastest group
-    group = np.where(y.max(axis=1) > 0, np.argmax(y, axis=1), fastest) if has_point else fastest
+    v = _slot_duals(v_flat, K_solved)
+    fastest = np.argmin(R, axis=1)
+    group = _deal(y, count, job_class, fastest)
     if not np.all(np.isfinite(P[np.arange(N), group])):  # defensive: never assign a blocked arc
         group = np.where(np.isfinite(P[np.arange(N), group]), group, np.argmin(P, axis=1))
-    position, machine, start, completion = schedule_groups(P, tau, W, group)
+    # the dual objective of (u, v) bounds the optimum for any v <= 0 (the LP's, or 0 when it
+    # was not solved), u recomputed as each job's smallest reduced cost over every slot
+    smallest, _ = _cheapest_slot(R, base, K_solved, v)
+    if solved:
+        schedule = schedule_groups(P, tau, W, group)
+    else:  # no LP solved: the best schedule of the placements at hand
+        options = [("their fastest group", fastest[job_class])]
+        if y.any():
+            options.append(("the stopped LP's point", group))
+        prices, sampled, elapsed = _sampled_prices(R, count, base, W, K_first, deadline,
+                                                   threads)
+        solve_time += elapsed
+        if prices is not None:
+            value, cheapest = _cheapest_slot(R, base, K_first, prices)
+            options.append((f"their cheapest slot under the slot prices of an LP over "
+                            f"{sampled} of {first.size} job classes", cheapest[job_class]))
+            if _dual_objective(value, count, W, prices) > _dual_objective(smallest, count, W, v):
+                smallest, v = value, prices
+        schedules = [schedule_groups(P, tau, W, placed) for _, placed in options]
+        best = int(np.argmin([np.sum(each[3] - a) for each in schedules]))  # ties: the first
+        group, schedule = options[best][1], schedules[best]
+        others = [what for k, (what, _) in enumerate(options) if k != best]
+        note += f"; jobs placed at {options[best][0]}" + (
+            f" (no worse than at {' or '.join(others)})" if others else "")
+    position, machine, start, completion = schedule
     objective = float(np.sum(completion - a))
-    bound: float | None = None
-    u = np.zeros(N)
-    if status is SolverStatus.OPTIMAL:
-        inside, outside = _reduced_minimum(P, base, K, v)
-        u_shifted = np.minimum(inside, outside.min(axis=1))
-        u = u_shifted + t0 - a
-        bound = float(np.sum(u) + sum(float(W[h] * v[h].sum()) for h in range(H)))
+    u = smallest[job_class] + t0 - a
+    bound = float(np.sum(u) + sum(float(W[h] * v[h].sum()) for h in range(H)))
     return Matching(
         group=group,
         position=position,
@@ -322,9 +518,11 @@ def solve_matching(
         status=status,
         solver_version=highs_version(),
         solve_time_s=solve_time,
-        variables=nvar,
-        constraints=nrows,
+        variables=size.variables,
+        constraints=size.constraints,
         rounds=rounds,
+        classes=first.size,
+        note=note,
     )
 
 
@@ -348,53 +546,89 @@ class _Devices:
     """running job -> its devices."""
 
 
+def _device_nodes(problem: Problem, offsets: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+    """Nodes fill their type's devices in node order. Returns (node of each device (G,), -1 =
+    none; first device and end of each node's range (nodes,))."""
+    cluster = problem.cluster
+    counts = cluster.count.astype(np.int64)
+    node_type = np.asarray(cluster.node_type, np.int64)
+    node_devices = np.maximum(np.asarray(cluster.node_devices, np.int64), 0)
+    by_type = np.argsort(node_type, kind="stable")
+    sorted_devices = node_devices[by_type]
+    before_sorted = np.cumsum(sorted_devices) - sorted_devices  # devices of earlier nodes...
+    type_first = np.searchsorted(node_type[by_type], node_type[by_type])
+    before = np.empty_like(node_devices)
+    before[by_type] = before_sorted - before_sorted[type_first]  # ...of the node's own type
+    taken = np.clip(counts[node_type] - before, 0, node_devices)
+    lo = offsets[node_type] + np.minimum(before, counts[node_type])
+    node_of_device = np.full(int(counts.sum()), -1, np.int64)
+    nodes = np.repeat(np.arange(node_type.size), taken)
+    node_of_device[np.repeat(lo, taken) + np.arange(nodes.size) -
+                   np.repeat(np.cumsum(taken) - taken, taken)] = nodes
+    return node_of_device, lo, lo + taken
+
+
+def _take_free(is_held: list[bool], mine: list[int], wanted: int, g: int, end: int) -> int:
+    """Append to `mine` the free devices g, g + 1, ... before `end` until it holds `wanted`,
+    marking them held; return the device after the last one looked at."""
+    while len(mine) < wanted and g < end:
+        if not is_held[g]:
+            mine.append(g)
+            is_held[g] = True
+        g += 1
+    return g
+
+
 def _devices(problem: Problem) -> _Devices:
+    """The devices, which node holds each, and the running jobs on them: each running job
+    keeps, in job order, the first free devices of its type on its nodes, then the first free
+    ones of its type (one pass over the devices: a node's or a type's devices are taken in
+    order, so a pointer per node and per type suffices)."""
     cluster, jobs, hist = problem.cluster, problem.jobs, problem.history
     now = problem.time_s
     counts = cluster.count.astype(np.int64)
     type_index = np.repeat(np.arange(cluster.num_types), counts)
-    local: IntArray = np.concatenate([np.arange(c, dtype=np.int64) for c in counts])
-    offsets = np.r_[0, np.cumsum(counts)[:-1]]
+    offsets = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)
     G = int(counts.sum())
-    node = [""] * G
-    node_of_device: dict[int, int] = {}
-    fill = np.zeros(cluster.num_types, np.int64)
-    for nid, (t, d) in enumerate(zip(cluster.node_type, cluster.node_devices, strict=True)):
-        for _ in range(int(d)):
-            if fill[t] < counts[t]:
-                g = int(offsets[t] + fill[t])
-                node[g] = cluster.node_names[nid]
-                node_of_device[g] = nid
-                fill[t] += 1
+    local = np.arange(G, dtype=np.int64) - offsets[type_index]
+    node_of_device, node_lo, node_hi = _device_nodes(problem, offsets)
+    names = np.array([*cluster.node_names, ""], dtype=object)
+    node: tuple[str, ...] = tuple(names[node_of_device].tolist())
     free_at = np.full(G, now, dtype=np.float64)
     holder = np.full(G, -1, np.int64)
     held: dict[int, list[int]] = {}
-    running = hist.running(jobs.num_jobs)
-    remaining = jobs.remaining_steps
-    for i in np.nonzero(running)[0]:
-        t = int(hist.current_type[i])
-        want = int(hist.current_devices[i]) or int(jobs.scale_factor[i])
-        until = float(hist.busy_until_s[i])
-        if until <= now:
-            thr = jobs.throughput[i, t]
-            known = jobs.total_steps[i] > 0 and remaining[i] > 0 and thr > 0
-            until = now + remaining[i] / thr if known else now
-        wanted_nodes = set(hist.current_nodes[i])
-        mine = [
-            g
-            for g in range(offsets[t], offsets[t] + counts[t])
-            if holder[g] < 0 and node_of_device.get(g, -1) in wanted_nodes
-        ][:want]
-        for g in range(offsets[t], offsets[t] + counts[t]):
-            if len(mine) >= want:
-                break
-            if holder[g] < 0 and g not in mine:
-                mine.append(g)
-        for g in mine:
-            holder[g] = i
-            free_at[g] = max(now, until)
-        held[int(i)] = mine
-    return _Devices(type_index, local, tuple(node), free_at, holder, held)
+    running = np.flatnonzero(hist.running(jobs.num_jobs))
+    if running.size == 0:
+        return _Devices(type_index, local, node, free_at, holder, held)
+    remaining = jobs.remaining_steps[running]
+    current = hist.current_type[running]
+    thr = jobs.throughput[running, current]
+    until = hist.busy_until_s[running].astype(np.float64)
+    known = (jobs.total_steps[running] > 0) & (remaining > 0) & (thr > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        estimate = np.where(known, now + remaining / np.where(thr > 0, thr, 1.0), now)
+    until = np.maximum(now, np.where(until <= now, estimate, until))
+    want = np.where(hist.current_devices[running] > 0, hist.current_devices[running],
+                    jobs.scale_factor[running])
+    node_next, type_next = node_lo.tolist(), offsets.tolist()
+    node_end, type_end = node_hi.tolist(), (offsets + counts).tolist()
+    is_held = [False] * G
+    for i, t, wanted, ends in zip(running.tolist(), current.tolist(), want.tolist(),
+                                  until.tolist(), strict=True):
+        mine: list[int] = []
+        # the job's nodes that hold devices of its type, in device order
+        nodes = sorted({k for k in hist.current_nodes[i] if node_lo[k] < node_hi[k] and
+                        offsets[t] <= node_lo[k] < type_end[t]}, key=lambda k: node_next[k])
+        for k in nodes:
+            node_next[k] = _take_free(is_held, mine, wanted, node_next[k], node_end[k])
+        g = _take_free(is_held, mine, wanted, type_next[t], type_end[t])
+        while g < type_end[t] and is_held[g]:
+            g += 1
+        type_next[t] = g
+        holder[mine] = i
+        free_at[mine] = ends
+        held[i] = mine
+    return _Devices(type_index, local, node, free_at, holder, held)
 
 
 def _select(
@@ -446,6 +680,79 @@ def _select(
     return np.sort(order[:keep]).astype(np.int64), status, reason
 
 
+def _groups(dev: _Devices) -> tuple[IntArray, IntArray, FloatArray, IntArray, IntArray]:
+    """Device groups (type, free time), sorted by both. Returns (group of each device (G,),
+    devices of every group in group order and device order within (G,), tau (H,), W (H,),
+    type of each group (H,))."""
+    members = np.lexsort((dev.free_at, dev.type_index)).astype(np.int64)
+    t, f = dev.type_index[members], dev.free_at[members]
+    new = np.r_[True, (t[1:] != t[:-1]) | (f[1:] != f[:-1])][: members.size]
+    g_group = np.empty(members.size, np.int64)
+    g_group[members] = np.cumsum(new) - 1
+    begins = np.flatnonzero(new)
+    W = np.diff(np.r_[begins, members.size]).astype(np.int64)
+    return g_group, members, f[begins], W, t[begins].astype(np.int64)
+
+
+def _queues(
+    problem: Problem, dev: _Devices, matched: IntArray, device: IntArray,
+    result: Matching, g_group: IntArray,
+) -> tuple[QueueSection, FloatArray]:
+    """The plan's queue section and time shares from each matched job's device: its position
+    in the device's queue (by planned start, then job index), whether it starts now; the jobs
+    holding devices. Plain Python values are read once (a numpy scalar per field and job costs
+    more than the rest) and the per-device tuples are shared between jobs."""
+    jobs, now = problem.jobs, problem.time_s
+    m, n = jobs.num_jobs, problem.cluster.num_types
+    time_share = np.zeros((m, n))
+    rank = np.lexsort((matched, result.start, device))  # rows by device, start, job
+    on = device[rank]
+    first = np.r_[True, on[1:] != on[:-1]][: rank.size]
+    run_start = np.maximum.accumulate(np.where(first, np.arange(rank.size), 0))
+    position = np.empty(rank.size, np.int64)
+    position[rank] = np.arange(rank.size) - run_start + 1
+    starts_now = (position == 1) & (dev.free_at[device] <= now)
+    time_share[matched[starts_now], dev.type_index[device[starts_now]]] = 1.0
+    type_of, local_of = dev.type_index.tolist(), dev.local.tolist()
+    one_device = [(k,) for k in range(max(local_of, default=-1) + 1)]
+    one_node: dict[str, tuple[str, ...]] = {name: (name,) for name in set(dev.node)}
+    one_node[""] = ()
+    queue: list[QueueAssignment | None] = [None] * m
+    for i, g, pos, start, done, now_ in zip(
+        matched.tolist(), device.tolist(), position.tolist(), result.start.tolist(),
+        result.completion.tolist(), starts_now.tolist(), strict=True,
+    ):
+        queue[i] = QueueAssignment(type_of[g], one_device[local_of[g]], one_node[dev.node[g]],
+                                   pos, start, done, now_, False)
+    history = problem.history
+    for i, mine in dev.held.items():
+        t = int(history.current_type[i])
+        time_share[i, t] = 1.0
+        until = float(max(dev.free_at[g] for g in mine)) if mine else now
+        queue[i] = QueueAssignment(
+            t, tuple(local_of[g] for g in mine),
+            tuple(dict.fromkeys(dev.node[g] for g in mine if dev.node[g])),
+            0, now, until, False, True,
+        )
+    ordered = matched[rank].tolist()
+    jobs_on: list[tuple[int, ...]] = [()] * len(type_of)
+    begins = np.flatnonzero(first)
+    ends = np.r_[begins[1:], rank.size][: begins.size]
+    for g, b, e in zip(on[begins].tolist(), begins.tolist(), ends.tolist(), strict=True):
+        jobs_on[g] = tuple(ordered[b:e])
+    group_duals = [tuple(part.tolist()) for part in result.v]
+    H = int(g_group.max(initial=-1)) + 1
+    group_duals += [()] * (H - len(group_duals))
+    device_queues = [
+        DeviceQueue(t, k, name, free_at, holder, queued, group_duals[h])
+        for t, k, name, free_at, holder, queued, h in zip(
+            type_of, local_of, dev.node, dev.free_at.tolist(), dev.holder.tolist(), jobs_on,
+            g_group.tolist(), strict=True,
+        )
+    ]
+    return QueueSection(tuple(queue), tuple(device_queues)), time_share
+
+
 def solve_policy(
     problem: Problem,
     parameters: AlloxParameters,
@@ -455,26 +762,14 @@ def solve_policy(
 ) -> Plan:
     """AlloX on a validated snapshot (see the module docstring)."""
     started = time.perf_counter()
-    params = parameters
     jobs, cluster = problem.jobs, problem.cluster
     m, n = jobs.num_jobs, cluster.num_types
     now = problem.time_s
     dev = _devices(problem)
     free_now = int(np.sum((dev.holder < 0) | (dev.free_at <= now)))
-    matched, status, reason = _select(problem, params, compat, free_now)
-
-    # device groups: (type, free time)
-    keys = sorted({(int(t), float(f)) for t, f in zip(dev.type_index, dev.free_at, strict=True)})
-    group_of = {key: h for h, key in enumerate(keys)}
-    g_group = np.array(
-        [group_of[(int(t), float(f))] for t, f in zip(dev.type_index, dev.free_at, strict=True)],
-        dtype=np.int64,
-    )
-    H = len(keys)
-    members = [np.nonzero(g_group == h)[0] for h in range(H)]
-    W = np.array([len(mb) for mb in members], dtype=np.int64)
-    tau = np.array([key[1] for key in keys], dtype=np.float64)
-    group_type = np.array([key[0] for key in keys], dtype=np.int64)
+    matched, status, reason = _select(problem, parameters, compat, free_now)
+    g_group, members, tau, W, group_type = _groups(dev)
+    H = W.size
     thr = jobs.throughput[matched][:, group_type] if H else np.zeros((matched.size, 0))
     rem = jobs.remaining_steps[matched]
     with np.errstate(divide="ignore"):
@@ -483,78 +778,13 @@ def solve_policy(
     # the LP leaves time to decode its matching into queues (below)
     lp_deadline = deadline.leaving(DECODE_S_PER_ITEM * (matched.size + dev.type_index.size))
     result = solve_matching(P, tau, W, jobs.arrival_time_s[matched], lp_deadline, options.threads)
-
-    # decode to devices: each matched job's device, its position in the device's queue (by
-    # planned start, then job index) and whether it starts now
-    time_share = np.zeros((m, n))
+    offsets = np.r_[0, np.cumsum(W)].astype(np.int64)
+    device = members[offsets[result.group] + result.machine]
+    queues, time_share = _queues(problem, dev, matched, device, result, g_group)
     objective_value = np.zeros(m)
-    job_dual = np.zeros(m)
-    queue: list[QueueAssignment | None] = [None] * m
-    offsets = np.cumsum([0] + [len(mb) for mb in members])
-    flat = np.concatenate(members) if members else np.zeros(0, np.int64)
-    device = flat[offsets[result.group] + result.machine].astype(np.int64)
-    rank = np.lexsort((matched, result.start, device))  # rows by device, start, job
-    first = np.r_[True, device[rank][1:] != device[rank][:-1]][: rank.size]
-    run_start = np.maximum.accumulate(np.where(first, np.arange(rank.size), 0))
-    position = np.empty(rank.size, np.int64)
-    position[rank] = np.arange(rank.size) - run_start + 1
-    starts_now = (position == 1) & (dev.free_at[device] <= now)
     objective_value[matched] = result.completion - jobs.arrival_time_s[matched]
+    job_dual = np.zeros(m)
     job_dual[matched] = result.u
-    time_share[matched[starts_now], dev.type_index[device[starts_now]]] = 1.0
-    # plain Python values once (a numpy scalar per field and job costs more than the rest)
-    type_of, local_of = dev.type_index.tolist(), dev.local.tolist()
-    for i, g, pos, start, done, now_ in zip(
-        matched.tolist(), device.tolist(), position.tolist(), result.start.tolist(),
-        result.completion.tolist(), starts_now.tolist(), strict=True,
-    ):
-        node = dev.node[g]
-        queue[i] = QueueAssignment(
-            type_index=type_of[g],
-            devices=(local_of[g],),
-            nodes=(node,) if node else (),
-            position=pos,
-            start_time_s=start,
-            completion_time_s=done,
-            start_now=now_,
-            running=False,
-        )
-    for i, mine in dev.held.items():
-        t = int(problem.history.current_type[i])
-        time_share[i, t] = 1.0
-        until = float(max(dev.free_at[g] for g in mine)) if mine else now
-        queue[i] = QueueAssignment(
-            type_index=t,
-            devices=tuple(int(dev.local[g]) for g in mine),
-            nodes=tuple(dict.fromkeys(dev.node[g] for g in mine if dev.node[g])),
-            position=0,
-            start_time_s=now,
-            completion_time_s=until,
-            start_now=False,
-            running=True,
-        )
-    ordered, on = matched[rank], device[rank]
-    begins = np.flatnonzero(first)
-    ends = np.append(begins[1:], rank.size).astype(np.int64)
-    by_device = {int(on[b]): ordered[b:e] for b, e in zip(begins, ends[: begins.size],
-                                                           strict=True)}
-    group_duals = [tuple(result.v[h].tolist()) if h < len(result.v) else () for h in range(H)]
-    device_queues: list[DeviceQueue] = []
-    for g, (h, free_at, holder) in enumerate(zip(
-        g_group.tolist(), dev.free_at.tolist(), dev.holder.tolist(), strict=True,
-    )):
-        queued = by_device.get(g)
-        device_queues.append(
-            DeviceQueue(
-                type_index=type_of[g],
-                device=local_of[g],
-                node=dev.node[g],
-                free_at_s=free_at,
-                running_job=holder,
-                jobs=tuple(queued.tolist()) if queued is not None else (),
-                position_duals=group_duals[h],
-            )
-        )
     finished = np.array([s is JobStatus.FINISHED for s in status], dtype=bool)
     objective_value[finished] = 0.0
 
@@ -562,6 +792,9 @@ def solve_policy(
     # the decoded schedule is feasible whatever the LP's status: a plan at a limit
     ended = termination(result.status, True, relative_gap(result.objective, result.bound),
                         options.relative_gap)
+    detail = "objective = total JCT sum_i (C_i - a_i) of the matched jobs (s)"
+    if result.note:
+        detail += f"; {result.note}; the bound is the dual objective of the reported duals"
     cert = Certificate(
         termination=ended,
         maximize=False,
@@ -571,7 +804,7 @@ def solve_policy(
         solver_version=result.solver_version,
         formulation=(
             "allox: transportation LP over (device group, position) slots, positions priced "
-            f"lazily ({result.rounds} LP rounds, {H} groups)"
+            f"lazily ({result.rounds} LP rounds, {H} groups, {result.classes} job classes)"
         ),
         build_time_s=build,
         solve_time_s=result.solve_time_s,
@@ -580,7 +813,7 @@ def solve_policy(
             constraints=result.constraints,
             nonzeros=2 * result.variables,
         ),
-        detail="objective = total JCT sum_i (C_i - a_i) of the matched jobs (s)",
+        detail=detail,
     )
     return Plan(
         time_share=time_share,
@@ -592,7 +825,7 @@ def solve_policy(
         certificate=cert,
         job_status=tuple(status),
         job_reason=tuple(reason),
-        queues=QueueSection(tuple(queue), tuple(device_queues)),
+        queues=queues,
     )
 
 

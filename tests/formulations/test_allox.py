@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 from scipy.optimize import linear_sum_assignment
@@ -397,6 +397,83 @@ def test_running_jobs_are_not_preempted_and_delay_their_device() -> None:
     assert starts == [1]
 
 
+def reference_holders(prob: Problem) -> dict[int, tuple[int, tuple[int, ...], tuple[str, ...]]]:
+    """Running job -> (type, the devices it keeps in order, their nodes), by the rule as stated
+    and scanned plainly: nodes fill their type's devices in node order; in job order, each
+    running job keeps the first free devices of its type on its nodes, then the first other
+    free ones of its type."""
+    cluster, hist = prob.cluster, prob.history
+    node_of: dict[tuple[int, int], int] = {}
+    filled = [0] * cluster.num_types
+    for k, (t, d) in enumerate(zip(cluster.node_type.tolist(), cluster.node_devices.tolist(),
+                                   strict=True)):
+        for _ in range(d):
+            if filled[t] < cluster.count[t]:
+                node_of[(t, filled[t])] = k
+                filled[t] += 1
+    taken: set[tuple[int, int]] = set()
+    holders = {}
+    for i in range(prob.jobs.num_jobs):
+        t = int(hist.current_type[i])
+        if t < 0:
+            continue
+        want = int(hist.current_devices[i]) or int(prob.jobs.scale_factor[i])
+        free = [d for d in range(int(cluster.count[t])) if (t, d) not in taken]
+        mine = [d for d in free if node_of.get((t, d), -1) in hist.current_nodes[i]][:want]
+        mine += [d for d in free if d not in mine][: want - len(mine)]
+        taken.update((t, d) for d in mine)
+        nodes = [cluster.node_names[node_of[(t, d)]] for d in mine if (t, d) in node_of]
+        holders[i] = (t, tuple(mine), tuple(dict.fromkeys(nodes)))
+    return holders
+
+
+@st.composite
+def clusters_with_running_jobs(draw: st.DrawFn) -> Problem:
+    """1-3 types of 0-6 devices split into nodes listed in a shuffled order; up to 12 jobs, some
+    running on a type with devices, asking for 1..count devices on any of that type's nodes (in
+    any order, possibly more than are free: claims overlap)."""
+    counts = draw(st.lists(st.integers(0, 6), min_size=1, max_size=3))
+    assume(sum(counts) > 0)
+    nodes: list[tuple[int, int]] = []
+    for t, c in enumerate(counts):
+        while c > 0:
+            size = draw(st.integers(1, c))
+            nodes.append((t, size))
+            c -= size
+    nodes = draw(st.permutations(nodes))
+    m = draw(st.integers(1, 12))
+    base = problem([[1.0] * len(counts)] * m, counts, [50.0] * m)
+    cluster = replace(base.cluster, node_names=tuple(f"n{k}" for k in range(len(nodes))),
+                      node_type=np.array([t for t, _ in nodes], np.int64),
+                      node_devices=np.array([d for _, d in nodes], np.int64))
+    running = {}
+    current_nodes: list[tuple[int, ...]] = [()] * m
+    for i in range(m):
+        usable = [t for t, c in enumerate(counts) if c > 0]
+        if not draw(st.booleans()):
+            continue
+        t = draw(st.sampled_from(usable))
+        running[i] = (t, draw(st.integers(1, counts[t])), draw(st.sampled_from([0.0, 30.0])))
+        mine = [k for k, (kt, _) in enumerate(nodes) if kt == t]
+        current_nodes[i] = tuple(draw(st.lists(st.sampled_from(mine), unique=True)))
+    prob = with_running(replace(base, cluster=cluster), running)
+    return replace(prob, history=replace(prob.history, current_nodes=tuple(current_nodes)))
+
+
+@given(clusters_with_running_jobs())
+def test_running_jobs_keep_the_devices_the_rule_gives(prob: Problem) -> None:
+    plan = run(prob)
+    assert plan.queues is not None
+    expected = reference_holders(prob)
+    for i, (t, devices, nodes) in expected.items():
+        q = plan.queues.job_queue[i]
+        assert q is not None and q.running
+        assert (q.type_index, q.devices, q.nodes) == (t, devices, nodes)
+    holder = {(t, d): i for i, (t, devices, _) in expected.items() for d in devices}
+    for dq in plan.queues.device_queues:
+        assert dq.running_job == holder.get((dq.type_index, dq.device), -1)
+
+
 def test_busy_until_estimated_from_remaining_work() -> None:
     prob = with_running(problem([[2.0], [1.0]], [1], [300, 10], now=5.0), {0: (0, 1, 0.0)})
     plan = run(prob)
@@ -555,22 +632,3 @@ def test_zero_remaining_work_is_finished_not_an_error() -> None:
     job = response.plan.jobs[0]
     assert job.status == service_pb.JOB_STATUS_FINISHED and not job.HasField("queue")
     assert response.stats.termination == service_pb.TERMINATION_REASON_OPTIMAL
-
-
-@given(device_instances())
-def test_no_time_left_gives_a_feasible_schedule_on_each_jobs_fastest_group(
-    inst: Devices,
-) -> None:
-    """With the deadline already past the LP is not started: every job is scheduled on its
-    fastest group (a usable one), the result says the time limit stopped it, and its objective
-    is that schedule's total completion time, never below the optimum."""
-    from apportion.solver.deadline import Deadline
-
-    P, tau, W = inst.grouped()
-    stopped = solve_matching(P, tau, W, inst.a, deadline=Deadline(0.0))
-    assert stopped.status != "optimal"
-    assert np.array_equal(stopped.group, np.argmin(P, axis=1))
-    assert np.all(np.isfinite(P[np.arange(P.shape[0]), stopped.group]))
-    assert stopped.objective == pytest.approx(float(np.sum(stopped.completion - inst.a)))
-    optimum, _ = matching_of(inst)
-    assert stopped.objective >= optimum - 1e-9 * max(1.0, abs(optimum))
