@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from apportion.formulations.partial_allocation import (
     Bids,
+    _greedy_fill,
     divisible_partial_allocation,
     feasible,
     partial_allocation,
@@ -280,3 +281,57 @@ def test_a_contested_device_past_the_deadline_goes_to_the_greedy_choice() -> Non
     assert list(outcome.welfare.choice) == [0, -1]  # the larger gain fits first
     assert outcome.welfare.status is SolverStatus.TIME_LIMIT
     assert outcome.kept_fraction[0] == 1.0 and outcome.payments_cut
+
+
+# --------------------------------------------------------------------------------------------
+# the greedy fill (the feasible start, and the answer when no program can be run in time)
+
+
+def greedy_one_by_one(bids: Bids, cols: NDArray[np.int64], gain: Array) -> NDArray[np.int64]:
+    """The greedy fill's rule, one bundle at a time: in decreasing gain (ties: index), a
+    bundle is taken when its bidder has none and every resource it uses has room left."""
+    choice = np.full(bids.num_bidders, -1, np.int64)
+    left = bids.capacity.astype(np.float64).copy()
+    dense = bids.use.toarray()
+    for k in sorted(cols.tolist(), key=lambda k: (-gain[k], k)):
+        uses = dense[k] > 0
+        if choice[bids.bidder[k]] < 0 and np.all(dense[k][uses] <= left[uses] + 1e-9):
+            choice[bids.bidder[k]] = k
+            left -= dense[k]
+    return choice
+
+
+@st.composite
+def crowded_bids(draw: st.DrawFn) -> tuple[Bids, NDArray[np.int64], Array]:
+    """Many bundles on few resources (whole devices), gains with ties."""
+    resources = draw(st.integers(1, 6))
+    capacity = np.array(draw(st.lists(st.integers(0, 10), min_size=resources,
+                                      max_size=resources)), np.float64)
+    a = draw(st.integers(1, 30))
+    bidder, rows, gain = [], [], []
+    for i in range(a):
+        for _ in range(draw(st.integers(1, 3))):
+            row = np.zeros(resources)
+            for r in draw(st.lists(st.integers(0, resources - 1), min_size=1, max_size=3,
+                                   unique=True)):
+                row[r] = draw(st.integers(1, 4))
+            bidder.append(i)
+            rows.append(row)
+            gain.append(draw(st.sampled_from([0.5, 1.0, 1.5, 2.0, 3.0])))
+    outside = np.ones(a)
+    value = np.exp(np.array(gain))
+    bids = Bids(np.array(bidder, np.int64), np.array(rows), value, outside, capacity)
+    cols = np.array(sorted(draw(st.sets(st.integers(0, len(gain) - 1), min_size=1))), np.int64)
+    return bids, cols, np.log(value) - np.log(outside[bids.bidder])
+
+
+@given(crowded_bids(), st.sampled_from([1, 2, 3, 7, 1024]))
+def test_the_greedy_fill_takes_what_one_bundle_at_a_time_takes(
+    case: tuple[Bids, NDArray[np.int64], Array], window: int
+) -> None:
+    """The array route (steps over windows of the order, a refusal ending a step) chooses the
+    same bundles as the rule applied one bundle at a time, whatever the window."""
+    bids, cols, gain = case
+    choice = _greedy_fill(bids, cols, gain, window)
+    assert np.array_equal(choice, greedy_one_by_one(bids, cols, gain))
+    assert feasible(bids, choice)
