@@ -216,9 +216,9 @@ def leftover_allocation(
     room is 1e-12 or less. Until some type runs out, every job takes its whole room on its
     first type with device-time left, so those stretches are array steps: per type, what is
     left after each job is a running difference in order (`np.subtract.accumulate`, the same
-    arithmetic as one job after the other). A stretch ends at the first job that takes a
-    type's last device-time or cannot take its whole room there; that job takes by the rule
-    above on its own, and the next stretch starts after it."""
+    arithmetic as one job after the other). A stretch ends at the first job that cannot take
+    its whole room on that type (it has less left, or has run out during the stretch); that
+    job takes by the rule above on its own, and the next stretch starts after it."""
     s = problem.jobs.scale_factor.astype(np.float64)
     order = np.asarray(order, np.int64)
     # each job's throughput on its usable types (-1 elsewhere) and its room before it takes
@@ -233,14 +233,14 @@ def leftover_allocation(
         open_speed = np.where(rest > 1e-12, speed[start:], -1.0)
         on = np.argmax(open_speed, axis=1)
         on[(open_speed[np.arange(jobs.size), on] < 0) | (room[start:] <= 1e-12)] = -1
-        end = jobs.size  # the first job that empties a type or takes part of its room
+        end = jobs.size  # the first job that cannot take its whole room on its type
         runs: list[tuple[int, IntArray, FloatArray, FloatArray]] = []
         for j in np.flatnonzero(np.bincount(on[on >= 0], minlength=rest.size)).tolist():
             takers = np.flatnonzero(on == j)
             whole_room = room[start + takers]
             amount = whole_room * s[jobs[takers]]
             after = np.subtract.accumulate(np.r_[rest[j], amount])
-            short = (whole_room > after[:-1] / s[jobs[takers]]) | (after[1:] <= 1e-12)
+            short = whole_room > after[:-1] / s[jobs[takers]]
             if short.any():
                 end = min(end, int(takers[np.argmax(short)]))
             runs.append((j, takers, amount, after))

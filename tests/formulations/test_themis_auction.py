@@ -20,10 +20,13 @@ from google.protobuf import json_format
 from hypothesis import given
 from hypothesis import strategies as st
 
+import apportion.formulations.themis_auction as themis_module
+import apportion.solver.deadline as deadline_module
 from apportion.formulations.gavel_lp import ftf_data
 from apportion.formulations.themis_auction import lease_rho, leftover_allocation, offered_jobs
 from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
+from apportion.solver.backends.highs_startup import BUNDLE_MILP
 from apportion.solver.deadline import Deadline
 from apportion.solver.errors import ValidationError
 from apportion.solver.fairness_model import BidTable, BundleBid, FairnessInputs
@@ -121,34 +124,33 @@ def leftover_one_by_one(X: np.ndarray, order: list[int], left: np.ndarray,
     return np.array(handed)
 
 
-@st.composite
-def leftovers(draw: st.DrawFn) -> tuple[Problem, np.ndarray, list[int], np.ndarray]:
-    """Jobs with equal speeds on several types, some already holding shares, and fractional
-    device-time left (so types run out part-way through a job)."""
-    n = draw(st.integers(1, 4))
-    m = draw(st.integers(1, 40))
-    speeds = st.sampled_from([0.0, 1.0, 2.0, 2.0, 3.5])
-    T = np.array(draw(st.lists(st.lists(speeds, min_size=n, max_size=n), min_size=m,
-                               max_size=m)))
+def leftovers(seed: int) -> tuple[Problem, np.ndarray, list[int], np.ndarray]:
+    """Up to 60 jobs with equal speeds on several types, some already holding shares (thirds
+    and sevenths: inexact sums; some summing to 1 up to rounding), and fractional device-time
+    left, so that types run out part-way through a job."""
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 5)), int(rng.integers(1, 61))
+    T = rng.choice([0.0, 1.0, 2.0, 2.0, 3.5], (m, n))
     T[:, 0] = np.maximum(T[:, 0], 1.0)  # every job can run somewhere
-    scale = draw(st.lists(st.integers(1, 4), min_size=m, max_size=m))
-    problem = make_problem([f"t{j}" for j in range(n)], [8] * n, T, scale_factor=scale)
+    problem = make_problem([f"t{j}" for j in range(n)], [8] * n, T,
+                           scale_factor=rng.integers(1, 5, m))
     X = np.zeros((m, n))
-    for i in draw(st.lists(st.integers(0, m - 1), max_size=m // 2, unique=True)):
-        X[i, draw(st.integers(0, n - 1))] = draw(st.sampled_from([0.25, 0.5, 1.0, 1 / 3]))
-    left = np.array(draw(st.lists(st.one_of(st.just(0.0), st.floats(0.0, 12.0)),
-                                  min_size=n, max_size=n)))
-    order = draw(st.permutations(range(m)))
-    return problem, X, list(order[:draw(st.integers(0, m))]), left
+    held = rng.random(m) < 0.4
+    X[held, rng.integers(0, n, m)[held]] = rng.choice([0.25, 0.5, 1.0, 1 / 3, 3 / 7], m)[held]
+    if n > 1:  # shares summing to 1 up to rounding: no room, or 1e-16 of it
+        full = np.flatnonzero(rng.random(m) < 0.15)
+        X[full, 0] = rng.uniform(0.0, 1.0, full.size)
+        X[full, 1] = 1.0 - X[full, 0]
+    left = np.where(rng.random(n) < 0.2, 0.0, rng.uniform(0.0, 40.0, n))
+    order = rng.permutation(m)[:int(rng.integers(0, m + 1))]
+    return problem, X, order.tolist(), left
 
 
-@given(leftovers())
-def test_leftover_allocation_gives_what_job_by_job_gives(
-    case: tuple[Problem, np.ndarray, list[int], np.ndarray]
-) -> None:
+@given(st.integers(0, 2**32 - 1))
+def test_leftover_allocation_gives_what_job_by_job_gives(seed: int) -> None:
     """The array route (stretches of whole rooms between the jobs that empty a type) hands
     out the same time shares, to the last bit, as the rule applied job by job."""
-    problem, X, order, left = case
+    problem, X, order, left = leftovers(seed)
     X_ref, left_ref = X.copy(), left.copy()
     handed_ref = leftover_one_by_one(X_ref, order, left_ref, problem)
     handed = leftover_allocation(X, np.array(order, np.int64), left, problem)
@@ -489,3 +491,36 @@ def test_a_deadline_passing_at_any_check_gives_a_feasible_honest_plan(divisible:
         terminations.append(cert.termination)
     assert terminations[0] is Termination.FEASIBLE
     assert terminations[-1] is Termination.OPTIMAL  # the countdown outlasts a whole solve
+
+
+class FrozenClock:
+    """`time.monotonic` of the deadline module stopped at 0: a deadline at `at` always has
+    `at` seconds left, whatever runs, so what a stage decides from the time left is fixed."""
+
+    @staticmethod
+    def monotonic() -> float:
+        return 0.0
+
+
+@pytest.mark.parametrize("spare", [0.5, 2.0])
+def test_the_mechanism_leaves_the_placement_and_the_plan_their_time(
+    spare: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the clock stopped, a deadline leaving the proportional-fair program its start-up
+    time plus `spare` times what placement, leftover allocation and the plan are held back:
+    with half of that held-back time (it would eat into it) the program is not started (the
+    greedy's feasible plan); with twice of it, the program runs."""
+    problem = instance(3, m=10, counts=(2, 2))
+    request = PolicyRequest("themis_auction", ThemisAuctionParameters(fairness_knob=0.0))
+    size = solve(problem, request).certificate.model_size
+    assert size.nonzeros > 0  # the program runs without a deadline
+    held = themis_module.PLAN_S_PER_JOB * 10 + themis_module.PLACE_S_PER_WINNER * 10
+    monkeypatch.setattr(deadline_module, "time", FrozenClock)
+    at = BUNDLE_MILP.seconds(size) + spare * held
+    plan = solve(problem, request, SolveOptions(), Deadline(at))
+    assert_work_conserving(problem, plan)
+    if spare < 1:
+        assert plan.certificate.model_size == ModelSize()
+        assert plan.certificate.termination is Termination.FEASIBLE
+    else:
+        assert plan.certificate.model_size == size
