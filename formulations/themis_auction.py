@@ -39,6 +39,12 @@ are time shares for the round mechanism).
 Certificate: objective = the proportional-fair log-welfare sum_bidders log V_i(G*_i), bound =
 the program's proven bound, gap on the scale of the number of bidders; `optimal` also requires
 every payment program to be solved to the same absolute gap.
+
+Time limit: the programs stop at the deadline (a winner not priced in time keeps its whole
+bundle; the plan is then `feasible`), and leave the placement, the leftover allocation and the
+plan their time. That work, and the bids and greedy start before the programs, is not cut:
+with less time left at the start than it takes (`START_S_PER_JOB`, `PLAN_S_PER_JOB`,
+`PLACE_S_PER_WINNER`), the call answers `no_solution` at once, saying why.
 """
 
 from __future__ import annotations
@@ -71,12 +77,17 @@ from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Ter
 
 BoolArray = np.ndarray
 
-PLAN_S_PER_JOB = 8e-6
+START_S_PER_JOB = 1e-6
+"""Time (s) per job of the work before the mechanism that no deadline cuts: free devices per
+node, the bid rows, the mechanism's input and its greedy start (measured 0.6-0.9 us per job of
+CPU time at 100,000 jobs)."""
+PLAN_S_PER_JOB = 4e-6
 """Time (s) held back from the mechanism per job for the leftover allocation and the plan
-(measured 4-8 us per job at 100,000 jobs on a shared 2-core machine)."""
-PLACE_S_PER_WINNER = 1.5e-5
-"""Time (s) held back per bidder for placing the winners on nodes (measured 5-15 us per
-winner)."""
+(measured 1.8 us per job of CPU time at 100,000 jobs, most of it the plan's per-job
+`AuctionOutcome`s; two to four times that on a loaded 2-core machine)."""
+PLACE_S_PER_WINNER = 4e-6
+"""Time (s) held back per bidder for placing the winners on nodes (measured 1.7 us per winner
+of CPU time at 20,000 winners on 9,375 nodes)."""
 
 
 @dataclass(frozen=True)
@@ -355,8 +366,8 @@ def _bundle_auction(
     bundle_index[winner] = bundles.bundle[row]
     log_value[winner] = np.negative(list(map(math.log, bundles.rho[row].tolist())))
     place_winners(problem, pools, winner, bundles.type_index[row],
-                  [bundles.node_devices.get(r, ()) for r in row.tolist()], X, kept, leases,
-                  problem.time_s + params.lease_s)
+                  list(map(bundles.node_devices.get, row.tolist(), repeat(()))), X, kept,
+                  leases, problem.time_s + params.lease_s)
     return Mechanism(kept, rho_won, bundle_index, log_value, pf.objective, pf.bound, pf.status,
                      outcome.payments_exact, pf.solver, pf.solver_version, pf.size,
                      outcome.solve_time_s, bundles.size,
@@ -378,13 +389,13 @@ def place_winners(
     s = problem.jobs.scale_factor[winner].astype(np.int64)
     same = hist.running()[winner] & (hist.current_type[winner] == type_index)
     taken: list[tuple[int, ...]] = [()] * winner.size
+    named = np.array(list(map(bool, node_devices)), bool).reshape(-1)
     for j, pool in enumerate(pools):
         of_type = np.flatnonzero(type_index == j)
         of_type = of_type[np.lexsort((winner[of_type], -s[of_type]))]
-        named = [g for g in of_type.tolist() if node_devices[g]]
-        for g in named:
+        for g in of_type[named[of_type]].tolist():
             taken[g] = pool.take_exactly(node_devices[g])
-        rest = of_type[[not node_devices[g] for g in of_type.tolist()]]
+        rest = of_type[~named[of_type]]
         previous = [hist.current_nodes[i] if keep else ()
                     for i, keep in zip(winner[rest].tolist(), same[rest].tolist(), strict=True)]
         for g, nodes in zip(rest.tolist(), pool.take_many(s[rest].tolist(), previous),
@@ -447,6 +458,12 @@ def solve_policy(
     m, n = jobs.num_jobs, cluster.num_types
     fair = problem.fairness or FairnessInputs.empty(m)
     epoch = _epoch(problem, fair, parameters)
+    # the work no deadline cuts: not started when it cannot be done in the time left
+    placing = 0.0 if parameters.divisible_shares else PLACE_S_PER_WINNER * epoch.offered.size
+    uncut = (START_S_PER_JOB + PLAN_S_PER_JOB) * m + placing
+    if deadline.remaining() < uncut:
+        return _not_started(problem, parameters, epoch, deadline.remaining(), uncut,
+                            time.perf_counter() - started)
     X = np.zeros((m, n))
     leases = keep_leases(problem, fair, epoch.holding, X)
     pools = node_pools(problem, epoch.holding)
@@ -454,7 +471,6 @@ def solve_policy(
     build = time.perf_counter() - started
     # the leftover allocation and the plan come after the mechanism (and, for bundles, the
     # placement of the winners)
-    placing = 0.0 if parameters.divisible_shares else PLACE_S_PER_WINNER * epoch.offered.size
     after = deadline.leaving(PLAN_S_PER_JOB * m + placing, 0.9)
     if parameters.divisible_shares:
         mechanism = _divisible_auction(problem, epoch, free, X, options, after)
@@ -483,6 +499,28 @@ def solve_policy(
     handed = leftover_allocation(X, order, np.maximum(left, 0.0), problem)
     return _plan(problem, parameters, epoch, X, leases, mechanism, handed, build,
                  options.relative_gap)
+
+
+def _formulation(parameters: ThemisAuctionParameters, epoch: Epoch, bids: int) -> str:
+    kind = "divisible shares" if parameters.divisible_shares else \
+        f"{bids} bundles, proportional-fair MILP"
+    return (f"Themis partial allocation: {epoch.offered.size} of {epoch.candidates.size} jobs "
+            f"bid (f = {parameters.fairness_knob:g}), {kind} + payments")
+
+
+def _not_started(
+    problem: Problem, parameters: ThemisAuctionParameters, epoch: Epoch, left_s: float,
+    needed_s: float, build: float,
+) -> Plan:
+    """No plan: the time left cannot cover the epoch's work that no deadline cuts."""
+    m, n = problem.jobs.num_jobs, problem.cluster.num_types
+    cert = Certificate(
+        Termination.NO_SOLUTION, True, solver="closed form",
+        formulation=_formulation(parameters, epoch, 0), build_time_s=build,
+        detail=(f"not started: {left_s:.3g} s left, and the auction's work for {m} jobs that "
+                f"the time limit cannot cut (bids, placement, leftover allocation, the plan) "
+                f"takes about {needed_s:.3g} s"))
+    return Plan.empty(m, n, cert)
 
 
 def _plan(
@@ -517,10 +555,7 @@ def _plan(
     thr = np.einsum("ij,ij->i", jobs.throughput, X)
     iso = epoch.data.iso
     normalized = np.divide(thr, iso, out=np.zeros(m), where=iso > 0)
-    kind = "divisible shares" if parameters.divisible_shares else \
-        f"{mechanism.bids} bundles, proportional-fair MILP"
-    formulation = (f"Themis partial allocation: {offered} of {epoch.candidates.size} jobs "
-                   f"bid (f = {parameters.fairness_knob:g}), {kind} + payments")
+    formulation = _formulation(parameters, epoch, mechanism.bids)
     scale = max(1.0, float(offered))
     if not offered:
         cert = Certificate(Termination.OPTIMAL, True, 0.0, 0.0, solver="closed form",

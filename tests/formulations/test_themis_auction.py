@@ -36,6 +36,7 @@ from apportion.solver.result import ModelSize, Plan, Termination
 from apportion.solver.solve import solve
 from apportion.solver.validation import make_problem
 from apportion.v1 import allocation_service_pb2 as service_pb
+from tests.countdown import CountdownDeadline
 from tests.formulations.test_node_pool import scan_take
 
 
@@ -257,11 +258,11 @@ def placed_one_by_one(problem: Problem, plan: Plan) -> dict[int, tuple[str, ...]
 def test_winners_are_placed_as_one_by_one(past: bool, seed: int) -> None:
     """Types placed one after another, runs of one gang size in one walk of the index: every
     winner's lease names the nodes the rule gives gang by gang in the old order (named
-    bundles, then decreasing size over all types), with the program solved or, past the
-    deadline, with the greedy's winners."""
+    bundles, then decreasing size over all types), with the program solved or, the deadline
+    passing at its first look, with the greedy's winners."""
     problem = on_nodes(seed)
     request = PolicyRequest("themis_auction", ThemisAuctionParameters(fairness_knob=0.0))
-    plan = solve(problem, request, SolveOptions(), Deadline(0.0) if past else None)
+    plan = solve(problem, request, SolveOptions(), CountdownDeadline(checks=0) if past else None)
     assert plan.auction is not None
     placed = placed_one_by_one(problem, plan)
     assert placed  # somebody won
@@ -465,8 +466,6 @@ def test_a_deadline_passing_at_any_check_gives_a_feasible_honest_plan(divisible:
     feasible and work-conserving; it is `optimal` only when the deadline never passed, and
     with the deadline past from the start no program is built and every winner keeps its
     whole share."""
-    from tests.countdown import CountdownDeadline
-
     problem = instance(3, m=10, counts=(2, 2))
     request = PolicyRequest("themis_auction", ThemisAuctionParameters(
         fairness_knob=0.0, divisible_shares=divisible))
@@ -524,3 +523,30 @@ def test_the_mechanism_leaves_the_placement_and_the_plan_their_time(
         assert plan.certificate.termination is Termination.FEASIBLE
     else:
         assert plan.certificate.model_size == size
+
+
+@pytest.mark.parametrize("divisible", [False, True])
+@pytest.mark.parametrize("share", [0.0, 0.5, 2.0])
+def test_too_little_time_for_the_work_no_deadline_cuts_answers_at_once(
+    divisible: bool, share: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bids, placement, leftover allocation and plan are not cut by the deadline: with the
+    clock stopped and less time left than they take (none, or half of it), no plan and no
+    program, `no_solution` saying why; with twice that time, a plan."""
+    problem = instance(3, m=10, counts=(2, 2))
+    knob = 0.5
+    request = PolicyRequest("themis_auction", ThemisAuctionParameters(
+        fairness_knob=knob, divisible_shares=divisible))
+    offered = math.ceil((1 - knob) * 10)
+    placing = 0.0 if divisible else themis_module.PLACE_S_PER_WINNER * offered
+    uncut = (themis_module.START_S_PER_JOB + themis_module.PLAN_S_PER_JOB) * 10 + placing
+    monkeypatch.setattr(deadline_module, "time", FrozenClock)
+    plan = solve(problem, request, SolveOptions(), Deadline(share * uncut))
+    cert = plan.certificate
+    if share < 1:
+        assert cert.termination is Termination.NO_SOLUTION
+        assert "not started" in cert.detail and cert.model_size == ModelSize()
+        assert plan.auction is None and not plan.time_share.any()
+    else:
+        assert cert.termination is not Termination.NO_SOLUTION and plan.auction is not None
+        assert_work_conserving(problem, plan)
