@@ -51,6 +51,9 @@ from apportion.solver.result import ModelSize
 
 ABS_GAP = 1e-7
 """Default absolute gap on the log-welfare (also the relative accuracy of every c_i)."""
+NOT_STARTED = "greedy"
+"""`Welfare.solver` of an allocation whose program was not started in the time left (the
+greedy fill's choice)."""
 
 
 @dataclass(frozen=True)
@@ -285,7 +288,7 @@ def proportional_fair(
         # the feasible start, bound unknown
         value = welfare_of(bids, incumbent, exclude)
         return Welfare(incumbent, value, math.inf, SolverStatus.TIME_LIMIT, 0.0, ModelSize(),
-                       "greedy", detail="time limit reached before the program was solved")
+                       NOT_STARTED, detail="time limit reached before the program was solved")
     k = cols.size
     model = LinearModel(
         cost=gain[cols],
@@ -317,6 +320,18 @@ def proportional_fair(
                    result.detail)
 
 
+def _closed_form_winners(bids: Bids, winners: IntArray) -> IntArray:
+    """The `winners` without whom every other bidder's favourite bundle fits, so that their
+    payment needs no program (`proportional_fair`'s closed form): a winner's favourite uses at
+    least what all favourites exceed each resource by."""
+    favourite = _best_choice(bids, np.ones(bids.bidder.size, bool))
+    total = np.asarray(bids.use[favourite[favourite >= 0]].sum(axis=0)).ravel()
+    over = total - bids.capacity - 1e-9
+    short = np.flatnonzero(over > 0)
+    own = bids.use[favourite[winners]][:, short].toarray()
+    return winners[np.all(own >= over[short], axis=1)]
+
+
 def _rows(bids: Bids, cols: IntArray) -> tuple[sp.csc_matrix, FloatArray]:
     """Rows of the program on the bundles `cols`: one bundle per bidder, then every resource
     some bundle uses (`<=`)."""
@@ -342,7 +357,9 @@ def partial_allocation(
     """Solve the proportional-fair allocation, then every winner's payment (module
     docstring). A winner whose removal leaves the others' optimum unchanged without a solve
     (their favourite bundles all fit) is priced in closed form. If the deadline passes, the
-    remaining winners keep c_i = 1 (no payment) and `payments_exact` is False."""
+    remaining winners keep c_i = 1 (no payment) and `payments_exact` is False; so do, at once,
+    all but the closed-form ones when the proportional-fair program itself could not be
+    started in the time left."""
     started = time.perf_counter()
     pf = proportional_fair(bids, abs_gap=abs_gap, deadline=deadline, threads=threads)
     a = bids.num_bidders
@@ -352,6 +369,15 @@ def partial_allocation(
     solves = 0
     skipped = 0
     winners = np.flatnonzero(pf.choice >= 0)
+    if pf.solver == NOT_STARTED and winners.size:
+        # each payment program is the program that could not be started, less one bidder's
+        # bundles: none is started either. The winners priced in closed form are priced; the
+        # others keep their bundles whole at once (as they would after trying)
+        closed = _closed_form_winners(bids, winners)
+        kept[winners], lower[winners] = 1.0, 0.0
+        skipped += winners.size - closed.size
+        exact = False
+        winners = closed
     for position, i in enumerate(winners.tolist()):
         if deadline.expired():  # the rest keep their bundles whole: no payment
             kept[winners[position:]], lower[winners[position:]] = 1.0, 0.0
@@ -361,7 +387,7 @@ def partial_allocation(
         others = welfare_of(bids, pf.choice, exclude=i)
         without = proportional_fair(bids, exclude=int(i), abs_gap=abs_gap, deadline=deadline,
                                     threads=threads, start=pf.choice)
-        solves += without.solver not in ("closed form", "greedy")
+        solves += without.solver not in ("closed form", NOT_STARTED)
         best = max(without.objective, others)
         kept[i] = min(1.0, math.exp(others - best))
         lower[i] = min(kept[i], math.exp(others - max(without.bound, best)))

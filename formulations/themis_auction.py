@@ -77,15 +77,16 @@ from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Ter
 
 BoolArray = np.ndarray
 
-START_S_PER_JOB = 1e-6
+START_S_PER_JOB = 2e-6
 """Time (s) per job of the work before the mechanism that no deadline cuts: free devices per
 node, the bid rows, the mechanism's input and its greedy start (measured 0.6-0.9 us per job of
-CPU time at 100,000 jobs)."""
-PLAN_S_PER_JOB = 4e-6
+CPU time at 100,000 jobs; the wall time is about twice the CPU time at load average 3.5 on a
+2-core machine, and every estimate here allows for that)."""
+PLAN_S_PER_JOB = 5e-6
 """Time (s) held back from the mechanism per job for the leftover allocation and the plan
-(measured 1.8 us per job of CPU time at 100,000 jobs, most of it the plan's per-job
-`AuctionOutcome`s; two to four times that on a loaded 2-core machine)."""
-PLACE_S_PER_WINNER = 4e-6
+(measured 1.8-2.5 us per job of CPU time at 100,000 jobs, most of it the plan's per-job
+`AuctionOutcome`s)."""
+PLACE_S_PER_WINNER = 5e-6
 """Time (s) held back per bidder for placing the winners on nodes (measured 1.7 us per winner
 of CPU time at 20,000 winners on 9,375 nodes)."""
 

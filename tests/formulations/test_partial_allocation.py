@@ -18,10 +18,12 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
+import apportion.solver.deadline as deadline_module
 from apportion.formulations.partial_allocation import (
     Bids,
     _greedy_fill,
@@ -34,6 +36,7 @@ from apportion.formulations.partial_allocation import (
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
 from apportion.solver.result import ModelSize
+from tests.countdown import CountdownDeadline
 
 Array = NDArray[np.float64]
 
@@ -327,3 +330,38 @@ def test_the_greedy_fill_takes_what_one_bundle_at_a_time_takes(seed: int, window
     choice = _greedy_fill(bids, cols, gain, window)
     assert np.array_equal(choice, greedy_one_by_one(bids, cols, gain))
     assert feasible(bids, choice)
+
+
+class FrozenClock:
+    """`time.monotonic` of the deadline module stopped at 0."""
+
+    @staticmethod
+    def monotonic() -> float:
+        return 0.0
+
+
+@pytest.mark.parametrize("bidders", [3, 5])
+def test_no_payment_program_is_tried_when_the_allocation_could_not_be_started(
+    bidders: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the clock stopped a nanosecond before the deadline, no program can be started: the
+    greedy's winners, and their payments right away, no program tried one winner after the
+    other (a look at the deadline each). Two devices, one wanted by each bidder: with three
+    bidders, the others' favourites fit without either winner, so each is priced in closed
+    form as without a deadline; with five, neither is, and both keep their bundle whole."""
+    value = np.array([4.0, 3.0, 2.5, 2.0, 1.5])[:bidders]
+    bids = Bids(np.arange(bidders), np.ones((bidders, 1)), value, np.ones(bidders),
+                np.array([2.0]))
+    exact = partial_allocation(bids)
+    monkeypatch.setattr(deadline_module, "time", FrozenClock)
+    deadline = CountdownDeadline(1e-9, checks=10**9)  # never expired, 1 ns left
+    outcome = partial_allocation(bids, deadline=deadline)
+    assert outcome.welfare.solver == "greedy" and outcome.payment_solves == 0
+    won = outcome.welfare.choice >= 0
+    assert list(np.flatnonzero(won)) == [0, 1]  # the larger gains fit first
+    if bidders == 3:
+        assert np.allclose(outcome.kept_fraction[won], exact.kept_fraction[won], rtol=1e-12)
+        assert np.all(outcome.kept_fraction[won] < 1) and not outcome.payments_cut
+    else:
+        assert np.all(outcome.kept_fraction[won] == 1.0) and outcome.payments_cut
+    assert deadline.looks[0] <= 1 + 2 * int(bidders == 3)  # the allocation, each one priced
