@@ -51,6 +51,9 @@ from apportion.solver.result import ModelSize
 
 ABS_GAP = 1e-7
 """Default absolute gap on the log-welfare (also the relative accuracy of every c_i)."""
+NOT_STARTED = "greedy"
+"""`Welfare.solver` of an allocation whose program was not started in the time left (the
+greedy fill's choice)."""
 
 
 @dataclass(frozen=True)
@@ -151,20 +154,66 @@ def feasible(bids: Bids, choice: IntArray, tolerance: float = 1e-9) -> bool:
     return bool(np.all(use <= bids.capacity + tolerance))
 
 
-def _greedy_fill(bids: Bids, cols: IntArray, gain: FloatArray) -> IntArray:
-    """A feasible choice: bidders in decreasing best gain each take their highest-gain bundle
-    (among `cols`) that still fits."""
+GREEDY_WINDOW = 1024
+"""Bundles the greedy fill looks at in its first step (`_greedy_fill`)."""
+GREEDY_MIN_WINDOW = 64
+"""Bundles it looks at, at least, in a step after a refusal (fewer if the first step did)."""
+
+
+def _greedy_fill(
+    bids: Bids, cols: IntArray, gain: FloatArray, window: int = GREEDY_WINDOW
+) -> IntArray:
+    """A feasible choice: bundles (among `cols`) in decreasing gain (ties: index) are taken in
+    turn when their bidder has none yet and they fit what is left of every resource.
+
+    Array steps over a window of that order instead of one bundle at a time. A bundle that
+    does not fit now never will (what is left only shrinks), and a bidder that holds a bundle
+    takes no other, so both are dropped first. Of the rest, each bidder's first bundle is
+    taken up to the first one whose resources' running sums (in order) exceed what is left:
+    that one is refused and the next step starts after it. What is left is compared with the
+    running sum of the takes, which is the sequential rule's arithmetic when uses and
+    capacities are whole numbers (devices); a fraction can differ by rounding. `window`: the
+    bundles looked at in the first step (it doubles while no bundle is refused)."""
     choice = np.full(bids.num_bidders, -1, np.int64)
     left = bids.capacity.astype(np.float64).copy()
-    indptr, indices, data = bids.use.indptr, bids.use.indices, bids.use.data
-    for k in cols[np.lexsort((cols, -gain[cols]))].tolist():
-        i = int(bids.bidder[k])
-        if choice[i] >= 0:
-            continue
-        rows = slice(indptr[k], indptr[k + 1])
-        if np.all(data[rows] <= left[indices[rows]] + 1e-9):
-            choice[i] = k
-            left[indices[rows]] -= data[rows]
+    order = cols[np.lexsort((cols, -gain[cols]))]
+    use = bids.use[order]  # row r = the bundle at position r of the order
+    indptr, indices, data = use.indptr, use.indices, use.data
+    bidder = bids.bidder[order]
+    resources = left.size
+    position, floor = 0, min(window, GREEDY_MIN_WINDOW)
+    while position < order.size:
+        stop = min(order.size, position + window)
+        lo, hi = int(indptr[position]), int(indptr[stop])
+        row = np.repeat(np.arange(stop - position), np.diff(indptr[position:stop + 1]))
+        at, amount = indices[lo:hi], data[lo:hi]
+        too_big = np.zeros(stop - position, bool)
+        too_big[row[amount > left[at] + 1e-9]] = True
+        alive = np.flatnonzero(~too_big & (choice[bidder[position:stop]] < 0))
+        # each bidder's first live bundle (a later one is taken only after a refusal)
+        _, first = np.unique(bidder[position + alive], return_index=True)
+        candidate = np.zeros(stop - position, bool)
+        candidate[alive[first]] = True
+        # running sum of the candidates' use per resource, in order
+        entry = np.flatnonzero(candidate[row])
+        by_resource = entry[np.argsort(at[entry], kind="stable")]
+        total = np.cumsum(amount[by_resource])
+        resource = at[by_resource]
+        starts = np.flatnonzero(np.r_[resource[:1] >= 0, resource[1:] != resource[:-1]])
+        before = np.repeat(total[starts] - amount[by_resource][starts],
+                           np.diff(np.r_[starts, resource.size]))
+        over = row[by_resource[total - before > left[resource] + 1e-9]]
+        refused = int(over.min()) if over.size else stop - position
+        taken = np.flatnonzero(candidate[:refused])
+        choice[bidder[position + taken]] = order[position + taken]
+        took = entry[row[entry] < refused]
+        left -= np.bincount(at[took], weights=amount[took], minlength=resources)
+        if over.size:  # the refused bundle is settled too; look less far after a refusal
+            position += refused + 1
+            window = max(floor, 2 * (refused + 1))
+        else:
+            position = stop
+            window *= 2
     return choice
 
 
@@ -239,7 +288,7 @@ def proportional_fair(
         # the feasible start, bound unknown
         value = welfare_of(bids, incumbent, exclude)
         return Welfare(incumbent, value, math.inf, SolverStatus.TIME_LIMIT, 0.0, ModelSize(),
-                       "greedy", detail="time limit reached before the program was solved")
+                       NOT_STARTED, detail="time limit reached before the program was solved")
     k = cols.size
     model = LinearModel(
         cost=gain[cols],
@@ -271,6 +320,18 @@ def proportional_fair(
                    result.detail)
 
 
+def _closed_form_winners(bids: Bids, winners: IntArray) -> IntArray:
+    """The `winners` without whom every other bidder's favourite bundle fits, so that their
+    payment needs no program (`proportional_fair`'s closed form): a winner's favourite uses at
+    least what all favourites exceed each resource by."""
+    favourite = _best_choice(bids, np.ones(bids.bidder.size, bool))
+    total = np.asarray(bids.use[favourite[favourite >= 0]].sum(axis=0)).ravel()
+    over = total - bids.capacity - 1e-9
+    short = np.flatnonzero(over > 0)
+    own = bids.use[favourite[winners]][:, short].toarray()
+    return winners[np.all(own >= over[short], axis=1)]
+
+
 def _rows(bids: Bids, cols: IntArray) -> tuple[sp.csc_matrix, FloatArray]:
     """Rows of the program on the bundles `cols`: one bundle per bidder, then every resource
     some bundle uses (`<=`)."""
@@ -296,7 +357,9 @@ def partial_allocation(
     """Solve the proportional-fair allocation, then every winner's payment (module
     docstring). A winner whose removal leaves the others' optimum unchanged without a solve
     (their favourite bundles all fit) is priced in closed form. If the deadline passes, the
-    remaining winners keep c_i = 1 (no payment) and `payments_exact` is False."""
+    remaining winners keep c_i = 1 (no payment) and `payments_exact` is False; so do, at once,
+    all but the closed-form ones when the proportional-fair program itself could not be
+    started in the time left."""
     started = time.perf_counter()
     pf = proportional_fair(bids, abs_gap=abs_gap, deadline=deadline, threads=threads)
     a = bids.num_bidders
@@ -306,6 +369,15 @@ def partial_allocation(
     solves = 0
     skipped = 0
     winners = np.flatnonzero(pf.choice >= 0)
+    if pf.solver == NOT_STARTED and winners.size:
+        # each payment program is the program that could not be started, less one bidder's
+        # bundles: none is started either. The winners priced in closed form are priced; the
+        # others keep their bundles whole at once (as they would after trying)
+        closed = _closed_form_winners(bids, winners)
+        kept[winners], lower[winners] = 1.0, 0.0
+        skipped += winners.size - closed.size
+        exact = False
+        winners = closed
     for position, i in enumerate(winners.tolist()):
         if deadline.expired():  # the rest keep their bundles whole: no payment
             kept[winners[position:]], lower[winners[position:]] = 1.0, 0.0
@@ -315,7 +387,7 @@ def partial_allocation(
         others = welfare_of(bids, pf.choice, exclude=i)
         without = proportional_fair(bids, exclude=int(i), abs_gap=abs_gap, deadline=deadline,
                                     threads=threads, start=pf.choice)
-        solves += without.solver not in ("closed form", "greedy")
+        solves += without.solver not in ("closed form", NOT_STARTED)
         best = max(without.objective, others)
         kept[i] = min(1.0, math.exp(others - best))
         lower[i] = min(kept[i], math.exp(others - max(without.bound, best)))

@@ -39,6 +39,12 @@ are time shares for the round mechanism).
 Certificate: objective = the proportional-fair log-welfare sum_bidders log V_i(G*_i), bound =
 the program's proven bound, gap on the scale of the number of bidders; `optimal` also requires
 every payment program to be solved to the same absolute gap.
+
+Time limit: the programs stop at the deadline (a winner not priced in time keeps its whole
+bundle; the plan is then `feasible`), and leave the placement, the leftover allocation and the
+plan their time. That work, and the bids and greedy start before the programs, is not cut:
+with less time left at the start than it takes (`START_S_PER_JOB`, `PLAN_S_PER_JOB`,
+`PLACE_S_PER_WINNER`), the call answers `no_solution` at once, saying why.
 """
 
 from __future__ import annotations
@@ -46,12 +52,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from itertools import repeat
+from operator import is_not
 
 import numpy as np
 import scipy.sparse as sp
 
 from apportion.formulations.gavel_lp import FtfData, ftf_data
-from apportion.formulations.leases import holding_leases, keep_leases
+from apportion.formulations.leases import held_devices, holding_leases, keep_leases
 from apportion.formulations.node_pool import NodePool, node_pools
 from apportion.formulations.partial_allocation import (
     Bids,
@@ -69,23 +77,37 @@ from apportion.solver.result import Certificate, JobStatus, ModelSize, Plan, Ter
 
 BoolArray = np.ndarray
 
-PLAN_S_PER_JOB = 8e-6
+START_S_PER_JOB = 2e-6
+"""Time (s) per job of the work before the mechanism that no deadline cuts: free devices per
+node, the bid rows, the mechanism's input and its greedy start (measured 0.6-0.9 us per job of
+CPU time at 100,000 jobs; the wall time is about twice the CPU time at load average 3.5 on a
+2-core machine, and every estimate here allows for that)."""
+PLAN_S_PER_JOB = 5e-6
 """Time (s) held back from the mechanism per job for the leftover allocation and the plan
-(measured 4-8 us per job at 100,000 jobs on a shared 2-core machine)."""
-PLACE_S_PER_WINNER = 1.5e-5
-"""Time (s) held back per bidder for placing the winners on nodes (measured 5-15 us per
-winner)."""
+(measured 1.8-2.5 us per job of CPU time at 100,000 jobs, most of it the plan's per-job
+`AuctionOutcome`s)."""
+PLACE_S_PER_WINNER = 5e-6
+"""Time (s) held back per bidder for placing the winners on nodes (measured 1.7 us per winner
+of CPU time at 20,000 winners on 9,375 nodes)."""
 
 
 @dataclass(frozen=True)
-class Bundle:
-    """One bid row: job, type, nodes (empty = anywhere), reported rho, index in its table."""
+class Bundles:
+    """The bid rows, per job in job order, each job's as its table lists them (derived
+    tables: in type order)."""
 
-    job: int
-    type_index: int
-    node_devices: tuple[tuple[int, int], ...]
-    rho: float
-    bundle: int
+    job: IntArray
+    type_index: IntArray
+    rho: FloatArray
+    """Reported (or derived) rho with the bundle."""
+    bundle: IntArray
+    """Index of the bundle in its job's table."""
+    node_devices: dict[int, tuple[tuple[int, int], ...]]
+    """(node, devices) pairs of the rows that name nodes (the others: any devices)."""
+
+    @property
+    def size(self) -> int:
+        return int(self.job.size)
 
 
 def lease_rho(data: FtfData, i: int, thr: float, lease_s: float) -> float:
@@ -111,7 +133,8 @@ def offered_jobs(rho_without: FloatArray, candidates: IntArray, knob: float) -> 
     """The worst ceil((1 - f) N) candidates by rho (ties: lower index), at least one."""
     if candidates.size == 0:
         return candidates
-    order = candidates[np.lexsort((candidates, -rho_without[candidates]))]
+    candidates = np.sort(candidates)
+    order = candidates[np.argsort(-rho_without[candidates], kind="stable")]
     count = max(1, math.ceil((1.0 - knob) * candidates.size - 1e-12))
     return np.sort(order[:count])
 
@@ -123,36 +146,48 @@ def _bundles(
     offered: IntArray,
     pools: list[NodePool],
     lease_s: float,
-) -> list[Bundle]:
-    """Every bid of the offered jobs that fits the free devices."""
+    with_table: BoolArray | None = None,
+) -> Bundles:
+    """Every bid of the offered jobs that fits the free devices (`with_table`: (m,) the jobs
+    with a bid table, if known)."""
     s = problem.jobs.scale_factor
-    usable = problem.usable
-    out: list[Bundle] = []
-    derived = np.array([fair.bids[i] is None for i in offered.tolist()], bool)
+    has_table = np.array(list(map(is_not, fair.bids, repeat(None))), bool)[offered] \
+        if with_table is None else with_table[offered]
+    derived = offered[~has_table]
     # derived tables: one bundle per usable type whose free devices hold the gang
     pool_size = np.array([pool.pool for pool in pools], np.int64)
-    fits = usable[offered[derived]] & (s[offered[derived], None] <= pool_size[None, :])
-    rows, types = np.nonzero(fits)
-    jobs = offered[derived][rows]
+    rows, types = np.nonzero(problem.usable[derived] & (s[derived, None] <= pool_size[None, :]))
+    jobs = derived[rows]
     rhos = lease_rhos(data, jobs, problem.jobs.throughput[jobs, types], lease_s)
-    out.extend(map(Bundle, jobs.tolist(), types.tolist(), [()] * jobs.size, rhos.tolist(),
-                   types.tolist()))
-    for i in offered[~derived].tolist():
+    # tables from the snapshot: each listed bundle whose devices are free
+    listed: list[tuple[int, int, float, int]] = []
+    named: list[tuple[tuple[int, int], ...]] = []
+    for i in offered[has_table].tolist():
         table = fair.bids[i]
         assert table is not None
         for b, bid in enumerate(table.bundles):
             pool = pools[bid.type_index]
-            fits = pool.fits(int(s[i])) and all(
-                pool.free.get(k, 0) >= d for k, d in bid.node_devices
-            )
-            if fits:
-                out.append(Bundle(int(i), bid.type_index, bid.node_devices, bid.rho, b))
-    out.sort(key=lambda bundle: bundle.job)  # per job in order, as the tables list them
-    return out
+            if pool.fits(int(s[i])) and all(
+                    pool.free.get(k, 0) >= d for k, d in bid.node_devices):
+                listed.append((i, bid.type_index, bid.rho, b))
+                named.append(bid.node_devices)
+    table_rows = np.array(listed, np.float64).reshape(-1, 4)
+    job = np.concatenate([jobs, table_rows[:, 0].astype(np.int64)])
+    order = np.argsort(job, kind="stable")  # the jobs with tables are not among the derived
+    position = np.empty(order.size, np.int64)
+    position[order] = np.arange(order.size)
+    return Bundles(
+        job=job[order],
+        type_index=np.concatenate([types, table_rows[:, 1].astype(np.int64)])[order],
+        rho=np.concatenate([rhos, table_rows[:, 2]])[order],
+        bundle=np.concatenate([types, table_rows[:, 3].astype(np.int64)])[order],
+        node_devices={int(position[jobs.size + r]): pairs
+                      for r, pairs in enumerate(named) if pairs},
+    )
 
 
 def auction_bids(
-    bundles: list[Bundle], offered: IntArray, rho_without: FloatArray, problem: Problem,
+    bundles: Bundles, offered: IntArray, rho_without: FloatArray, problem: Problem,
     pools: list[NodePool],
 ) -> Bids:
     """The mechanism's input: resources are the n types, then the nodes."""
@@ -160,24 +195,22 @@ def auction_bids(
     nodes = len(problem.cluster.node_names)
     position = np.full(problem.jobs.num_jobs, -1, np.int64)
     position[offered] = np.arange(offered.size)
-    job = np.array([b.job for b in bundles], np.int64)
     # one entry per bundle on its type, then one per named node
-    named = [(k, n + node, devices) for k, b in enumerate(bundles)
-             for node, devices in b.node_devices]
-    rows = np.concatenate([np.arange(len(bundles)), [r for r, _, _ in named]]).astype(np.int64)
-    cols = np.concatenate([[b.type_index for b in bundles], [c for _, c, _ in named]])
-    vals = np.concatenate([problem.jobs.scale_factor[job].astype(np.float64),
-                           [d for _, _, d in named]])
-    use = sp.csr_matrix((vals, (rows, cols.astype(np.int64))), shape=(len(bundles), n + nodes))
+    named = [(r, n + node, devices) for r, pairs in sorted(bundles.node_devices.items())
+             for node, devices in pairs]
+    listed = np.array(named, np.int64).reshape(-1, 3)
+    rows = np.concatenate([np.arange(bundles.size), listed[:, 0]])
+    cols = np.concatenate([bundles.type_index, listed[:, 1]])
+    vals = np.concatenate([problem.jobs.scale_factor[bundles.job], listed[:, 2]])
+    use = sp.csr_matrix((vals.astype(np.float64), (rows, cols)), shape=(bundles.size, n + nodes))
     capacity = np.zeros(n + nodes)
     for j, pool in enumerate(pools):
         capacity[j] = pool.pool
-        for node, free in pool.free.items():
-            capacity[n + node] = free
+        capacity[n + np.array(list(pool.free), np.int64)] = list(pool.free.values())
     return Bids(
-        bidder=position[job],
+        bidder=position[bundles.job],
         use=use,
-        value=np.array([1.0 / b.rho for b in bundles]),
+        value=1.0 / bundles.rho,
         outside=1.0 / rho_without[offered],
         capacity=capacity,
         max_winners=int(capacity[:n].sum()),  # every winner holds >= 1 free device
@@ -185,34 +218,65 @@ def auction_bids(
 
 
 def leftover_allocation(
-    X: FloatArray, order: list[int], left: FloatArray, problem: Problem
+    X: FloatArray, order: IntArray, left: FloatArray, problem: Problem
 ) -> FloatArray:
     """Give the device-time `left` (n,) to the jobs of `order` in turn, each on its fastest
-    usable types, up to its time budget (step 5). Returns the device-time handed out."""
-    s = problem.jobs.scale_factor.astype(np.float64).tolist()
-    usable = problem.usable
-    preference = np.argsort(-problem.jobs.throughput, axis=1, kind="stable")
-    # each job's usable types, fastest first (-1: not usable)
-    choices = np.where(np.take_along_axis(usable, preference, axis=1), preference, -1).tolist()
-    # Python scalars in the loop (the same float arithmetic as numpy's): about 1 us per job
-    rest = left.tolist()
-    handed = [0.0] * len(rest)
-    for i in order:
-        if max(rest, default=0.0) <= 1e-12:  # nothing left to hand out
-            break
-        row = X[i]
-        for j in choices[i]:
-            if j < 0 or rest[j] <= 1e-12:
-                continue
-            room = 1.0 - row.sum()
-            if room <= 1e-12:
-                break
-            x = min(room, rest[j] / s[i])
-            row[j] += x
-            rest[j] -= x * s[i]
-            handed[j] += x * s[i]
+    usable types, up to its time budget (step 5). Returns the device-time handed out.
+
+    The rule, job by job: on each of its usable types fastest first that still has more than
+    1e-12 left, the job takes x = min(room, left_j / s_i), room = 1 - sum_j X_ij, until its
+    room is 1e-12 or less. Until some type runs out, every job takes its whole room on its
+    first type with device-time left, so those stretches are array steps: per type, what is
+    left after each job is a running difference in order (`np.subtract.accumulate`, the same
+    arithmetic as one job after the other). A stretch ends at the first job that cannot take
+    its whole room on that type (it has less left, or has run out during the stretch); that
+    job takes by the rule above on its own, and the next stretch starts after it."""
+    s = problem.jobs.scale_factor.astype(np.float64)
+    order = np.asarray(order, np.int64)
+    # each job's throughput on its usable types (-1 elsewhere) and its room before it takes
+    speed = np.where(problem.usable[order], problem.jobs.throughput[order], -1.0)
+    room = 1.0 - X[order].sum(axis=1)
+    rest = left.astype(np.float64).copy()
+    handed = np.zeros(rest.size)
+    start = 0
+    while start < order.size and rest.max(initial=0.0) > 1e-12:
+        jobs = order[start:]
+        # each job's fastest usable type with device-time left (ties: the lower index)
+        open_speed = np.where(rest > 1e-12, speed[start:], -1.0)
+        on = np.argmax(open_speed, axis=1)
+        on[(open_speed[np.arange(jobs.size), on] < 0) | (room[start:] <= 1e-12)] = -1
+        end = jobs.size  # the first job that cannot take its whole room on its type
+        runs: list[tuple[int, IntArray, FloatArray, FloatArray]] = []
+        for j in np.flatnonzero(np.bincount(on[on >= 0], minlength=rest.size)).tolist():
+            takers = np.flatnonzero(on == j)
+            whole_room = room[start + takers]
+            amount = whole_room * s[jobs[takers]]
+            after = np.subtract.accumulate(np.r_[rest[j], amount])
+            short = whole_room > after[:-1] / s[jobs[takers]]
+            if short.any():
+                end = min(end, int(takers[np.argmax(short)]))
+            runs.append((j, takers, amount, after))
+        for j, takers, amount, after in runs:
+            whole = int(np.searchsorted(takers, end))  # the takers before the stretch ends
+            X[jobs[takers[:whole]], j] += room[start + takers[:whole]]
+            rest[j] = after[whole]
+            handed[j] = np.add.accumulate(np.r_[handed[j], amount[:whole]])[-1]
+        if end < jobs.size:  # that job takes on its own, fastest type first
+            i = int(jobs[end])
+            row = X[i]
+            for j in np.argsort(-speed[start + end], kind="stable").tolist():
+                if speed[start + end, j] < 0 or rest[j] <= 1e-12:
+                    continue
+                room_i = 1.0 - row.sum()
+                if room_i <= 1e-12:
+                    break
+                x = min(room_i, rest[j] / s[i])
+                row[j] += x
+                rest[j] -= x * s[i]
+                handed[j] += x * s[i]
+        start += end + 1
     left[:] = rest
-    return np.array(handed)
+    return handed
 
 
 @dataclass(frozen=True)
@@ -230,6 +294,8 @@ class Epoch:
     """Active jobs without a lease."""
     offered: IntArray
     """The candidates the free devices are offered to."""
+    has_table: BoolArray
+    """(m,) jobs with a bid table in the snapshot."""
 
 
 @dataclass(frozen=True)
@@ -261,7 +327,7 @@ class Mechanism:
 
 def _epoch(problem: Problem, fair: FairnessInputs, params: ThemisAuctionParameters) -> Epoch:
     data = ftf_data(problem, problem.jobs.throughput, Compat.NONE)
-    has_bids = np.array([table is not None for table in fair.bids], bool)
+    has_bids = np.array(list(map(is_not, fair.bids, repeat(None))), bool)
     active = data.active | has_bids
     holding = holding_leases(problem, fair) & active
     rho_without = np.full(problem.jobs.num_jobs, math.nan)
@@ -273,7 +339,7 @@ def _epoch(problem: Problem, fair: FairnessInputs, params: ThemisAuctionParamete
         rho_without[i] = table.rho_without
     candidates = np.flatnonzero(active & ~holding)
     offered = offered_jobs(rho_without, candidates, params.fairness_knob)
-    return Epoch(data, active, holding, rho_without, candidates, offered)
+    return Epoch(data, active, holding, rho_without, candidates, offered, has_bids)
 
 
 def _bundle_auction(
@@ -285,44 +351,66 @@ def _bundle_auction(
     jobs = problem.jobs
     m = jobs.num_jobs
     offered = epoch.offered
-    bundles = _bundles(problem, fair, epoch.data, offered, pools, params.lease_s)
+    bundles = _bundles(problem, fair, epoch.data, offered, pools, params.lease_s,
+                       epoch.has_table)
     bids = auction_bids(bundles, offered, epoch.rho_without, problem, pools)
     # the tolerance is absolute on the log-welfare: the relative accuracy of every c_i
-    # placing the winners, the leftover allocation and the plan come after the mechanism
-    after = deadline.leaving(PLAN_S_PER_JOB * m + PLACE_S_PER_WINNER * offered.size, 0.9)
-    outcome = partial_allocation(bids, options.relative_gap, after, options.threads)
+    outcome = partial_allocation(bids, options.relative_gap, deadline, options.threads)
     pf = outcome.welfare
     kept, rho_won = np.full(m, math.nan), np.full(m, math.nan)
     bundle_index = np.full(m, -1, np.int64)
     log_value = np.zeros(m)
-    won: dict[int, Bundle] = {}
-    for p, i in enumerate(offered):
-        log_value[i] = -math.log(epoch.rho_without[i])
-        if pf.choice[p] >= 0:
-            bundle = bundles[int(pf.choice[p])]
-            won[int(i)] = bundle
-            kept[i], rho_won[i] = outcome.kept_fraction[p], bundle.rho
-            bundle_index[i], log_value[i] = bundle.bundle, -math.log(bundle.rho)
-    names = problem.cluster.node_names
-    hist = problem.history
-    running = hist.running(m)
-    # place node-named bundles first, then the others in decreasing gang size
-    for i in sorted(won, key=lambda i: (not won[i].node_devices, -jobs.scale_factor[i], i)):
-        bundle = won[i]
-        j, s_i = bundle.type_index, int(jobs.scale_factor[i])
-        if bundle.node_devices:
-            taken = pools[j].take_exactly(bundle.node_devices)
-        else:
-            same = bool(running[i]) and int(hist.current_type[i]) == j
-            taken = pools[j].take(s_i, hist.current_nodes[i] if same else ()) or ()
-        X[i, j] = kept[i]
-        leases[i] = Lease(j, s_i, tuple(names[k] for k in taken),
-                          problem.time_s + params.lease_s, float(kept[i]), kept=False)
+    log_value[offered] = np.negative(list(map(math.log, epoch.rho_without[offered].tolist())))
+    won = np.flatnonzero(pf.choice >= 0)
+    winner, row = offered[won], pf.choice[won]
+    kept[winner], rho_won[winner] = outcome.kept_fraction[won], bundles.rho[row]
+    bundle_index[winner] = bundles.bundle[row]
+    log_value[winner] = np.negative(list(map(math.log, bundles.rho[row].tolist())))
+    place_winners(problem, pools, winner, bundles.type_index[row],
+                  list(map(bundles.node_devices.get, row.tolist(), repeat(()))), X, kept,
+                  leases, problem.time_s + params.lease_s)
     return Mechanism(kept, rho_won, bundle_index, log_value, pf.objective, pf.bound, pf.status,
                      outcome.payments_exact, pf.solver, pf.solver_version, pf.size,
-                     outcome.solve_time_s, len(bundles),
+                     outcome.solve_time_s, bundles.size,
                      f"{pf.detail}; {outcome.detail}" if pf.detail else outcome.detail,
                      outcome.payments_cut)
+
+
+def place_winners(
+    problem: Problem, pools: list[NodePool], winner: IntArray, type_index: IntArray,
+    node_devices: list[tuple[tuple[int, int], ...]], X: FloatArray, kept: FloatArray,
+    leases: list[Lease | None], expires_s: float,
+) -> None:
+    """Each winner runs on its bundle's type for its kept fraction under a new lease, on
+    nodes: its bundle's named nodes (placed first), else by `node_pool`'s rule in decreasing
+    gang size (ties: job index), its current nodes counting as previous ones when it runs on
+    that type. Types are placed independently (a gang only takes from its type's pool)."""
+    names = problem.cluster.node_names
+    hist = problem.history
+    s = problem.jobs.scale_factor[winner].astype(np.int64)
+    same = hist.running()[winner] & (hist.current_type[winner] == type_index)
+    taken: list[tuple[int, ...]] = [()] * winner.size
+    named = np.array(list(map(bool, node_devices)), bool).reshape(-1)
+    for j, pool in enumerate(pools):
+        of_type = np.flatnonzero(type_index == j)
+        of_type = of_type[np.lexsort((winner[of_type], -s[of_type]))]
+        for g in of_type[named[of_type]].tolist():
+            taken[g] = pool.take_exactly(node_devices[g])
+        rest = of_type[~named[of_type]]
+        previous = [hist.current_nodes[i] if keep else ()
+                    for i, keep in zip(winner[rest].tolist(), same[rest].tolist(), strict=True)]
+        for g, nodes in zip(rest.tolist(), pool.take_many(s[rest].tolist(), previous),
+                            strict=True):
+            taken[g] = nodes or ()
+    X[winner, type_index] = kept[winner]
+    on: dict[tuple[int, ...], tuple[str, ...]] = {(): ()}
+    for nodes in taken:
+        if nodes not in on:
+            on[nodes] = tuple(names[k] for k in nodes)
+    for i, lease in zip(winner.tolist(), map(
+            Lease, type_index.tolist(), s.tolist(), map(on.__getitem__, taken),
+            repeat(expires_s), kept[winner].tolist(), repeat(False)), strict=True):
+        leases[i] = lease
 
 
 def _divisible_auction(
@@ -371,32 +459,69 @@ def solve_policy(
     m, n = jobs.num_jobs, cluster.num_types
     fair = problem.fairness or FairnessInputs.empty(m)
     epoch = _epoch(problem, fair, parameters)
+    # the work no deadline cuts: not started when it cannot be done in the time left
+    placing = 0.0 if parameters.divisible_shares else PLACE_S_PER_WINNER * epoch.offered.size
+    uncut = (START_S_PER_JOB + PLAN_S_PER_JOB) * m + placing
+    if deadline.remaining() < uncut:
+        return _not_started(problem, parameters, epoch, deadline.remaining(), uncut,
+                            time.perf_counter() - started)
     X = np.zeros((m, n))
     leases = keep_leases(problem, fair, epoch.holding, X)
     pools = node_pools(problem, epoch.holding)
     free = np.array([pool.pool for pool in pools], np.float64)
     build = time.perf_counter() - started
+    # the leftover allocation and the plan come after the mechanism (and, for bundles, the
+    # placement of the winners)
+    after = deadline.leaving(PLAN_S_PER_JOB * m + placing, 0.9)
     if parameters.divisible_shares:
-        mechanism = _divisible_auction(problem, epoch, free, X, options, deadline)
+        mechanism = _divisible_auction(problem, epoch, free, X, options, after)
     else:
         mechanism = _bundle_auction(problem, fair, epoch, pools, parameters, X, leases, options,
-                                    deadline)
+                                    after)
     won = ~np.isnan(mechanism.kept)
     left = free - jobs.scale_factor @ np.where(won[:, None], X, 0.0)
-    for i in np.flatnonzero(epoch.holding):
-        lease = leases[i]
-        if lease is not None:
-            left[lease.type_index] += lease.devices * (1.0 - lease.time_share)
+    # the part of each kept lease its holder does not run, added holder after holder
+    held = np.flatnonzero(epoch.holding)
+    held_type = problem.history.current_type[held]
+    unused = held_devices(problem, held) * (1.0 - X[held, held_type])
+    for j in np.unique(held_type).tolist():
+        left[j] = np.add.accumulate(np.r_[left[j], unused[held_type == j]])[-1]
+    # jobs not offered, then losing bidders (each worst rho first, ties: index), then holders
     rank = np.where(np.isnan(epoch.rho_without), -np.inf, epoch.rho_without)
-    offered = set(epoch.offered.tolist())
-    not_offered = [int(i) for i in epoch.candidates if i not in offered]
-    losers = [int(i) for i in epoch.offered if not won[i]]
-    order = sorted(not_offered, key=lambda i: (-rank[i], i)) + \
-        sorted(losers, key=lambda i: (-rank[i], i)) + \
-        [int(i) for i in np.flatnonzero(epoch.holding)]
+    was_offered = np.zeros(m, bool)
+    was_offered[epoch.offered] = True
+    not_offered = epoch.candidates[~was_offered[epoch.candidates]]
+    losers = epoch.offered[~won[epoch.offered]]
+    order = np.concatenate([
+        not_offered[np.lexsort((not_offered, -rank[not_offered]))],
+        losers[np.lexsort((losers, -rank[losers]))],
+        np.flatnonzero(epoch.holding),
+    ])
     handed = leftover_allocation(X, order, np.maximum(left, 0.0), problem)
     return _plan(problem, parameters, epoch, X, leases, mechanism, handed, build,
                  options.relative_gap)
+
+
+def _formulation(parameters: ThemisAuctionParameters, epoch: Epoch, bids: int) -> str:
+    kind = "divisible shares" if parameters.divisible_shares else \
+        f"{bids} bundles, proportional-fair MILP"
+    return (f"Themis partial allocation: {epoch.offered.size} of {epoch.candidates.size} jobs "
+            f"bid (f = {parameters.fairness_knob:g}), {kind} + payments")
+
+
+def _not_started(
+    problem: Problem, parameters: ThemisAuctionParameters, epoch: Epoch, left_s: float,
+    needed_s: float, build: float,
+) -> Plan:
+    """No plan: the time left cannot cover the epoch's work that no deadline cuts."""
+    m, n = problem.jobs.num_jobs, problem.cluster.num_types
+    cert = Certificate(
+        Termination.NO_SOLUTION, True, solver="closed form",
+        formulation=_formulation(parameters, epoch, 0), build_time_s=build,
+        detail=(f"not started: {left_s:.3g} s left, and the auction's work for {m} jobs that "
+                f"the time limit cannot cut (bids, placement, leftover allocation, the plan) "
+                f"takes about {needed_s:.3g} s"))
+    return Plan.empty(m, n, cert)
 
 
 def _plan(
@@ -412,27 +537,27 @@ def _plan(
 ) -> Plan:
     jobs = problem.jobs
     m, n = X.shape
-    offered = set(epoch.offered.tolist())
+    offered = epoch.offered.size
     was_offered = np.zeros(m, bool)
     was_offered[epoch.offered] = True
     outcomes = tuple(map(AuctionOutcome, was_offered.tolist(), epoch.rho_without.tolist(),
                          mechanism.rho_won.tolist(), mechanism.kept.tolist(),
                          mechanism.bundle.tolist()))
-    reasons = ["" if active else "no remaining work" for active in epoch.active.tolist()]
+    active = epoch.active.tolist()
+    reasons = list(map(("no remaining work", "").__getitem__, active))
     for i in np.flatnonzero(epoch.active & epoch.holding).tolist():
         reasons[i] = "keeps its lease"
-    for i in np.flatnonzero(epoch.active & ~np.isnan(mechanism.kept)).tolist():
-        reasons[i] = f"won in the auction, keeps {mechanism.kept[i]:.4g} of its share"
-    status = tuple(JobStatus.ALLOCATED if active else JobStatus.FINISHED
-                   for active in epoch.active.tolist())
+    winners = np.flatnonzero(epoch.active & ~np.isnan(mechanism.kept))
+    for i, text in zip(winners.tolist(), map(
+            "won in the auction, keeps {:.4g} of its share".format,
+            mechanism.kept[winners].tolist()), strict=True):
+        reasons[i] = text
+    status = tuple(map((JobStatus.FINISHED, JobStatus.ALLOCATED).__getitem__, active))
     thr = np.einsum("ij,ij->i", jobs.throughput, X)
     iso = epoch.data.iso
     normalized = np.divide(thr, iso, out=np.zeros(m), where=iso > 0)
-    kind = "divisible shares" if parameters.divisible_shares else \
-        f"{mechanism.bids} bundles, proportional-fair MILP"
-    formulation = (f"Themis partial allocation: {len(offered)} of {epoch.candidates.size} jobs "
-                   f"bid (f = {parameters.fairness_knob:g}), {kind} + payments")
-    scale = max(1.0, float(len(offered)))
+    formulation = _formulation(parameters, epoch, mechanism.bids)
+    scale = max(1.0, float(offered))
     if not offered:
         cert = Certificate(Termination.OPTIMAL, True, 0.0, 0.0, solver="closed form",
                            formulation=formulation, build_time_s=build,

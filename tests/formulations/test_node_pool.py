@@ -140,3 +140,47 @@ def test_takes_match_a_scan_over_every_node(
             left -= need if expected is not None else 0
         assert pool.free == free
         assert pool.pool == left
+
+
+@st.composite
+def gang_sequences(draw: st.DrawFn) -> tuple[list[int], int, list[int], list[tuple[int, ...]]]:
+    """Nodes, a pool total (at most their free devices), and gangs in runs of one size (as
+    the auction places them: largest first), some with previous nodes."""
+    sizes = draw(st.lists(st.integers(0, 8), min_size=1, max_size=draw(st.sampled_from(
+        [12, 100]))))  # many nodes: a short run moves few of them in the index
+    total = draw(st.integers(0, sum(sizes))) if draw(st.booleans()) else sum(sizes)
+    needs = draw(st.lists(st.sampled_from([1, 2, 2, 4, 8, 12]), max_size=40))
+    if draw(st.booleans()):
+        needs.sort(reverse=True)
+    previous = [tuple(dict.fromkeys(2 * (p % len(sizes)) + 1 for p in draw(
+        st.lists(st.integers(0, 99), max_size=2)))) if draw(st.integers(0, 4)) == 0 else ()
+        for _ in needs]
+    return sizes, total, needs, previous
+
+
+@example(([8, 8, 3], 13, [2] * 8, [()] * 8), [])  # the pool runs out before the nodes
+@example(([8] * 40, 320, [2], [()]), [2, 6])  # a node moved in a long index is found again
+@given(gang_sequences(), st.lists(st.integers(1, 9), max_size=4))
+def test_take_many_places_as_take_one_at_a_time(
+    case: tuple[list[int], int, list[int], list[tuple[int, ...]]], after: list[int]
+) -> None:
+    """A run of one size without previous nodes is placed in one walk of the index: the same
+    nodes as the scan's gang by gang, the same free devices and pool after, and later takes
+    still find their best fit."""
+    sizes, total, needs, previous = case
+    nodes = [2 * k + 1 for k in range(len(sizes))]
+    pool = NodePool(nodes, sizes, total)
+    free = dict(zip(nodes, sizes, strict=True))
+    left = total
+    expected: list[tuple[int, ...] | None] = []
+    for need, before in zip(needs, previous, strict=True):
+        taken = None if need > left else scan_take(free, nodes, need, before, False)
+        left -= need if taken is not None else 0
+        expected.append(taken)
+    assert pool.take_many(needs, previous) == expected
+    assert pool.free == free and pool.pool == left
+    for need in after:
+        taken = None if need > left else scan_take(free, nodes, need, (), False)
+        left -= need if taken is not None else 0
+        assert pool.take(need) == taken
+    assert pool.free == free

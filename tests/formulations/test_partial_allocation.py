@@ -18,12 +18,15 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
+import apportion.solver.deadline as deadline_module
 from apportion.formulations.partial_allocation import (
     Bids,
+    _greedy_fill,
     divisible_partial_allocation,
     feasible,
     partial_allocation,
@@ -33,6 +36,7 @@ from apportion.formulations.partial_allocation import (
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
 from apportion.solver.result import ModelSize
+from tests.countdown import CountdownDeadline
 
 Array = NDArray[np.float64]
 
@@ -280,3 +284,84 @@ def test_a_contested_device_past_the_deadline_goes_to_the_greedy_choice() -> Non
     assert list(outcome.welfare.choice) == [0, -1]  # the larger gain fits first
     assert outcome.welfare.status is SolverStatus.TIME_LIMIT
     assert outcome.kept_fraction[0] == 1.0 and outcome.payments_cut
+
+
+# --------------------------------------------------------------------------------------------
+# the greedy fill (the feasible start, and the answer when no program can be run in time)
+
+
+def greedy_one_by_one(bids: Bids, cols: NDArray[np.int64], gain: Array) -> NDArray[np.int64]:
+    """The greedy fill's rule, one bundle at a time: in decreasing gain (ties: index), a
+    bundle is taken when its bidder has none and every resource it uses has room left."""
+    choice = np.full(bids.num_bidders, -1, np.int64)
+    left = bids.capacity.astype(np.float64).copy()
+    dense = bids.use.toarray()
+    for k in sorted(cols.tolist(), key=lambda k: (-gain[k], k)):
+        uses = dense[k] > 0
+        if choice[bids.bidder[k]] < 0 and np.all(dense[k][uses] <= left[uses] + 1e-9):
+            choice[bids.bidder[k]] = k
+            left -= dense[k]
+    return choice
+
+
+def crowded_bids(seed: int) -> tuple[Bids, NDArray[np.int64], Array]:
+    """Up to 60 bidders with 1-4 bundles each on 1-3 of a few resources (whole devices,
+    capacities that run out), gains with ties, a random subset of the bundles kept."""
+    rng = np.random.default_rng(seed)
+    resources = int(rng.integers(1, 7))
+    capacity = rng.integers(0, 21, resources).astype(np.float64)
+    a = int(rng.integers(1, 61))
+    bidder = np.repeat(np.arange(a), rng.integers(1, 5, a))
+    use = np.zeros((bidder.size, resources))
+    for k in range(bidder.size):
+        on = rng.choice(resources, int(rng.integers(1, min(3, resources) + 1)), replace=False)
+        use[k, on] = rng.integers(1, 5, on.size)
+    value = np.exp(rng.choice([0.5, 1.0, 1.5, 2.0, 3.0], bidder.size))
+    bids = Bids(bidder, use, value, np.ones(a), capacity)
+    cols = np.flatnonzero(rng.random(bidder.size) < 0.8)
+    return bids, cols, np.log(value)
+
+
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1, 2, 3, 7, 1024]))
+def test_the_greedy_fill_takes_what_one_bundle_at_a_time_takes(seed: int, window: int) -> None:
+    """The array route (steps over windows of the order, a refusal ending a step) chooses the
+    same bundles as the rule applied one bundle at a time, whatever the window."""
+    bids, cols, gain = crowded_bids(seed)
+    choice = _greedy_fill(bids, cols, gain, window)
+    assert np.array_equal(choice, greedy_one_by_one(bids, cols, gain))
+    assert feasible(bids, choice)
+
+
+class FrozenClock:
+    """`time.monotonic` of the deadline module stopped at 0."""
+
+    @staticmethod
+    def monotonic() -> float:
+        return 0.0
+
+
+@pytest.mark.parametrize("bidders", [3, 5])
+def test_no_payment_program_is_tried_when_the_allocation_could_not_be_started(
+    bidders: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the clock stopped a nanosecond before the deadline, no program can be started: the
+    greedy's winners, and their payments right away, no program tried one winner after the
+    other (a look at the deadline each). Two devices, one wanted by each bidder: with three
+    bidders, the others' favourites fit without either winner, so each is priced in closed
+    form as without a deadline; with five, neither is, and both keep their bundle whole."""
+    value = np.array([4.0, 3.0, 2.5, 2.0, 1.5])[:bidders]
+    bids = Bids(np.arange(bidders), np.ones((bidders, 1)), value, np.ones(bidders),
+                np.array([2.0]))
+    exact = partial_allocation(bids)
+    monkeypatch.setattr(deadline_module, "time", FrozenClock)
+    deadline = CountdownDeadline(1e-9, checks=10**9)  # never expired, 1 ns left
+    outcome = partial_allocation(bids, deadline=deadline)
+    assert outcome.welfare.solver == "greedy" and outcome.payment_solves == 0
+    won = outcome.welfare.choice >= 0
+    assert list(np.flatnonzero(won)) == [0, 1]  # the larger gains fit first
+    if bidders == 3:
+        assert np.allclose(outcome.kept_fraction[won], exact.kept_fraction[won], rtol=1e-12)
+        assert np.all(outcome.kept_fraction[won] < 1) and not outcome.payments_cut
+    else:
+        assert np.all(outcome.kept_fraction[won] == 1.0) and outcome.payments_cut
+    assert deadline.looks[0] <= 1 + 2 * int(bidders == 3)  # the allocation, each one priced

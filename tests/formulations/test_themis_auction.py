@@ -20,10 +20,14 @@ from google.protobuf import json_format
 from hypothesis import given
 from hypothesis import strategies as st
 
+import apportion.formulations.themis_auction as themis_module
+import apportion.solver.deadline as deadline_module
 from apportion.formulations.gavel_lp import ftf_data
-from apportion.formulations.themis_auction import lease_rho, offered_jobs
+from apportion.formulations.themis_auction import lease_rho, leftover_allocation, offered_jobs
 from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
+from apportion.solver.backends.highs_startup import BUNDLE_MILP
+from apportion.solver.deadline import Deadline
 from apportion.solver.errors import ValidationError
 from apportion.solver.fairness_model import BidTable, BundleBid, FairnessInputs
 from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
@@ -32,6 +36,8 @@ from apportion.solver.result import ModelSize, Plan, Termination
 from apportion.solver.solve import solve
 from apportion.solver.validation import make_problem
 from apportion.v1 import allocation_service_pb2 as service_pb
+from tests.countdown import CountdownDeadline
+from tests.formulations.test_node_pool import scan_take
 
 
 def instance(seed: int, m: int | None = None, counts: tuple[int, int] = (3, 3)) -> Problem:
@@ -90,6 +96,179 @@ def test_leftover_allocation_is_work_conserving(seed: int, knob: float, lease: b
         problem = with_lease(problem, 0, int(np.argmax(problem.jobs.throughput[0])), 0.5)
     plan = themis(problem, fairness_knob=knob, divisible_shares=divisible)
     assert plan.certificate.termination is Termination.OPTIMAL
+    assert_work_conserving(problem, plan)
+
+
+def leftover_one_by_one(X: np.ndarray, order: list[int], left: np.ndarray,
+                        problem: Problem) -> np.ndarray:
+    """Leftover allocation's rule job by job (step 5): on each usable type, fastest first
+    (ties: lower index), with more than 1e-12 left, the job takes min(room, left_j / s_i)
+    until its room (1 - its time shares) is 1e-12 or less; nothing once every type is out."""
+    s = problem.jobs.scale_factor.astype(np.float64).tolist()
+    handed = [0.0] * left.size
+    rest = left.tolist()
+    for i in order:
+        if max(rest) <= 1e-12:
+            break
+        row = X[i]
+        for j in sorted(range(left.size), key=lambda j: (-problem.jobs.throughput[i, j], j)):
+            if not problem.usable[i, j] or rest[j] <= 1e-12:
+                continue
+            room = 1.0 - row.sum()
+            if room <= 1e-12:
+                break
+            x = min(room, rest[j] / s[i])
+            row[j] += x
+            rest[j] -= x * s[i]
+            handed[j] += x * s[i]
+    left[:] = rest
+    return np.array(handed)
+
+
+def leftovers(seed: int) -> tuple[Problem, np.ndarray, list[int], np.ndarray]:
+    """Up to 60 jobs with equal speeds on several types, some already holding shares (thirds
+    and sevenths: inexact sums; some summing to 1 up to rounding), and fractional device-time
+    left, so that types run out part-way through a job."""
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 5)), int(rng.integers(1, 61))
+    T = rng.choice([0.0, 1.0, 2.0, 2.0, 3.5], (m, n))
+    T[:, 0] = np.maximum(T[:, 0], 1.0)  # every job can run somewhere
+    problem = make_problem([f"t{j}" for j in range(n)], [8] * n, T,
+                           scale_factor=rng.integers(1, 5, m))
+    X = np.zeros((m, n))
+    held = rng.random(m) < 0.4
+    X[held, rng.integers(0, n, m)[held]] = rng.choice([0.25, 0.5, 1.0, 1 / 3, 3 / 7], m)[held]
+    if n > 1:  # shares summing to 1 up to rounding: no room, or 1e-16 of it
+        full = np.flatnonzero(rng.random(m) < 0.15)
+        X[full, 0] = rng.uniform(0.0, 1.0, full.size)
+        X[full, 1] = 1.0 - X[full, 0]
+    left = np.where(rng.random(n) < 0.2, 0.0, rng.uniform(0.0, 40.0, n))
+    order = rng.permutation(m)[:int(rng.integers(0, m + 1))]
+    return problem, X, order.tolist(), left
+
+
+@given(st.integers(0, 2**32 - 1))
+def test_leftover_allocation_gives_what_job_by_job_gives(seed: int) -> None:
+    """The array route (stretches of whole rooms between the jobs that empty a type) hands
+    out the same time shares, to the last bit, as the rule applied job by job."""
+    problem, X, order, left = leftovers(seed)
+    X_ref, left_ref = X.copy(), left.copy()
+    handed_ref = leftover_one_by_one(X_ref, order, left_ref, problem)
+    handed = leftover_allocation(X, np.array(order, np.int64), left, problem)
+    assert np.array_equal(X, X_ref)
+    assert np.array_equal(handed, handed_ref)
+    assert np.array_equal(left, left_ref)
+
+
+def on_nodes(seed: int) -> Problem:
+    """Two types on nodes of 2-8 devices; jobs running on nodes (some under a lease, kept at
+    a share), some bidding for bundles on named nodes."""
+    rng = np.random.default_rng(seed)
+    per_type = [[int(d) for d in rng.choice([2, 4, 8], int(rng.integers(1, 5)))]
+                for _ in range(2)]
+    node_type = np.array([j for j in range(2) for _ in per_type[j]])
+    node_devices = np.array([d for sizes in per_type for d in sizes])
+    counts = [sum(sizes) for sizes in per_type]
+    m = int(rng.integers(4, 24))
+    scale = np.minimum(rng.choice([1, 1, 2, 4], m), min(counts))
+    base = make_problem(["a", "b"], counts, rng.choice([1.0, 2.0, 3.0], (m, 2)),
+                        scale_factor=scale)
+    jobs = replace(base.jobs, total_steps=rng.uniform(500.0, 20000.0, m),
+                   arrival_time_s=rng.uniform(0.0, 1000.0, m))
+    cluster = replace(base.cluster, node_names=tuple(f"n{k}" for k in range(node_type.size)),
+                      node_type=node_type, node_devices=node_devices)
+    current, held, nodes = np.full(m, -1, np.int64), np.zeros(m, np.int64), [()] * m
+    free = node_devices.copy()
+    for i in rng.permutation(m).tolist():
+        j = int(rng.integers(0, 2))
+        room = [int(k) for k in rng.permutation(np.flatnonzero((node_type == j) & (free > 0)))]
+        if rng.random() < 0.5 or free[room].sum() < scale[i]:
+            continue
+        need, taken = int(scale[i]), []
+        for k in room:
+            use = min(need, int(free[k]))
+            free[k] -= use
+            need -= use
+            taken.append(k)
+            if need == 0:
+                break
+        current[i], held[i], nodes[i] = j, scale[i], tuple(taken)
+    leased = (current >= 0) & (rng.random(m) < 0.4)
+    tables: list[BidTable | None] = [None] * m
+    for i in np.flatnonzero(~leased & (rng.random(m) < 0.3)).tolist():
+        bundles = []
+        for j in range(2):
+            big = np.flatnonzero((node_type == j) & (node_devices >= scale[i]))
+            named = ((int(rng.choice(big)), int(scale[i])),) if big.size and \
+                rng.random() < 0.7 else ()
+            bundles.append(BundleBid(j, named, float(rng.uniform(0.5, 2.0))))
+        tables[i] = BidTable(float(rng.uniform(2.0, 4.0)), tuple(bundles))
+    fair = replace(FairnessInputs.empty(m), bids=tuple(tables),
+                   lease_expires_s=np.where(leased, 1300.0, 0.0),
+                   lease_time_share=np.where(leased, rng.choice([0.5, 1.0], m), 1.0))
+    history = replace(base.history, current_type=current, current_devices=held,
+                      current_nodes=tuple(nodes))
+    return replace(base, jobs=jobs, cluster=cluster, history=history, fairness=fair,
+                   time_s=1000.0)
+
+
+def placed_one_by_one(problem: Problem, plan: Plan) -> dict[int, tuple[str, ...]]:
+    """Every winner's nodes by the placement rule gang by gang: the free devices are the
+    nodes' minus those of the lease holders (each filling its listed nodes in order); bundles
+    naming nodes first, then decreasing gang size (ties: index), each gang on its previous
+    nodes if they are of its type and hold it, else the best single node, else whole nodes
+    largest first."""
+    cluster, hist, fair = problem.cluster, problem.history, problem.fairness
+    assert plan.auction is not None and fair is not None
+    s = problem.jobs.scale_factor
+    free = [int(d) for d in cluster.node_devices]
+    for i in np.flatnonzero((fair.lease_expires_s > problem.time_s) & (hist.current_type >= 0)):
+        devices = int(hist.current_devices[i])
+        for k in hist.current_nodes[i]:
+            use = min(free[k], devices)
+            free[k] -= use
+            devices -= use
+    pools = [{k: free[k] for k in np.flatnonzero(cluster.node_type == j).tolist()}
+             for j in range(cluster.num_types)]
+    named, kind = {}, {}
+    for i, outcome in enumerate(plan.auction.outcomes):
+        lease = plan.auction.leases[i]
+        if math.isnan(outcome.kept_fraction) or lease is None:
+            continue
+        table = fair.bids[i]
+        named[i] = table.bundles[outcome.bundle].node_devices if table is not None else ()
+        kind[i] = lease.type_index
+    placed = {}
+    for i in sorted(named, key=lambda i: (not named[i], -s[i], i)):
+        pool = pools[kind[i]]
+        if named[i]:
+            for k, devices in named[i]:
+                pool[k] -= devices
+            nodes: tuple[int, ...] | None = tuple(k for k, _ in named[i])
+        else:
+            same = hist.current_type[i] == kind[i]
+            nodes = scan_take(pool, sorted(pool), int(s[i]),
+                              hist.current_nodes[i] if same else (), False)
+        placed[i] = tuple(cluster.node_names[k] for k in nodes or ())
+    return placed
+
+
+@pytest.mark.parametrize("past", [False, True])
+@given(st.integers(0, 10_000))
+def test_winners_are_placed_as_one_by_one(past: bool, seed: int) -> None:
+    """Types placed one after another, runs of one gang size in one walk of the index: every
+    winner's lease names the nodes the rule gives gang by gang in the old order (named
+    bundles, then decreasing size over all types), with the program solved or, the deadline
+    passing at its first look, with the greedy's winners."""
+    problem = on_nodes(seed)
+    request = PolicyRequest("themis_auction", ThemisAuctionParameters(fairness_knob=0.0))
+    plan = solve(problem, request, SolveOptions(), CountdownDeadline(checks=0) if past else None)
+    assert plan.auction is not None
+    placed = placed_one_by_one(problem, plan)
+    assert placed  # somebody won
+    for i, nodes in placed.items():
+        lease = plan.auction.leases[i]
+        assert lease is not None and lease.nodes == nodes
     assert_work_conserving(problem, plan)
 
 
@@ -287,8 +466,6 @@ def test_a_deadline_passing_at_any_check_gives_a_feasible_honest_plan(divisible:
     feasible and work-conserving; it is `optimal` only when the deadline never passed, and
     with the deadline past from the start no program is built and every winner keeps its
     whole share."""
-    from tests.countdown import CountdownDeadline
-
     problem = instance(3, m=10, counts=(2, 2))
     request = PolicyRequest("themis_auction", ThemisAuctionParameters(
         fairness_knob=0.0, divisible_shares=divisible))
@@ -313,3 +490,63 @@ def test_a_deadline_passing_at_any_check_gives_a_feasible_honest_plan(divisible:
         terminations.append(cert.termination)
     assert terminations[0] is Termination.FEASIBLE
     assert terminations[-1] is Termination.OPTIMAL  # the countdown outlasts a whole solve
+
+
+class FrozenClock:
+    """`time.monotonic` of the deadline module stopped at 0: a deadline at `at` always has
+    `at` seconds left, whatever runs, so what a stage decides from the time left is fixed."""
+
+    @staticmethod
+    def monotonic() -> float:
+        return 0.0
+
+
+@pytest.mark.parametrize("spare", [0.5, 2.0])
+def test_the_mechanism_leaves_the_placement_and_the_plan_their_time(
+    spare: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the clock stopped, a deadline leaving the proportional-fair program its start-up
+    time plus `spare` times what placement, leftover allocation and the plan are held back:
+    with half of that held-back time (it would eat into it) the program is not started (the
+    greedy's feasible plan); with twice of it, the program runs."""
+    problem = instance(3, m=10, counts=(2, 2))
+    request = PolicyRequest("themis_auction", ThemisAuctionParameters(fairness_knob=0.0))
+    size = solve(problem, request).certificate.model_size
+    assert size.nonzeros > 0  # the program runs without a deadline
+    held = themis_module.PLAN_S_PER_JOB * 10 + themis_module.PLACE_S_PER_WINNER * 10
+    monkeypatch.setattr(deadline_module, "time", FrozenClock)
+    at = BUNDLE_MILP.seconds(size) + spare * held
+    plan = solve(problem, request, SolveOptions(), Deadline(at))
+    assert_work_conserving(problem, plan)
+    if spare < 1:
+        assert plan.certificate.model_size == ModelSize()
+        assert plan.certificate.termination is Termination.FEASIBLE
+    else:
+        assert plan.certificate.model_size == size
+
+
+@pytest.mark.parametrize("divisible", [False, True])
+@pytest.mark.parametrize("share", [0.0, 0.9, 1.1])
+def test_too_little_time_for_the_work_no_deadline_cuts_answers_at_once(
+    divisible: bool, share: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bids, placement, leftover allocation and plan are not cut by the deadline: with the
+    clock stopped and less time left than they take (none, or 90% of it), no plan and no
+    program, `no_solution` saying why; with 10% more, a plan."""
+    problem = instance(3, m=10, counts=(2, 2))
+    knob = 0.5
+    request = PolicyRequest("themis_auction", ThemisAuctionParameters(
+        fairness_knob=knob, divisible_shares=divisible))
+    offered = math.ceil((1 - knob) * 10)
+    placing = 0.0 if divisible else themis_module.PLACE_S_PER_WINNER * offered
+    uncut = (themis_module.START_S_PER_JOB + themis_module.PLAN_S_PER_JOB) * 10 + placing
+    monkeypatch.setattr(deadline_module, "time", FrozenClock)
+    plan = solve(problem, request, SolveOptions(), Deadline(share * uncut))
+    cert = plan.certificate
+    if share < 1:
+        assert cert.termination is Termination.NO_SOLUTION
+        assert "not started" in cert.detail and cert.model_size == ModelSize()
+        assert plan.auction is None and not plan.time_share.any()
+    else:
+        assert cert.termination is not Termination.NO_SOLUTION and plan.auction is not None
+        assert_work_conserving(problem, plan)
