@@ -1,0 +1,139 @@
+"""The core of every `JobAllocation` of a plan, serialized with array operations.
+
+Building one `JobAllocation` message per job costs about 3 µs in Python; 100,000 jobs cost a
+third of a second, and serializing them again more. `job_allocations` writes the same records
+directly: each job's id, status, reason, positive time shares (map entries: key, then value)
+and its four doubles (written unless all bits are zero, as the runtime omits only +0.0), in
+field-number order as the runtime writes them. Lengths are known from the values, so every
+record's place in the output is a prefix sum, and each field is written for all jobs at once.
+Parsing the bytes gives the message `fill_jobs` would build (tested on random plans).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from apportion.server.wire_records import (
+    I64,
+    LEN,
+    VARINT,
+    Ints,
+    copy_ranges,
+    put_varints,
+    varint_sizes,
+)
+from apportion.v1 import allocation_service_pb2 as service_pb
+
+_ALLOCATION = service_pb.JobAllocation
+_JOBS_TAG = service_pb.Plan.JOBS_FIELD_NUMBER << 3 | LEN
+_ID_TAG = _ALLOCATION.JOB_ID_FIELD_NUMBER << 3 | LEN
+_STATUS_TAG = _ALLOCATION.STATUS_FIELD_NUMBER << 3 | VARINT
+_REASON_TAG = _ALLOCATION.REASON_FIELD_NUMBER << 3 | LEN
+_SHARE_TAG = _ALLOCATION.TIME_SHARE_FIELD_NUMBER << 3 | LEN
+_DOUBLE_TAGS = tuple(number << 3 | I64 for number in (
+    _ALLOCATION.EFFECTIVE_THROUGHPUT_FIELD_NUMBER, _ALLOCATION.NORMALIZED_THROUGHPUT_FIELD_NUMBER,
+    _ALLOCATION.OBJECTIVE_VALUE_FIELD_NUMBER, _ALLOCATION.DUAL_FIELD_NUMBER))
+_MAP_KEY_TAG, _MAP_VALUE_TAG = 1 << 3 | LEN, 2 << 3 | I64
+
+
+def _utf8(texts: Sequence[str]) -> tuple[NDArray[np.uint8], Ints]:
+    """The UTF-8 bytes of `texts` one after another, and each one's length in bytes."""
+    joined = "".join(texts)
+    data = joined.encode()
+    if len(data) == len(joined):  # ASCII: a byte per character
+        length = np.fromiter(map(len, texts), np.int64, len(texts))
+    else:
+        length = np.fromiter(map(len, map(str.encode, texts)), np.int64, len(texts))
+    return np.frombuffer(data, np.uint8), length
+
+
+def _string_records(out: NDArray[np.uint8], at: Ints, tag: int, data: NDArray[np.uint8],
+                    start: Ints, length: Ints) -> None:
+    """Write a string record (tag, length, bytes) at each offset `at`."""
+    out[at] = tag
+    put_varints(out, at + 1, length)
+    copy_ranges(out, at + 1 + varint_sizes(length), data, start, length)
+
+
+def _share_entries(type_names: Sequence[str]) -> list[bytes]:
+    """Per type, the bytes of a time-share map entry record up to its value's 8 bytes."""
+    prefixes = []
+    for name in type_names:
+        key = name.encode()
+        entry_size = 1 + len(_varint(len(key))) + len(key) + 1 + 8
+        prefixes.append(bytes([_SHARE_TAG]) + _varint(entry_size) + bytes([_MAP_KEY_TAG])
+                        + _varint(len(key)) + key + bytes([_MAP_VALUE_TAG]))
+    return prefixes
+
+
+def _varint(value: int) -> bytes:
+    out = np.zeros(10, np.uint8)
+    size = int(varint_sizes(np.array([value]))[0])
+    put_varints(out, np.zeros(1, np.int64), np.array([value]))
+    return out[:size].tobytes()
+
+
+def job_allocations(
+    ids: Sequence[str],
+    status: NDArray[np.integer],
+    reasons: Sequence[str],
+    time_share: NDArray[np.float64],
+    type_names: Sequence[str],
+    doubles: Sequence[NDArray[np.float64]],
+) -> bytes:
+    """The `Plan.jobs` records of m jobs: ids, `JobStatus` values, reasons ("" = none), the
+    (m, n) time shares over `type_names` (entries for shares > 0), and the effective
+    throughput, normalized throughput, objective value and dual (m each)."""
+    m = len(ids)
+    if not m:
+        return b""
+    id_data, id_length = _utf8(ids)
+    has_id = id_length > 0
+    id_size = np.where(has_id, 1 + varint_sizes(id_length) + id_length, 0)
+    status = np.asarray(status, np.int64)
+    status_size = np.where(status != 0, 1 + varint_sizes(status), 0)
+    with_reason = np.flatnonzero(np.fromiter(map(bool, reasons), bool, m))
+    reason_data, reason_length = _utf8([reasons[i] for i in with_reason.tolist()])
+    reason_size = np.zeros(m, np.int64)
+    reason_size[with_reason] = 1 + varint_sizes(reason_length) + reason_length
+    job, column = np.nonzero(time_share > 0)
+    prefixes = _share_entries(type_names)
+    prefix_size = np.array([len(p) for p in prefixes], np.int64)
+    cell_size = prefix_size[column] + 8
+    share_size = np.bincount(job, weights=cell_size, minlength=m).astype(np.int64)
+    values = [np.asarray(v, np.float64) for v in doubles]
+    written = [v.view(np.uint64) != 0 for v in values]
+    body = id_size + status_size + reason_size + share_size + 9 * sum(
+        w.astype(np.int64) for w in written)
+    record = 1 + varint_sizes(body) + body
+    at = np.cumsum(record) - record
+    out = np.zeros(int(record.sum()) + 8, np.uint8)  # 8 spare bytes for the double view
+    as_double = np.ndarray((out.size - 7,), "<f8", out, 0, (1,))
+    out[at] = _JOBS_TAG
+    put_varints(out, at + 1, body)
+    here = at + 1 + varint_sizes(body)
+    _string_records(out, here[has_id], _ID_TAG, id_data,
+                    (np.cumsum(id_length) - id_length)[has_id], id_length[has_id])
+    here = here + id_size
+    out[here[status != 0]] = _STATUS_TAG
+    put_varints(out, here[status != 0] + 1, status[status != 0])
+    here = here + status_size
+    _string_records(out, here[with_reason], _REASON_TAG, reason_data,
+                    np.cumsum(reason_length) - reason_length, reason_length)
+    here = here + reason_size
+    before = np.cumsum(cell_size) - cell_size  # cells are in job order
+    first_cell = np.cumsum(np.bincount(job, minlength=m)) - np.bincount(job, minlength=m)
+    cell_at = here[job] + before - before[first_cell[job]] if job.size else job
+    for j, prefix in enumerate(prefixes):
+        mine = cell_at[column == j]
+        out[mine[:, None] + np.arange(len(prefix))] = np.frombuffer(prefix, np.uint8)
+        as_double[mine + len(prefix)] = time_share[job[column == j], j]
+    here = here + share_size
+    for tag, value, write in zip(_DOUBLE_TAGS, values, written, strict=True):
+        out[here[write]] = tag
+        as_double[here[write] + 1] = value[write]
+        here = here + 9 * write
+    return out[:-8].tobytes()
