@@ -8,14 +8,16 @@ strings through a message type of one repeated string field (the runtime makes t
 strings), throughput map entries matched to the cluster's type names by a hash checked
 byte for byte.
 
-A job is decoded only when every record of its main fields is plain: the declared wire type,
-a scalar given once, a `progress` given once with known fields each given once, map entries
-of exactly one key and one value naming a type of the cluster, each type once. Any other job
-(unknown map keys, repeated scalars, which the runtime resolves as last-wins, unknown fields
-inside the main fields, malformed records) is listed in `unread`, for the caller to read
-from its message, where the runtime has applied protobuf's rules and the violations get
-their field paths; records of the job's other fields (and unknown fields) are not read here,
-only noted (`may_set`), so that the modules reading them visit only the jobs that carry them.
+Records are read as the runtime reads them: a field given twice keeps its last value, a
+main field's number with another wire type is an unknown field (ignored), unknown fields are
+ignored. A job the decoder does not read is listed in `unread`, for the caller to read from
+its message (where the runtime has applied protobuf's rules, and violations get their field
+paths): a `progress` given in parts or with a field given twice (the runtime merges them), a
+throughput entry not written as serializers write it (key, then value, nothing else) or not
+naming a type of the cluster (a violation), a type twice, a record the walk cannot follow or
+more than MAX_JOB_RECORDS records. The records of other fields are not read here, only noted
+(`WireJobs.others`), so that the modules reading them visit only the jobs that carry them
+(`JobFields`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import Message
 from numpy.typing import NDArray
 
+from apportion.server.packed_fields import encode_varints
 from apportion.server.wire_records import (
     I64,
     LEN,
@@ -68,8 +71,6 @@ MAX_JOB_RECORDS = 64
 per record of the longest job)."""
 _STRING_RECORD_TAG = _NUMBER["id"] << 3 | LEN
 """The tag of `Strings.id`, under which `_strings` writes any string field's values."""
-_HASH_STEP = np.uint64(0x100000001B3)
-_HASH_LENGTH = np.uint64(0x9E3779B97F4A7C15)
 
 
 @functools.cache
@@ -139,8 +140,7 @@ class WireJobs:
         seen = _MainRecords(m)
         for chunk in walk(buf, end - length, end, MAX_JOB_RECORDS, unread):
             seen.add(chunk, unread)
-        unread |= (seen.count > 1).any(axis=0)
-        present = seen.count == 1
+        present = seen.start > 0
         cells = _throughput(buf, *seen.entries(), type_names, unread)
         progress_jobs = np.flatnonzero(present[_SLOT["progress"]])
         progress = _progress(buf, progress_jobs, seen.start[_SLOT["progress"], progress_jobs],
@@ -164,54 +164,62 @@ class WireJobs:
 
 _SLOT = {name: k for k, name in enumerate(_NUMBER)}
 """Index of each main field in `_MainRecords`' tables."""
-_SLOT_OF_NUMBER = np.full(max(_NUMBER.values()) + 1, -1, np.int64)
-_WIRE_TYPE_OF_SLOT = np.zeros(len(_NUMBER), np.int64)
-for _name, _number in _NUMBER.items():
-    _SLOT_OF_NUMBER[_number] = _SLOT[_name]
-    _WIRE_TYPE_OF_SLOT[_SLOT[_name]] = _WIRE_TYPE[_name]
+_UNKNOWN, _OTHER = -2, -1
+
+
+def _slot_of_tag() -> Ints:
+    """By tag (field number << 3 | wire type, numbers below 64; larger tags are clipped to the
+    last entry, "other"): the main field's slot; _UNKNOWN for a main field's number with
+    another wire type (an unknown field to the runtime too); _OTHER for other fields."""
+    table = np.full(64 << 3, _OTHER, np.int64)
+    for name, number in _NUMBER.items():
+        table[number << 3 : (number + 1) << 3] = _UNKNOWN
+        table[number << 3 | _WIRE_TYPE[name]] = _SLOT[name]
+    return table
+
+
+_SLOT_OF_TAG = _slot_of_tag()
 
 
 class _MainRecords:
     """Where each job's main fields are, gathered chunk by chunk from `walk`: per field and
-    job, the number of records of the declared wire type, the last one's value offsets and
+    job, the last record's value offsets (start 0 = no record: a value follows its tag) and
     varint; the throughput entries; the jobs with records of other fields."""
 
     def __init__(self, m: int) -> None:
         self.m = m
         fields = len(_NUMBER)
-        self.count = np.zeros((fields, m), np.int64)
         self.start = np.zeros((fields, m), np.int64)
         self.end = np.zeros((fields, m), np.int64)
         self.varint = np.zeros((fields, m), np.int64)
-        self.wrong_wire_type = np.zeros(fields, np.int64)
+        self.records = np.zeros(fields, np.int64)
+        """Per main field, its records (all jobs)."""
         self._entries: list[tuple[Ints, Ints, Ints]] = []
         self._others: list[tuple[Ints, Ints]] = []
 
     def add(self, chunk: Records, unread: NDArray[np.bool_]) -> None:
-        """Take one chunk (every job at most once); jobs with a main field of another wire
-        type are marked in `unread`."""
-        number, owner = chunk.number, chunk.owner
-        top = _SLOT_OF_NUMBER.size
-        slot = np.where(number < top, _SLOT_OF_NUMBER.take(np.minimum(number, top - 1)), -1)
+        """Take one chunk (every job at most once; chunks in order, so a later record of a
+        field replaces an earlier one, as the runtime's last one wins). Jobs with `progress`
+        given twice (the runtime merges the parts) are marked in `unread`."""
+        slot = _SLOT_OF_TAG.take(chunk.tag, mode="clip")
         main = slot >= 0
         if not main.all():
-            other = ~main
-            self._others.append((number[other], owner[other]))
-        wrong = main & (chunk.wire_type != _WIRE_TYPE_OF_SLOT.take(slot))
-        if wrong.any():
-            unread[owner[wrong]] = True
-            self.wrong_wire_type += np.bincount(slot[wrong], minlength=len(_NUMBER))
-            main &= ~wrong
+            other = slot == _OTHER
+            if other.any():
+                self._others.append((chunk.tag[other] >> 3, chunk.owner[other]))
         entry = slot == _SLOT["throughput"]
         if entry.any():
-            self._entries.append((owner[entry], chunk.start[entry], chunk.end[entry]))
+            self._entries.append((chunk.owner[entry], chunk.start[entry], chunk.end[entry]))
             main &= ~entry
         if not main.all():
-            owner, slot = owner[main], slot[main]
-            chunk = Records(*(getattr(chunk, name)[main] for name in _COLUMNS))
-        at = slot * self.m + owner  # each (field, job) once per chunk
-        self.count.reshape(-1)[at] += 1
-        self.start.reshape(-1)[at] = chunk.start
+            chunk, slot = chunk.select(main), slot[main]
+        self.records += np.bincount(slot, minlength=self.records.size)
+        at = slot * self.m + chunk.owner  # each (field, job) once per chunk
+        start = self.start.reshape(-1)
+        merged = (slot == _SLOT["progress"]) & (start.take(at) > 0)
+        if merged.any():
+            unread[chunk.owner[merged]] = True
+        start[at] = chunk.start
         self.end.reshape(-1)[at] = chunk.end
         self.varint.reshape(-1)[at] = chunk.varint
 
@@ -231,34 +239,29 @@ class _MainRecords:
         return {int(n): np.unique(owner[number == n]) for n in np.unique(number)}
 
 
-_COLUMNS = ("owner", "number", "wire_type", "start", "end", "varint")
 
 
 def _text(buf: WireBuffer, data: bytes, seen: _MainRecords, read: NDArray[np.bool_]
           ) -> dict[str, list[str]]:
-    """The string fields of every job ("" where unset or not read). When every job has one
-    record of a field, or none has any, the jobs' bytes parsed as a message of repeated
-    string fields of the same numbers list them in job order; otherwise the values are
-    gathered first (`_strings`)."""
+    """The string fields of every job ("" where unset; any value for jobs not read). When
+    every job has one record of a field, or none has any, the jobs' bytes parsed as a
+    message of repeated string fields of the same numbers list them in job order; otherwise
+    the values are gathered first (`_strings`)."""
     out: dict[str, list[str]] = {}
     aligned: list[str] = []
     for name in TEXT_FIELDS:
-        count = seen.count[_SLOT[name]]
-        if seen.wrong_wire_type[_SLOT[name]]:
-            out[name] = _strings(buf, seen, name, read)
-        elif not count.any():
+        slot = _SLOT[name]
+        if not seen.records[slot]:
             out[name] = [""] * seen.m
-        elif (count == 1).all():
-            aligned.append(name)
+        elif seen.records[slot] == seen.m and (seen.start[slot] > 0).all():
+            aligned.append(name)  # one record per job
         else:
             out[name] = _strings(buf, seen, name, read)
     if aligned:
         listed = _shadow_types()[2].FromString(data)
         for name in aligned:
-            values = list(getattr(listed, name))
-            for i in np.flatnonzero(~read).tolist():
-                values[i] = ""
-            out[name] = values
+            values = list(getattr(listed, name))  # one more when a job has one past the walk
+            out[name] = values if len(values) == seen.m else _strings(buf, seen, name, read)
     return out
 
 
@@ -266,85 +269,109 @@ def _throughput(buf: WireBuffer, job: Ints, start: Ints, end: Ints,
                 type_names: Sequence[str], unread: NDArray[np.bool_]
                 ) -> tuple[Ints, Ints, NDArray[np.float64]]:
     """The throughput map entries as (job, type index, value). An entry is read when it is
-    written as serializers write it (key, then value, nothing else: `0A len key 11 <8 bytes>`)
-    and names a type; jobs with another entry, or a type twice, are marked in `unread`."""
-    head = buf.u16[start].astype(np.int64)
-    key_length = head >> 8
-    value_tag = buf.bytes[np.minimum(start + 2 + key_length, buf.size)]
-    plain = (((head & 0xFF) == 1 << 3 | LEN) & (key_length < 0x80)
-             & (end - start == key_length + 11) & (value_tag == 2 << 3 | I64))
-    index = {name: j for j, name in enumerate(type_names)}  # the last of equal names
-    named = _name_index(buf, start + 2, key_length, list(index), list(index.values()))
-    column = np.where(plain, named, -1)
+    written as serializers write it, key then value and nothing else (`0A len key 11` and 8
+    bytes), with a key naming a type; jobs with another entry, or a type twice, are marked in
+    `unread`."""
+    column = _EntryPrefixes(type_names).match(buf, start, end - start)
     n = max(len(type_names), 1)
-    twice = np.bincount((job * n + column)[column >= 0], minlength=unread.size * n) > 1
-    unread[job[column < 0]] = True
-    unread[np.flatnonzero(twice) // n] = True
-    ok = np.flatnonzero(column >= 0)
-    return job[ok], column[ok], doubles_at(buf, start[ok] + 3 + key_length[ok])
+    if (column < 0).any():
+        unread[job[column < 0]] = True
+        ok = np.flatnonzero(column >= 0)
+        job, start, column = job[ok], start[ok], column[ok]
+    twice = np.flatnonzero(np.bincount(job * n + column, minlength=unread.size * n) > 1)
+    unread[twice // n] = True
+    value_at = start + _EntryPrefixes.size_of(type_names).take(column)
+    return job, column, doubles_at(buf, value_at)
 
 
 _LOW_BYTES = np.array([(1 << 8 * k) - 1 for k in range(9)], np.uint64)
 """_LOW_BYTES[k]: the mask of the first k bytes of a little-endian 64-bit word."""
+_MULTIPLIERS = tuple(np.uint64((0x9E3779B97F4A7C15 * (2 * k + 1)) % (1 << 64) | 1)
+                     for k in range(64))
 
 
-def _name_index(buf: WireBuffer, start: Ints, length: Ints, names: list[str],
-                indices: list[int]) -> Ints:
-    """For each byte range (`start`, `length`), the index (from `indices`) of the name it
-    spells; -1 for none. Ranges are read as 64-bit words, looked up among the names' by a
-    hash and compared word for word."""
-    out = np.full(start.size, -1, np.int64)
-    encoded = [name.encode() for name in names]
-    if not encoded or not start.size:
-        return out
-    words = -(-max(map(len, encoded)) // 8) or 1
-    known = np.zeros((len(encoded), 8 * words), np.uint8)
-    for k, name in enumerate(encoded):
-        known[k, : len(name)] = np.frombuffer(name, np.uint8)
-    theirs = known.view(np.uint64)
-    known_length = np.array([len(name) for name in encoded], np.int64)
-    own = np.empty((start.size, words), np.uint64)
-    last = buf.u64.size - 1
-    for w in range(words):
-        own[:, w] = (buf.u64[np.minimum(start + 8 * w, last)]
-                     & _LOW_BYTES[np.clip(length - 8 * w, 0, 8)])
-    own_hash, their_hash = _hash(own, length), _hash(theirs, known_length)
-    order = np.argsort(their_hash)
-    spot = order[np.minimum(np.searchsorted(their_hash[order], own_hash), len(encoded) - 1)]
-    same = (known_length[spot] == length) & (own == theirs[spot]).all(axis=1)
-    out[same] = np.asarray(indices, np.int64)[spot[same]]
-    return out
+class _EntryPrefixes:
+    """The bytes that start a throughput map entry for each type, up to its value
+    (`0A len key 11`), as 64-bit words, with a perfect hash of them: an entry of length L
+    is matched by reading its first L - 8 bytes as words, one table lookup, and a comparison
+    of the words and length."""
+
+    def __init__(self, type_names: Sequence[str]) -> None:
+        index = {name: j for j, name in enumerate(type_names)}  # the last of equal names
+        prefixes = [_entry_prefix(name) for name in index]
+        self.columns = np.array(list(index.values()), np.int64)
+        self.length = np.array([len(p) + 8 for p in prefixes], np.int64)
+        self.words = max((len(p) + 7) // 8 for p in prefixes) if prefixes else 1
+        padded = np.zeros((len(prefixes), 8 * self.words), np.uint8)
+        for k, prefix in enumerate(prefixes):
+            padded[k, : len(prefix)] = np.frombuffer(prefix, np.uint8)
+        self.known = padded.view(np.uint64)
+        self.bits, self.multiplier = 1, _MULTIPLIERS[0]
+        while len(prefixes) and not self._perfect():
+            self.bits += 1
+        self.table = np.full(1 << self.bits, -1, np.int64)
+        self.table[self._slots(self.known)] = np.arange(len(prefixes))
+
+    @staticmethod
+    def size_of(type_names: Sequence[str]) -> Ints:
+        """Per type index, the bytes of its entry before the value."""
+        return np.array([len(_entry_prefix(name)) for name in type_names] or [0], np.int64)
+
+    def _slots(self, words: NDArray[np.uint64]) -> Ints:
+        h = np.zeros(words.shape[0], np.uint64)
+        with np.errstate(over="ignore"):
+            for k in range(words.shape[1]):
+                h = (h ^ words[:, k]) * self.multiplier
+        return (h >> np.uint64(64 - self.bits)).astype(np.int64)
+
+    def _perfect(self) -> bool:
+        """Find a multiplier with no two prefixes in one slot at this many bits."""
+        for multiplier in _MULTIPLIERS:
+            self.multiplier = multiplier
+            if np.unique(self._slots(self.known)).size == self.known.shape[0]:
+                return True
+        return False
+
+    def match(self, buf: WireBuffer, start: Ints, length: Ints) -> Ints:
+        """The type index of each entry (`start`, `length`: its bytes); -1 when it is not
+        one of the prefixes followed by 8 bytes."""
+        if not self.columns.size:
+            return np.full(start.size, -1, np.int64)
+        prefix_length = length - 8
+        last = buf.u64.size - 1
+        words = np.empty((start.size, self.words), np.uint64)
+        for k in range(self.words):
+            words[:, k] = (buf.u64[np.minimum(start + 8 * k, last)]
+                           & _LOW_BYTES.take(np.clip(prefix_length - 8 * k, 0, 8)))
+        known = self.table.take(self._slots(words))
+        same = (known >= 0) & (self.length.take(known) == length)
+        same &= (self.known.take(known, axis=0) == words).all(axis=1)
+        return np.where(same, self.columns.take(known), -1)
 
 
-def _hash(words: NDArray[np.uint64], length: Ints) -> NDArray[np.uint64]:
-    """A 64-bit hash of each row of words and its length (wrapping arithmetic)."""
-    h = length.astype(np.uint64) * _HASH_LENGTH
-    with np.errstate(over="ignore"):
-        for k in range(words.shape[1]):
-            h = (h ^ words[:, k]) * _HASH_STEP
-    return h
+def _entry_prefix(name: str) -> bytes:
+    """`0A len key 11`: a map entry's key record and its value's tag."""
+    key = name.encode()
+    return (bytes([1 << 3 | LEN]) + encode_varints(np.array([len(key)])) + key
+            + bytes([2 << 3 | I64]))
 
 
 def _progress(buf: WireBuffer, job: Ints, start: Ints, end: Ints, m: int,
               unread: NDArray[np.bool_]) -> dict[str, NDArray[Any]]:
-    """The progress fields of every job (0 where unset) from its one `progress` record; jobs
-    whose progress has other or repeated fields are marked in `unread`."""
+    """The progress fields of every job (0 where unset) from its one `progress` record
+    (other fields ignored, as unknown ones); jobs whose progress gives a field twice, or has
+    more records than its four fields, are marked in `unread`."""
     malformed = np.zeros(job.size, bool)
     fields = records(buf, start, end, len(_PROGRESS_WIRE_TYPE), malformed)
-    number = {name: _PROGRESS.DESCRIPTOR.fields_by_name[name].number
-              for name in _PROGRESS_WIRE_TYPE}
-    known = np.zeros(fields.number.size, bool)
     out: dict[str, NDArray[Any]] = {}
     for name, wire_type in _PROGRESS_WIRE_TYPE.items():
-        pick = (fields.number == number[name]) & (fields.wire_type == wire_type)
-        known |= pick
+        pick = fields.tag == _PROGRESS.DESCRIPTOR.fields_by_name[name].number << 3 | wire_type
         owner = fields.owner[pick]
         unread[job[owner[np.bincount(owner, minlength=start.size)[owner] > 1]]] = True
         values = (doubles_at(buf, fields.start[pick]) if wire_type == I64
                   else int32_of(fields.varint[pick]))
         out[name] = np.zeros(m, values.dtype)
         out[name][job[owner]] = values
-    unread[job[fields.owner[~known]]] = True
     unread[job[malformed]] = True
     return out
 
@@ -354,7 +381,7 @@ def _strings(buf: WireBuffer, seen: _MainRecords, name: str, read: NDArray[np.bo
     """A string field of every job ("" where unset or not read): the values are written as
     the records of a repeated string field, which the runtime turns into Python strings."""
     slot = _SLOT[name]
-    keep = (seen.count[slot] == 1) & read
+    keep = (seen.start[slot] > 0) & read
     first = np.where(keep, seen.start[slot], 0)
     length = np.where(keep, seen.end[slot] - first, 0)
     head = 1 + varint_sizes(length)

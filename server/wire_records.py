@@ -69,8 +69,8 @@ class Records:
     output an owner's records are in order."""
 
     owner: Ints
-    number: Ints
-    wire_type: Ints
+    tag: Ints
+    """Field number << 3 | wire type."""
     start: Ints
     """Offset of the value (for LEN records: of its bytes, after the length)."""
     end: Ints
@@ -78,9 +78,10 @@ class Records:
     """The value of VARINT records as int64 (the 64-bit two's complement); meaningless for
     other records."""
 
-    def of(self, number: int) -> NDArray[np.intp]:
-        """Indices of the records of field `number`."""
-        return np.flatnonzero(self.number == number)
+    def select(self, keep: NDArray[Any]) -> Records:
+        """The records `keep` (a mask or indices)."""
+        return Records(self.owner[keep], self.tag[keep], self.start[keep], self.end[keep],
+                       self.varint[keep])
 
 
 def walk(buf: WireBuffer, start: Ints, end: Ints, max_records: int,
@@ -96,15 +97,14 @@ def walk(buf: WireBuffer, start: Ints, end: Ints, max_records: int,
         if not live.size:
             return
         limit = end[live]
-        number, wire_type, value_start, value_end, value, ok = _step(buf, at[live], limit)
+        chunk, ok = _step(buf, live, at[live], limit)
         if not ok.all():
             malformed[live[~ok]] = True
-            live, limit = live[ok], limit[ok]
-            number, wire_type, value_start, value_end, value = (
-                column[ok] for column in (number, wire_type, value_start, value_end, value))
-        yield Records(live, number, wire_type, value_start, value_end, value)
-        at[live] = value_end
-        live = live[value_end < limit]
+            chunk, limit = chunk.select(ok), limit[ok]
+        yield chunk
+        live = chunk.owner
+        at[live] = chunk.end
+        live = live[chunk.end < limit]
     malformed[live] = True  # more than max_records records
 
 
@@ -114,16 +114,16 @@ def records(buf: WireBuffer, start: Ints, end: Ints, max_records: int,
     chunks = list(walk(buf, start, end, max_records, malformed))
     if not chunks:
         empty = np.zeros(0, np.int64)
-        return Records(empty, empty, empty, empty, empty, empty)
+        return Records(empty, empty, empty, empty, empty)
     return Records(*(np.concatenate([getattr(chunk, name) for chunk in chunks])
-                     for name in ("owner", "number", "wire_type", "start", "end", "varint")))
+                     for name in ("owner", "tag", "start", "end", "varint")))
 
 
 def _step_tables() -> tuple[NDArray[np.int32], ...]:
-    """Lookup tables by the two bytes at a record's start (tag byte | next byte << 8): field
-    number, wire type, offset of the value, length of the record, and 1 when the record
-    needs `_long_step` (a tag of more bytes, a length or varint of more bytes, a wire type
-    apportion.v1 does not use, field number 0)."""
+    """Lookup tables by the two bytes at a record's start (tag byte | next byte << 8): offset
+    of the value, length of the record, and 1 when the record needs `_long_step` (a tag of
+    more bytes, a length or varint of more bytes, a wire type apportion.v1 does not use,
+    field number 0)."""
     pair = np.arange(1 << 16)
     tag, after = pair & 0xFF, pair >> 8
     wire_type, number = tag & 7, tag >> 3
@@ -133,29 +133,28 @@ def _step_tables() -> tuple[NDArray[np.int32], ...]:
     long = ((tag >= 0x80) | (number == 0) | ~np.isin(wire_type, (VARINT, I64, LEN, I32))
             | ((after >= 0x80) & ((wire_type == VARINT) | is_len)))
     return tuple(column.astype(np.int32) for column in
-                 (number, wire_type, 1 + is_len, 1 + is_len + value_size, long))
+                 (1 + is_len, 1 + is_len + value_size, long))
 
 
-_NUMBER, _WIRE_TYPE, _VALUE_OFFSET, _RECORD_LENGTH, _LONG = _step_tables()
+_VALUE_OFFSET, _RECORD_LENGTH, _LONG = _step_tables()
 
 
-def _step(buf: WireBuffer, here: Ints, limit: Ints) -> tuple[NDArray[Any], ...]:
-    """The record at each offset `here` (its message ending at `limit`): field number, wire
-    type, value start and end, varint value, and whether it is well formed. Records whose
-    tag and length or varint are one byte each (nearly all) are read by table lookups; the
-    others go through `varints_at`."""
-    pair = buf.u16[here]
-    number = _NUMBER.take(pair).astype(np.int64)
-    wire_type = _WIRE_TYPE.take(pair).astype(np.int64)
+def _step(buf: WireBuffer, owner: Ints, here: Ints, limit: Ints
+          ) -> tuple[Records, NDArray[np.bool_]]:
+    """The record at each offset `here` (of message `owner`, ending at `limit`), and whether
+    it is well formed. Records whose tag and length or varint are one byte each (nearly all)
+    are read by table lookups; the others go through `varints_at`."""
+    pair = buf.u16[here].astype(np.int64)
+    tag = pair & 0xFF
     value_start = here + _VALUE_OFFSET.take(pair)
     value_end = here + _RECORD_LENGTH.take(pair)
-    value = (pair >> 8).astype(np.int64)
+    value = pair >> 8
     long = np.flatnonzero(_LONG.take(pair))
     if long.size:
-        (number[long], wire_type[long], value_start[long], value_end[long], value[long]), \
-            fine = _long_step(buf, here[long], limit[long])
+        (tag[long], value_start[long], value_end[long], value[long]), fine = _long_step(
+            buf, here[long], limit[long])
         value_end[long[~fine]] = limit[long[~fine]] + 1  # fails the check below
-    return number, wire_type, value_start, value_end, value, value_end <= limit
+    return Records(owner, tag, value_start, value_end, value), value_end <= limit
 
 
 def _long_step(buf: WireBuffer, here: Ints, limit: Ints
@@ -182,7 +181,7 @@ def _long_step(buf: WireBuffer, here: Ints, limit: Ints
     value_end[is_len] = value_start[is_len] + np.where(fits, length, 0).astype(np.int64)
     ok[is_len] &= fits
     ok &= np.isin(wire_type, (VARINT, I64, LEN, I32)) & (value_end <= limit)
-    return (number, wire_type, value_start, value_end, value.view(np.int64)), ok
+    return (number << 3 | wire_type, value_start, value_end, value.view(np.int64)), ok
 
 
 def doubles_at(buf: WireBuffer, at: Ints) -> NDArray[np.float64]:
