@@ -306,7 +306,7 @@ class _EntryPrefixes:
         for k, prefix in enumerate(prefixes):
             padded[k, : len(prefix)] = np.frombuffer(prefix, np.uint8)
         self.known = padded.view(np.uint64)
-        self.bits, self.multiplier = 1, _MULTIPLIERS[0]
+        self.bits, self.multiplier = max(len(prefixes) - 1, 1).bit_length() + 1, _MULTIPLIERS[0]
         while len(prefixes) and not self._perfect():
             self.bits += 1
         self.table = np.full(1 << self.bits, -1, np.int64)

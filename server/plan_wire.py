@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from apportion.server.packed_fields import encode_varints
 from apportion.server.wire_records import (
     I64,
     LEN,
@@ -54,8 +55,8 @@ def _string_records(out: NDArray[np.uint8], at: Ints, tag: int, data: NDArray[np
                     start: Ints, length: Ints) -> None:
     """Write a string record (tag, length, bytes) at each offset `at`."""
     out[at] = tag
-    put_varints(out, at + 1, length)
-    copy_ranges(out, at + 1 + varint_sizes(length), data, start, length)
+    size = put_varints(out, at + 1, length)
+    copy_ranges(out, at + 1 + size, data, start, length)
 
 
 def _share_entries(type_names: Sequence[str]) -> list[bytes]:
@@ -63,17 +64,15 @@ def _share_entries(type_names: Sequence[str]) -> list[bytes]:
     prefixes = []
     for name in type_names:
         key = name.encode()
-        entry_size = 1 + len(_varint(len(key))) + len(key) + 1 + 8
-        prefixes.append(bytes([_SHARE_TAG]) + _varint(entry_size) + bytes([_MAP_KEY_TAG])
-                        + _varint(len(key)) + key + bytes([_MAP_VALUE_TAG]))
+        key_record = bytes([_MAP_KEY_TAG]) + _varint(len(key)) + key
+        entry_size = len(key_record) + 1 + 8
+        prefixes.append(bytes([_SHARE_TAG]) + _varint(entry_size) + key_record
+                        + bytes([_MAP_VALUE_TAG]))
     return prefixes
 
 
 def _varint(value: int) -> bytes:
-    out = np.zeros(10, np.uint8)
-    size = int(varint_sizes(np.array([value]))[0])
-    put_varints(out, np.zeros(1, np.int64), np.array([value]))
-    return out[:size].tobytes()
+    return encode_varints(np.array([value]))
 
 
 def job_allocations(
@@ -94,46 +93,51 @@ def job_allocations(
     has_id = id_length > 0
     id_size = np.where(has_id, 1 + varint_sizes(id_length) + id_length, 0)
     status = np.asarray(status, np.int64)
-    status_size = np.where(status != 0, 1 + varint_sizes(status), 0)
+    has_status = status != 0
+    status_size = np.where(has_status, 1 + varint_sizes(status), 0)
     with_reason = np.flatnonzero(np.fromiter(map(bool, reasons), bool, m))
     reason_data, reason_length = _utf8([reasons[i] for i in with_reason.tolist()])
     reason_size = np.zeros(m, np.int64)
     reason_size[with_reason] = 1 + varint_sizes(reason_length) + reason_length
     job, column = np.nonzero(time_share > 0)
     prefixes = _share_entries(type_names)
-    prefix_size = np.array([len(p) for p in prefixes], np.int64)
-    cell_size = prefix_size[column] + 8
+    cell_size = np.array([len(p) + 8 for p in prefixes], np.int64)[column]
+    cells = np.bincount(job, minlength=m)
     share_size = np.bincount(job, weights=cell_size, minlength=m).astype(np.int64)
     values = [np.asarray(v, np.float64) for v in doubles]
-    written = [v.view(np.uint64) != 0 for v in values]
-    body = id_size + status_size + reason_size + share_size + 9 * sum(
-        w.astype(np.int64) for w in written)
-    record = 1 + varint_sizes(body) + body
-    at = np.cumsum(record) - record
-    out = np.zeros(int(record.sum()) + 8, np.uint8)  # 8 spare bytes for the double view
+    written = [v.view(np.uint64) != 0 for v in values]  # +0.0 only is left out
+    body = id_size + status_size + reason_size + share_size
+    for write in written:
+        body += 9 * write
+    head = 1 + varint_sizes(body)
+    at = np.cumsum(head + body) - (head + body)
+    out = np.zeros(int((head + body).sum()) + 8, np.uint8)  # 8 spare bytes for the views
     as_double = np.ndarray((out.size - 7,), "<f8", out, 0, (1,))
+    as_word = np.ndarray((out.size - 7,), "<u8", out, 0, (1,))
     out[at] = _JOBS_TAG
     put_varints(out, at + 1, body)
-    here = at + 1 + varint_sizes(body)
+    here = at + head
     _string_records(out, here[has_id], _ID_TAG, id_data,
                     (np.cumsum(id_length) - id_length)[has_id], id_length[has_id])
-    here = here + id_size
-    out[here[status != 0]] = _STATUS_TAG
-    put_varints(out, here[status != 0] + 1, status[status != 0])
-    here = here + status_size
+    here += id_size
+    out[here[has_status]] = _STATUS_TAG
+    put_varints(out, here[has_status] + 1, status[has_status])
+    here += status_size
     _string_records(out, here[with_reason], _REASON_TAG, reason_data,
                     np.cumsum(reason_length) - reason_length, reason_length)
-    here = here + reason_size
+    here += reason_size
     before = np.cumsum(cell_size) - cell_size  # cells are in job order
-    first_cell = np.cumsum(np.bincount(job, minlength=m)) - np.bincount(job, minlength=m)
-    cell_at = here[job] + before - before[first_cell[job]] if job.size else job
+    first = (np.cumsum(cells) - cells)[cells > 0]  # each job's first cell
+    cell_at = here[job] + before - np.repeat(before[first], cells[cells > 0])
     for j, prefix in enumerate(prefixes):
-        mine = cell_at[column == j]
-        out[mine[:, None] + np.arange(len(prefix))] = np.frombuffer(prefix, np.uint8)
-        as_double[mine + len(prefix)] = time_share[job[column == j], j]
-    here = here + share_size
+        mine = np.flatnonzero(column == j)
+        words = np.frombuffer(prefix + bytes(-len(prefix) % 8), "<u8")
+        for k, word in enumerate(words):  # a word past the prefix: the value overwrites it
+            as_word[cell_at[mine] + 8 * k] = word
+        as_double[cell_at[mine] + len(prefix)] = time_share[job[mine], j]
+    here += share_size
     for tag, value, write in zip(_DOUBLE_TAGS, values, written, strict=True):
         out[here[write]] = tag
         as_double[here[write] + 1] = value[write]
-        here = here + 9 * write
+        here += 9 * write
     return out[:-8].tobytes()

@@ -209,17 +209,24 @@ def varint_sizes(values: NDArray[np.integer]) -> Ints:
     """Bytes of the varint of each non-negative value."""
     v = np.asarray(values).astype(np.uint64)
     size = np.ones(v.size, np.int64)
+    top = int(v.max(initial=0))
     for k in range(1, MAX_VARINT_BYTES):
+        if top < 1 << (7 * k):
+            break
         size += v >= np.uint64(1 << (7 * k))
     return size
 
 
-def put_varints(out: Bytes, at: Ints, values: NDArray[np.integer]) -> None:
-    """Write the varint of each non-negative value at its offset of `out`."""
+def put_varints(out: Bytes, at: Ints, values: NDArray[np.integer]) -> Ints:
+    """Write the varint of each non-negative value at its offset of `out`; their sizes."""
     v = np.asarray(values).astype(np.uint64)
     size = varint_sizes(v)
-    for k in range(int(size.max(initial=0))):
+    if int(size.max(initial=1)) == 1:
+        out[at] = v
+        return size
+    for k in range(int(size.max())):
         has = size > k
         group = (v[has] >> np.uint64(7 * k)) & np.uint64(0x7F)
         more = np.where(size[has] > k + 1, 0x80, 0).astype(np.uint64)
         out[at[has] + k] = (group | more).astype(np.uint8)
+    return size
