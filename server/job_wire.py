@@ -3,10 +3,10 @@
 Reading a `Job` message field by field costs about 5 µs in Python; 100,000 jobs cost half a
 second. Their serialized bytes hold the same values: `WireJobs.decode` walks the records of
 all jobs in lockstep (`apportion.server.wire_records`), then gathers each field's values with
-array operations: doubles as 8-byte views, varints decoded as int32 fields are (low 32 bits),
-strings through a message type of one repeated string field (the runtime makes the Python
-strings), throughput map entries matched to the cluster's type names by a hash checked
-byte for byte.
+array operations: doubles through 8-byte views, varints decoded as int32 fields are (low 32
+bits), strings through a message type of repeated string fields (the runtime makes the
+Python strings), throughput map entries matched to the cluster's type names by a perfect
+hash of their bytes before the value, compared word for word.
 
 Records are read as the runtime reads them: a field given twice keeps its last value, a
 main field's number with another wire type is an unknown field (ignored), unknown fields are
@@ -126,7 +126,8 @@ class WireJobs:
     cells: tuple[Ints, Ints, NDArray[np.float64]]
     """Throughput entries as (job, type index, value)."""
     others: dict[int, Ints]
-    """Field number -> the read jobs with records of that field (other than the main ones)."""
+    """Field number -> the jobs with records of that field, for the fields other than the
+    main ones (complete for the jobs read)."""
 
     @staticmethod
     def decode(jobs: list[bytes], type_names: Sequence[str]) -> WireJobs:
@@ -137,14 +138,15 @@ class WireJobs:
         buf = WireBuffer(data)
         end = np.cumsum(length)
         unread = np.zeros(m, bool)
-        seen = _MainRecords(m)
+        seen = _MainRecords(m, len(data))
         for chunk in walk(buf, end - length, end, MAX_JOB_RECORDS, unread):
             seen.add(chunk, unread)
         present = seen.start > 0
         cells = _throughput(buf, *seen.entries(), type_names, unread)
         progress_jobs = np.flatnonzero(present[_SLOT["progress"]])
-        progress = _progress(buf, progress_jobs, seen.start[_SLOT["progress"], progress_jobs],
-                             seen.end[_SLOT["progress"], progress_jobs], m, unread)
+        progress = _progress(
+            buf, progress_jobs, seen.start[_SLOT["progress"], progress_jobs].astype(np.int64),
+            seen.end[_SLOT["progress"], progress_jobs].astype(np.int64), m, unread)
         read = ~unread
         text = _text(buf, data, seen, read)
         numbers: dict[str, NDArray[Any]] = {}
@@ -154,7 +156,7 @@ class WireJobs:
             numbers[name] = np.where(given[name], doubles_at(buf, seen.start[_SLOT[name]]), 0.0)
         for name in INT32_FIELDS:
             given[name] = present[_SLOT[name]]
-            numbers[name] = np.where(given[name], int32_of(seen.varint[_SLOT[name]]), 0)
+            numbers[name] = np.where(given[name], seen.end[_SLOT[name]].astype(np.int64), 0)
         numbers.update(progress)
         job, column, value = cells
         keep = read[job]
@@ -183,15 +185,18 @@ _SLOT_OF_TAG = _slot_of_tag()
 
 class _MainRecords:
     """Where each job's main fields are, gathered chunk by chunk from `walk`: per field and
-    job, the last record's value offsets (start 0 = no record: a value follows its tag) and
-    varint; the throughput entries; the jobs with records of other fields."""
+    job, the last record's value start (0 = no record: a value follows its tag) and its end
+    (for a varint: its value as int32 fields read it), both as int32 for a buffer under
+    2 GiB (8 bytes a job and main field); the throughput entries; the jobs with records of
+    other fields."""
 
-    def __init__(self, m: int) -> None:
+    def __init__(self, m: int, size: int) -> None:
         self.m = m
         fields = len(_NUMBER)
-        self.start = np.zeros((fields, m), np.int64)
-        self.end = np.zeros((fields, m), np.int64)
-        self.varint = np.zeros((fields, m), np.int64)
+        offset = np.int32 if size < 2**31 else np.int64
+        self.start = np.zeros((fields, m), offset)
+        self.end = np.zeros((fields, m), offset)
+        """The value's end; for a varint, the value (`int32_of`)."""
         self.records = np.zeros(fields, np.int64)
         """Per main field, its records (all jobs)."""
         self._entries: list[tuple[Ints, Ints, Ints]] = []
@@ -220,8 +225,8 @@ class _MainRecords:
         if merged.any():
             unread[chunk.owner[merged]] = True
         start[at] = chunk.start
-        self.end.reshape(-1)[at] = chunk.end
-        self.varint.reshape(-1)[at] = chunk.varint
+        self.end.reshape(-1)[at] = np.where(chunk.tag & 7 == VARINT, int32_of(chunk.varint),
+                                            chunk.end)
 
     def entries(self) -> tuple[Ints, Ints, Ints]:
         """(job, value start, value end) of every throughput map entry."""
@@ -382,8 +387,8 @@ def _strings(buf: WireBuffer, seen: _MainRecords, name: str, read: NDArray[np.bo
     the records of a repeated string field, which the runtime turns into Python strings."""
     slot = _SLOT[name]
     keep = (seen.start[slot] > 0) & read
-    first = np.where(keep, seen.start[slot], 0)
-    length = np.where(keep, seen.end[slot] - first, 0)
+    first = np.where(keep, seen.start[slot], 0).astype(np.int64)
+    length = np.where(keep, seen.end[slot] - first, 0).astype(np.int64)
     head = 1 + varint_sizes(length)
     size = head + length
     at = np.cumsum(size) - size
