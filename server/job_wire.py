@@ -99,12 +99,13 @@ def _shadow_types() -> tuple[type[Message], type[Message], type[Message]]:
         for n in ("SolveRequest", "Snapshot", "Strings"))
 
 
-def job_bytes(snapshot: snapshot_pb.Snapshot, request: bytes | None) -> list[bytes]:
-    """The serialized `Job` of each entry of `snapshot.jobs`: from `request` (the bytes
-    the request was parsed from) when given, else by serializing `snapshot`."""
+def job_bytes(snapshot: snapshot_pb.Snapshot, serialized: bytes | None) -> list[bytes]:
+    """The serialized `Job` of each entry of `snapshot.jobs`: from `serialized` (the
+    `SolveRequest` bytes the snapshot was parsed from) when given, else by serializing
+    `snapshot`."""
     request_type, snapshot_type, _ = _shadow_types()
-    if request is not None:
-        jobs: Sequence[bytes] = request_type.FromString(request).snapshot.jobs  # type: ignore[attr-defined]
+    if serialized is not None:
+        jobs: Sequence[bytes] = request_type.FromString(serialized).snapshot.jobs  # type: ignore[attr-defined]
     else:
         jobs = snapshot_type.FromString(snapshot.SerializeToString()).jobs  # type: ignore[attr-defined]
     return list(jobs)
@@ -277,7 +278,8 @@ def _throughput(buf: WireBuffer, job: Ints, start: Ints, end: Ints,
     written as serializers write it, key then value and nothing else (`0A len key 11` and 8
     bytes), with a key naming a type; jobs with another entry, or a type twice, are marked in
     `unread`."""
-    column = _EntryPrefixes(type_names).match(buf, start, end - start)
+    prefixes = _entry_prefixes(tuple(type_names))
+    column = prefixes.match(buf, start, end - start)
     n = max(len(type_names), 1)
     if (column < 0).any():
         unread[job[column < 0]] = True
@@ -285,7 +287,7 @@ def _throughput(buf: WireBuffer, job: Ints, start: Ints, end: Ints,
         job, start, column = job[ok], start[ok], column[ok]
     twice = np.flatnonzero(np.bincount(job * n + column, minlength=unread.size * n) > 1)
     unread[twice // n] = True
-    value_at = start + _EntryPrefixes.size_of(type_names).take(column)
+    value_at = start + prefixes.size.take(column)
     return job, column, doubles_at(buf, value_at)
 
 
@@ -304,6 +306,8 @@ class _EntryPrefixes:
     def __init__(self, type_names: Sequence[str]) -> None:
         index = {name: j for j, name in enumerate(type_names)}  # the last of equal names
         prefixes = [_entry_prefix(name) for name in index]
+        self.size = np.array([len(_entry_prefix(name)) for name in type_names] or [0], np.int64)
+        """Per type index, the bytes of its entry before the value."""
         self.columns = np.array(list(index.values()), np.int64)
         self.length = np.array([len(p) + 8 for p in prefixes], np.int64)
         self.words = max((len(p) + 7) // 8 for p in prefixes) if prefixes else 1
@@ -316,11 +320,6 @@ class _EntryPrefixes:
             self.bits += 1
         self.table = np.full(1 << self.bits, -1, np.int64)
         self.table[self._slots(self.known)] = np.arange(len(prefixes))
-
-    @staticmethod
-    def size_of(type_names: Sequence[str]) -> Ints:
-        """Per type index, the bytes of its entry before the value."""
-        return np.array([len(_entry_prefix(name)) for name in type_names] or [0], np.int64)
 
     def _slots(self, words: NDArray[np.uint64]) -> Ints:
         h = np.zeros(words.shape[0], np.uint64)
@@ -352,6 +351,12 @@ class _EntryPrefixes:
         same = (known >= 0) & (self.length.take(known) == length)
         same &= (self.known.take(known, axis=0) == words).all(axis=1)
         return np.where(same, self.columns.take(known), -1)
+
+
+@functools.lru_cache(maxsize=16)
+def _entry_prefixes(type_names: tuple[str, ...]) -> _EntryPrefixes:
+    """`_EntryPrefixes` of a cluster's types (the same clusters come again and again)."""
+    return _EntryPrefixes(type_names)
 
 
 def _entry_prefix(name: str) -> bytes:

@@ -113,11 +113,11 @@ def _clean_cluster(cluster: Cluster) -> Cluster:
 
 
 def _jobs(msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation],
-          deadline: Deadline, request: bytes | None) -> tuple[Jobs, JobPaths, JobFields]:
+          deadline: Deadline, serialized: bytes | None) -> tuple[Jobs, JobPaths, JobFields]:
     """Every job's columns as given (judged by `snapshot_violations`), their field paths and
     which jobs may set which other fields, with the epoch and configuration inputs read and
     validated by their own modules."""
-    main, paths, present = read_jobs(msg, cluster, violations, request)
+    main, paths, present = read_jobs(msg, cluster, violations, serialized)
     m = len(main.ids)
     deadline.check()
     epochs = epoch_columns(present, main.epochs_done, main.total_epochs, violations)
@@ -188,14 +188,14 @@ def _tenants(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> tuple[Te
 
 def snapshot_to_problem(
     msg: snapshot_pb.Snapshot, violations: list[Violation], deadline: Deadline = NO_DEADLINE,
-    request: bytes | None = None,
+    serialized: bytes | None = None,
 ) -> tuple[Problem, JobPaths]:
     """Build the model from a snapshot, appending every violation found to `violations`;
-    with the field paths of its jobs. `request`: the serialized `SolveRequest` the snapshot
-    was parsed from, if at hand (its jobs are decoded from it). Raises `DeadlineExpiredError`
+    with the field paths of its jobs. `serialized`: the `SolveRequest` bytes the snapshot was
+    parsed from, if at hand (its jobs are decoded from them). Raises `DeadlineExpiredError`
     once `deadline` passes."""
     cluster = _cluster(msg.cluster, violations)
-    jobs, paths, present = _jobs(msg, cluster, violations, deadline, request)
+    jobs, paths, present = _jobs(msg, cluster, violations, deadline, serialized)
     deadline.check()
     violations += snapshot_violations(cluster, jobs, msg.time_s, msg.round_duration_s, paths)
     cluster = _clean_cluster(cluster)

@@ -23,6 +23,7 @@ from apportion.server import job_inputs
 from apportion.server.convert import request_to_model
 from apportion.server.job_inputs import MainColumns, read_rows
 from apportion.server.job_wire import JobFields, WireJobs, all_jobs, job_bytes
+from apportion.server.snapshot_inputs import snapshot_to_problem
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import Cluster
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -292,13 +293,11 @@ def test_request_to_model_is_the_same_on_every_route(
     case: tuple[bytes, service_pb.SolveRequest]
 ) -> None:
     """From the client's bytes, from a fresh serialization, and reading every message (the
-    route taken when the bytes do not hold the request's jobs): the same model, or the same
-    violations."""
+    route for few jobs): the same model, or the same violations."""
     data, request = case
-    routes = [outcome(request, data), outcome(request, None)]
-    with mock.patch.object(job_inputs, "job_bytes", lambda snapshot, serialized: []):
-        if len(request.snapshot.jobs):
-            routes.append(outcome(request, data))
+    with mock.patch.object(job_inputs, "DECODE_FROM_JOBS", 1):
+        routes = [outcome(request, data), outcome(request, None)]
+    routes.append(outcome(request, data))  # few jobs: the messages are read
     for other in routes[1:]:
         if isinstance(routes[0], list) or isinstance(other, list):
             assert routes[0] == other
@@ -387,3 +386,14 @@ def test_jobs_the_decoder_reads() -> None:
     assert wire.unread.size == 0
     (slow, _), (fast, _), _ = slow_and_fast(data, request)
     assert_same_columns(slow, fast)
+
+
+def test_bytes_of_another_request_are_not_decoded() -> None:
+    """Bytes holding another number of jobs than the message are not taken for its jobs."""
+    _, request = request_with([record(1, LEN, f"j{k}".encode()) + entry("k80", 1.0)
+                               for k in range(3)])
+    _, other = request_with([record(1, LEN, b"x") + entry("k80", 1.0)] * 2)
+    with mock.patch.object(job_inputs, "DECODE_FROM_JOBS", 1):
+        problem, _ = snapshot_to_problem(request.snapshot, [],
+                                         serialized=other.SerializeToString())
+    assert problem.jobs.ids == ("j0", "j1", "j2")
