@@ -91,20 +91,20 @@ def walk(buf: WireBuffer, start: Ints, end: Ints, max_records: int,
     walked (a group, a varint over 10 bytes, a length past the message's end, field number
     0) or more than `max_records` records are marked in `malformed`; their records up to
     there are kept (the caller reads such messages another way)."""
-    at = start.astype(np.int64, copy=True)
-    live = np.flatnonzero(at < end)
+    live = np.flatnonzero(start < end)
+    here, limit = start[live].astype(np.int64), end[live].astype(np.int64)
     for _ in range(max_records):
         if not live.size:
             return
-        limit = end[live]
-        chunk, ok = _step(buf, live, at[live], limit)
+        chunk, ok = _step(buf, live, here, limit)
         if not ok.all():
             malformed[live[~ok]] = True
             chunk, limit = chunk.select(ok), limit[ok]
         yield chunk
-        live = chunk.owner
-        at[live] = chunk.end
-        live = live[chunk.end < limit]
+        live, here = chunk.owner, chunk.end
+        going = here < limit
+        if not going.all():
+            live, here, limit = live[going], here[going], limit[going]
     malformed[live] = True  # more than max_records records
 
 
