@@ -98,6 +98,20 @@ def test_long_and_unicode_strings() -> None:
                                                         doubles))
 
 
+@pytest.mark.parametrize("status", [0, 1])
+def test_jobs_with_little_after_the_id(status: int) -> None:
+    """Jobs whose record ends at or just after the id (nothing else, or a status), next to
+    jobs with more."""
+    ids = ["first-job-id", "j", "a-longer-job-id-of-some-bytes", "x" * 17, "last"]
+    share = np.zeros((5, 1))
+    share[2, 0] = 0.5
+    doubles = [np.array([0.0, 0.0, 1.0, 0.0, 0.0])] + [np.zeros(5)] * 3
+    statuses = [status] * 5
+    data = job_allocations(ids, np.array(statuses), [""] * 5, share, ["v100"], doubles)
+    assert same(service_pb.Plan.FromString(data),
+                built(ids, statuses, [""] * 5, share, ["v100"], doubles))
+
+
 def core(response: service_pb.SolveResponse) -> service_pb.Plan:
     """The plan's allocations with only the fields `job_allocations` writes."""
     plan = service_pb.Plan()
