@@ -40,7 +40,6 @@ from apportion.server.wire_records import (
     Ints,
     Records,
     WireBuffer,
-    copy_ranges,
     doubles_at,
     int32_of,
     put_varints,
@@ -76,8 +75,7 @@ _STRING_RECORD_TAG = _NUMBER["id"] << 3 | LEN
 @functools.cache
 def _shadow_types() -> tuple[type[Message], type[Message], type[Message]]:
     """Message types reading the same bytes more cheaply: a `SolveRequest` and a `Snapshot`
-    with every job as bytes (other fields unknown), and a `Job` with only its string fields,
-    repeated (every job's value in order when the bytes of all jobs are parsed as one)."""
+    with every job as bytes (other fields unknown), and a list of strings (`_strings`)."""
     file = descriptor_pb2.FileDescriptorProto(
         name="apportion_job_wire/shadow.proto", package="apportion_job_wire", syntax="proto3")
     repeated = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
@@ -92,6 +90,8 @@ def _shadow_types() -> tuple[type[Message], type[Message], type[Message]]:
     for name in TEXT_FIELDS:
         strings.field.add(name=name, number=_NUMBER[name], label=repeated,
                           type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING)
+    strings.field.add(name="filler", number=_FILLER_NUMBER,
+                      type=descriptor_pb2.FieldDescriptorProto.TYPE_FIXED64)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return tuple(  # type: ignore[return-value]
@@ -149,7 +149,7 @@ class WireJobs:
             buf, progress_jobs, seen.start[_SLOT["progress"], progress_jobs].astype(np.int64),
             seen.end[_SLOT["progress"], progress_jobs].astype(np.int64), m, unread)
         read = ~unread
-        text = _text(buf, data, seen, read)
+        text = _text(buf, seen, read)
         numbers: dict[str, NDArray[Any]] = {}
         given: dict[str, NDArray[np.bool_]] = {}
         for name in DOUBLE_FIELDS:
@@ -247,28 +247,11 @@ class _MainRecords:
 
 
 
-def _text(buf: WireBuffer, data: bytes, seen: _MainRecords, read: NDArray[np.bool_]
+def _text(buf: WireBuffer, seen: _MainRecords, read: NDArray[np.bool_]
           ) -> dict[str, list[str]]:
-    """The string fields of every job ("" where unset; any value for jobs not read). When
-    every job has one record of a field, or none has any, the jobs' bytes parsed as a
-    message of repeated string fields of the same numbers list them in job order; otherwise
-    the values are gathered first (`_strings`)."""
-    out: dict[str, list[str]] = {}
-    aligned: list[str] = []
-    for name in TEXT_FIELDS:
-        slot = _SLOT[name]
-        if not seen.records[slot]:
-            out[name] = [""] * seen.m
-        elif seen.records[slot] == seen.m and (seen.start[slot] > 0).all():
-            aligned.append(name)  # one record per job
-        else:
-            out[name] = _strings(buf, seen, name, read)
-    if aligned:
-        listed = _shadow_types()[2].FromString(data)
-        for name in aligned:
-            values = list(getattr(listed, name))  # one more when a job has one past the walk
-            out[name] = values if len(values) == seen.m else _strings(buf, seen, name, read)
-    return out
+    """The string fields of every job ("" where unset or not read)."""
+    return {name: _strings(buf, seen, name, read) if seen.records[_SLOT[name]] else
+            [""] * seen.m for name in TEXT_FIELDS}
 
 
 def _throughput(buf: WireBuffer, job: Ints, start: Ints, end: Ints,
@@ -388,20 +371,33 @@ def _progress(buf: WireBuffer, job: Ints, start: Ints, end: Ints, m: int,
 
 def _strings(buf: WireBuffer, seen: _MainRecords, name: str, read: NDArray[np.bool_]
              ) -> list[str]:
-    """A string field of every job ("" where unset or not read): the values are written as
-    the records of a repeated string field, which the runtime turns into Python strings."""
-    slot = _SLOT[name]
-    keep = (seen.start[slot] > 0) & read
-    first = np.where(keep, seen.start[slot], 0).astype(np.int64)
-    length = np.where(keep, seen.end[slot] - first, 0).astype(np.int64)
+    """A string field of every job ("" where unset or not read). The values are written as
+    the records of a repeated string field, which the runtime turns into Python strings,
+    each followed by a filler record (a fixed64 field, given again and again) so that they
+    can be copied 8 bytes at a time: a copy's last word runs into the filler, whose tag is
+    written after it."""
+    slot = _SLOT[name]  # unset: start and end 0
+    first = np.where(read, seen.start[slot], 0).astype(np.int64)
+    length = np.where(read, seen.end[slot] - first, 0).astype(np.int64)
     head = 1 + varint_sizes(length)
-    size = head + length
+    size = head + length + _FILLER
     at = np.cumsum(size) - size
-    out = np.empty(int(size.sum()), np.uint8)
+    out = np.zeros(int(size.sum()), np.uint8)
+    words = np.ndarray((out.size - 7,), "<u8", out, 0, (1,))
+    value_at = at + head
+    for k in range(0, int(length.max(initial=0)), 8):
+        more = np.flatnonzero(length > k)
+        words[value_at[more] + k] = buf.u64[first[more] + k]
     out[at] = _STRING_RECORD_TAG
     put_varints(out, at + 1, length)
-    copy_ranges(out, at + head, buf.bytes, first, length)
+    out[value_at + length] = _FILLER_TAG  # its 8 bytes: whatever the copies left
     return list(_shadow_types()[2].FromString(out.tobytes()).id)  # type: ignore[attr-defined]
+
+
+_FILLER_NUMBER = 15
+_FILLER_TAG = _FILLER_NUMBER << 3 | I64
+_FILLER = 9
+"""A filler record: `Strings.filler`, a fixed64 (the tag, then 8 bytes)."""
 
 
 @dataclass(frozen=True)
