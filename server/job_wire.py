@@ -36,6 +36,7 @@ from apportion.server.packed_fields import encode_varints
 from apportion.server.wire_records import (
     I64,
     LEN,
+    PADDING,
     VARINT,
     Ints,
     Records,
@@ -135,11 +136,10 @@ class WireJobs:
         """Decode the serialized jobs `jobs` (type names: the cluster's, in order)."""
         m = len(jobs)
         length = np.fromiter(map(len, jobs), np.int64, m)
-        data = b"".join(jobs)
-        buf = WireBuffer(data)
+        buf = WireBuffer(b"".join([*jobs, PADDING]))
         end = np.cumsum(length)
         unread = np.zeros(m, bool)
-        seen = _MainRecords(m, len(data))
+        seen = _MainRecords(m, buf.size)
         for chunk in walk(buf, end - length, end, MAX_JOB_RECORDS, unread):
             seen.add(chunk, unread)
         present = seen.start > 0

@@ -29,19 +29,25 @@ Bytes = NDArray[np.uint8]
 Ints = NDArray[np.int64]
 
 
-class WireBuffer:
-    """Serialized bytes as numpy arrays: the bytes (followed by MAX_VARINT_BYTES zeros, so a
-    varint read near the end never indexes past them and ends there), and views reading 2
-    or 8 little-endian bytes at any offset (`u16[k]` = bytes k, k + 1)."""
+PADDING = bytes(MAX_VARINT_BYTES)
+"""What a `WireBuffer` needs after the bytes it reads."""
 
-    def __init__(self, data: bytes) -> None:
-        self.size = len(data)
-        self.bytes: Bytes = np.zeros(len(data) + MAX_VARINT_BYTES, np.uint8)
-        self.bytes[: len(data)] = np.frombuffer(data, np.uint8)
+
+class WireBuffer:
+    """Serialized bytes as read-only numpy arrays: the bytes, and views reading 2 or 8
+    little-endian bytes at any offset (`u16[k]` = bytes k, k + 1). `padded` ends with
+    PADDING (zeros: a varint read near the end never indexes past them and ends there), not
+    counted in `size`."""
+
+    def __init__(self, padded: bytes) -> None:
+        if not padded.endswith(PADDING):
+            raise ValueError("the bytes must end with PADDING")
+        self.size = len(padded) - len(PADDING)
+        self.bytes: Bytes = np.frombuffer(padded, np.uint8)
         starts = self.bytes.size - 7
-        self.u16: NDArray[np.uint16] = np.ndarray((starts,), "<u2", self.bytes, 0, (1,))
-        self.u64: NDArray[np.uint64] = np.ndarray((starts,), "<u8", self.bytes, 0, (1,))
-        self.f64: NDArray[np.float64] = np.ndarray((starts,), "<f8", self.bytes, 0, (1,))
+        self.u16: NDArray[np.uint16] = np.ndarray((starts,), "<u2", padded, 0, (1,))
+        self.u64: NDArray[np.uint64] = np.ndarray((starts,), "<u8", padded, 0, (1,))
+        self.f64: NDArray[np.float64] = np.ndarray((starts,), "<f8", padded, 0, (1,))
 
 
 def varints_at(buf: WireBuffer, at: Ints) -> tuple[NDArray[np.uint64], Ints]:
