@@ -6,7 +6,8 @@ directly: each job's id, status, reason, positive time shares (map entries: key,
 and its four doubles (written unless all bits are zero, as the runtime omits only +0.0), in
 field-number order as the runtime writes them. Lengths are known from the values, so every
 record's place in the output is a prefix sum, and each field is written for all jobs at once.
-Parsing the bytes gives the message `fill_jobs` would build (tested on random plans).
+Parsing the bytes gives the messages a message-by-message builder makes (tested on random
+plans).
 """
 
 from __future__ import annotations
@@ -100,9 +101,9 @@ def job_allocations(
     type_names: Sequence[str],
     doubles: Sequence[NDArray[np.float64]],
 ) -> bytes:
-    """The `Plan.jobs` records of m jobs: ids, `JobStatus` values, reasons ("" = none), the
-    (m, n) time shares over `type_names` (entries for shares > 0), and the effective
-    throughput, normalized throughput, objective value and dual (m each)."""
+    """The serialized `Plan.jobs` records of m jobs: ids, `JobStatus` values, reasons ("" =
+    none), the (m, n) time shares over `type_names` (entries for shares > 0), and the
+    effective throughput, normalized throughput, objective value and dual (m each)."""
     m = len(ids)
     if not m:
         return b""

@@ -80,8 +80,9 @@ class WireResponse:
         rest = service_pb.SolveResponse()
         rest.CopyFrom(self._message)
         rest.ClearField("plan")  # written first (field 1): the allocations, then the rest
-        plan = self._jobs + self._message.plan.SerializeToString()
-        return b"".join([_PLAN_TAG, encode_varints(np.array([len(plan)])), plan,
+        plan = self._message.plan.SerializeToString()
+        size = len(self._jobs) + len(plan)
+        return b"".join([_PLAN_TAG, encode_varints(np.array([size])), self._jobs, plan,
                          rest.SerializeToString()])
 
 
