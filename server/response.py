@@ -116,7 +116,6 @@ def plan_response(
             if jobs:
                 out.MergeFromString(jobs)
             jobs = b""
-            fill_share_state(plan, out)
     fill_share_response(plan, problem, out)
     fill_queue_response(plan, problem, out)
     fill_market_response(plan, problem, out)
@@ -130,13 +129,12 @@ def plan_response(
 
 _JOB_SECTIONS = ("queues", "configurations", "market", "window", "auction", "stride", "usage",
                  "placement", "admission", "groups")
-"""Plan sections that write into the `JobAllocation`s (with the share state)."""
+"""Plan sections that write into the `JobAllocation`s."""
 
 
 def _core_only(plan: Plan) -> bool:
     """The plan's `JobAllocation`s hold only what `job_allocation_bytes` writes."""
-    return not _share_state(plan) and all(getattr(plan, name) is None
-                                          for name in _JOB_SECTIONS)
+    return all(getattr(plan, name) is None for name in _JOB_SECTIONS)
 
 
 _ROW_SECTIONS = ("auction", "usage", "stride", "admission", "placement")
@@ -202,13 +200,16 @@ def fill_prices(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
 
 def job_allocation_bytes(plan: Plan, problem: Problem) -> bytes:
     """Every job's core allocation as serialized `Plan.jobs` records: status, reason, time
-    shares (positive cells only), throughputs, objective term and dual."""
+    shares (positive cells only), throughputs, objective term and dual, and the
+    finish-time-fairness and SLO state (NaN slo_shortfall = the job has no SLO)."""
     m = problem.jobs.num_jobs
+    state = [(service_pb.JobAllocation.DESCRIPTOR.fields_by_name[name].number, values)
+             for name, values in _share_state(plan)]
     return job_allocations(
         problem.jobs.ids, _statuses(plan, m), plan.job_reason or ("",) * m, plan.time_share,
         problem.cluster.type_names,
         (plan.effective_throughput, plan.normalized_throughput, plan.objective_value,
-         plan.job_dual),
+         plan.job_dual), state,
     )
 
 
@@ -229,14 +230,6 @@ def _share_state(plan: Plan) -> list[tuple[str, FloatArray]]:
         ("slo_shortfall", shares.slo_shortfall),
     ]
     return [(name, values) for name, values in state if values is not None]
-
-
-def fill_share_state(plan: Plan, out: service_pb.Plan) -> None:
-    """Time-share plans: the finish-time-fairness and SLO state of every `JobAllocation`."""
-    for name, values in _share_state(plan):
-        for entry, value in zip(out.jobs, values.tolist(), strict=True):
-            if not math.isnan(value):  # NaN slo_shortfall = the job has no SLO
-                setattr(entry, name, value)
 
 
 def fill_columns(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:

@@ -27,12 +27,19 @@ from apportion.v1 import allocation_service_pb2 as service_pb
 from tests.server.fuzz_requests import every_base
 
 CORE = ("job_id", "status", "reason", "time_share", "effective_throughput",
-        "normalized_throughput", "objective_value", "dual")
+        "normalized_throughput", "objective_value", "dual", "cumulative_isolated_time_s",
+        "isolated_throughput", "remaining_steps", "slo_shortfall")
 """The `JobAllocation` fields `job_allocations` writes."""
 
 
+STATE = ("cumulative_isolated_time_s", "isolated_throughput", "remaining_steps",
+         "slo_shortfall")
+"""The optional doubles `job_allocations` writes (NaN = unset)."""
+
+
 def built(ids: list[str], status: list[int], reasons: list[str], time_share: np.ndarray,
-          names: list[str], doubles: list[np.ndarray]) -> service_pb.Plan:
+          names: list[str], doubles: list[np.ndarray],
+          state: dict[str, np.ndarray] | None = None) -> service_pb.Plan:
     """The allocations built message by message (the runtime's serialization is the
     reference)."""
     plan = service_pb.Plan()
@@ -44,7 +51,15 @@ def built(ids: list[str], status: list[int], reasons: list[str], time_share: np.
         for j, name in enumerate(names):
             if time_share[i, j] > 0:
                 entry.time_share[name] = float(time_share[i, j])
+        for name, values in (state or {}).items():
+            if not math.isnan(values[i]):
+                setattr(entry, name, float(values[i]))
     return plan
+
+
+def numbered(state: dict[str, np.ndarray]) -> list[tuple[int, np.ndarray]]:
+    return [(service_pb.JobAllocation.DESCRIPTOR.fields_by_name[name].number, values)
+            for name, values in state.items()]
 
 
 def same(a: Any, b: Any) -> bool:
@@ -72,14 +87,19 @@ def plans(draw: st.DrawFn) -> tuple[Any, ...]:
                      np.float64).reshape(m, len(names))
     doubles = [np.array(draw(st.lists(DOUBLES, min_size=m, max_size=m)), np.float64)
                for _ in range(4)]
-    return ids, status, reasons, share, names, doubles
+    kept = draw(st.lists(st.sampled_from(STATE), unique=True).map(
+        lambda names: [name for name in STATE if name in names]))  # in field order
+    state = {name: np.array(draw(st.lists(st.one_of(DOUBLES, st.just(math.nan)), min_size=m,
+                                          max_size=m)), np.float64) for name in kept}
+    return ids, status, reasons, share, names, doubles, state
 
 
 @given(plans())
 def test_allocations_are_the_messages(plan: tuple[Any, ...]) -> None:
-    ids, status, reasons, share, names, doubles = plan
-    data = job_allocations(ids, np.array(status, np.int32), reasons, share, names, doubles)
-    expected = built(ids, status, reasons, share, names, doubles)
+    ids, status, reasons, share, names, doubles, state = plan
+    data = job_allocations(ids, np.array(status, np.int32), reasons, share, names, doubles,
+                           numbered(state))
+    expected = built(ids, status, reasons, share, names, doubles, state)
     assert same(service_pb.Plan.FromString(data), expected)
     assert len(data) == expected.ByteSize()
 
@@ -120,7 +140,7 @@ def core(response: service_pb.SolveResponse) -> service_pb.Plan:
         for name in CORE:
             if name == "time_share":
                 kept.time_share.update(entry.time_share)
-            else:
+            elif entry.HasField(name) if name in STATE else True:
                 setattr(kept, name, getattr(entry, name))
     return plan
 
@@ -157,7 +177,9 @@ def test_serialized_responses_are_the_messages(label: str, base: dict[str, Any])
          for status in plan.job_status or (JobStatus.ALLOCATED,) * m],
         list(plan.job_reason or ("",) * m), plan.time_share, list(problem.cluster.type_names),
         [plan.effective_throughput, plan.normalized_throughput, plan.objective_value,
-         plan.job_dual])
+         plan.job_dual],
+        {name: getattr(plan.shares, name) for name in STATE
+         if getattr(plan.shares, name) is not None})
     assert same(core(message), reference)
 
 
