@@ -33,7 +33,9 @@ client from the call to the decoded response:
 * same call, share 1: the same from one call alone (its wall time minus the build and solve
   times its response reports), steadier on a busy machine, where the two best-of times above
   may come from calm and busy moments; it counts what the certificate does not book as solve
-  time (the plan's assembly) as overhead.
+  time (the plan's assembly) as overhead;
+* r non-solve, r share, r call, r share 1: the same four for the rows form
+  (`grpc rows` - solve, and from one call alone). The same target applies.
 """
 
 from __future__ import annotations
@@ -156,18 +158,23 @@ def measure(request: service_pb.SolveRequest, folder: Path, repeat: int,
     out["conv/solve"] = out["convert"] / out["solve"]
     out["wire/total"] = wire / (wire + out["solve"])
     if address is not None:
-        out["grpc rows"], _ = grpc_call_s(address, request, repeat, ROWS_CLIENT_OPTIONS)
+        out["grpc rows"], out["r call"] = grpc_call_s(address, request, repeat,
+                                                         ROWS_CLIENT_OPTIONS)
         out["grpc col"], out["same call"] = grpc_call_s(address, by_columns, repeat)
         out["non-solve"] = out["grpc col"] - out["solve"]
         out["share"] = out["non-solve"] / out["grpc col"]
         out["share 1"] = out["same call"] / out["grpc col"]
+        out["r non-solve"] = out["grpc rows"] - out["solve"]
+        out["r share"] = out["r non-solve"] / out["grpc rows"]
+        out["r share 1"] = out["r call"] / out["grpc rows"]
     return out
 
 
 COLUMNS = ("json MB", "proto MB", "parse json", "parse cli", "parse pb", "convert", "col pb",
            "col conv", "solve", "respond", "resp MB", "col resp", "col MB", "conv/solve",
            "wire/total")
-GRPC_COLUMNS = ("grpc rows", "grpc col", "non-solve", "share", "same call", "share 1")
+GRPC_COLUMNS = ("grpc rows", "grpc col", "non-solve", "share", "same call", "share 1",
+                "r non-solve", "r share", "r call", "r share 1")
 
 
 def main() -> None:
@@ -195,7 +202,7 @@ def main() -> None:
                                   args.repeat, address)
                     cells = "".join(
                         f"{row[c]:>10.1f}x" if c == "conv/solve" else
-                        f"{row[c]:>11.0%}" if c in ("wire/total", "share", "share 1") else
+                        f"{row[c]:>11.0%}" if c.endswith(("wire/total", "share", "share 1")) else
                         f"{row[c]:>11.3f}"
                         for c in columns
                     )

@@ -111,15 +111,19 @@ def capability_violations(context: RequestContext, known: list[Violation]) -> li
 def request_to_model(
     request: service_pb.SolveRequest,
     deadline: Deadline = NO_DEADLINE,
+    serialized: bytes | None = None,
 ) -> tuple[Problem, PolicyRequest, SolveOptions]:
     """Validate and convert a request; raises ValidationError listing every violation.
+    `serialized`: the bytes `request` was parsed from, when at hand (its jobs are decoded from
+    them rather than from a fresh serialization).
 
     A request that passes can be solved: `solve` raises no ValueError on the model returned
     (the fuzz tests hold every registered policy to this). Raises `DeadlineExpiredError` when
     `deadline` passes before the conversion is done (checked between stages and every few
     thousand jobs in the long per-job loops)."""
     violations: list[Violation] = []
-    problem, paths = snapshot_to_problem(request.snapshot, violations, deadline)
+    problem, paths = snapshot_to_problem(request.snapshot, violations, deadline,
+                                         serialized)
     deadline.check()
     resolved = policy_to_model(request.policy, violations)
     options = options_to_model(request.options, violations)

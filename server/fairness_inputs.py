@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from apportion.server.job_wire import JobFields
 from apportion.solver.errors import Violation
 from apportion.solver.fairness_model import (
     MAX_BUNDLES_PER_JOB,
@@ -202,21 +203,23 @@ def _tenant_usage(msg: snapshot_pb.Snapshot, violations: list[Violation]
 
 def fairness_inputs(
     msg: snapshot_pb.Snapshot, cluster: Cluster, jobs: Jobs, history: History,
-    violations: list[Violation],
+    violations: list[Violation], present: JobFields,
 ) -> FairnessInputs | None:
-    """The snapshot's B1-B3 inputs (validated), None when it gives none."""
+    """The snapshot's B1-B3 inputs (validated), None when it gives none. `present`: which
+    `msg.jobs` may set `themis_bids`."""
     m = jobs.num_jobs
-    given = (msg.tenant_usage or any(job.HasField("themis_bids") for job in msg.jobs) or any(
+    bidders = [(i, job) for i, job in present.setting(snapshot_pb.Job.THEMIS_BIDS_FIELD_NUMBER)
+               if job.HasField("themis_bids")]
+    given = (msg.tenant_usage or bidders or any(
         e.lease_expires_s or e.HasField("lease_time_share") or e.HasField("stride_pass")
         or e.gpu_time_s for e in msg.history.jobs))
     if not given:
         return None
     fair = FairnessInputs.empty(m)
     bids: list[BidTable | None] = [None] * m
-    for i, job in enumerate(msg.jobs):
-        if job.HasField("themis_bids"):
-            bids[i] = _bid_table(job.themis_bids, f"snapshot.jobs[{i}].themis_bids", cluster,
-                                 int(jobs.scale_factor[i]), violations)
+    for i, job in bidders:
+        bids[i] = _bid_table(job.themis_bids, f"snapshot.jobs[{i}].themis_bids", cluster,
+                             int(jobs.scale_factor[i]), violations)
     index = {job_id: i for i, job_id in enumerate(jobs.ids)}
     running = history.running(m)
     for k, entry in enumerate(msg.history.jobs):
@@ -296,6 +299,8 @@ def _fill_lease(entry: service_pb.JobAllocation, lease: Lease, names: tuple[str,
 
 def fill_fairness_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
     """Leases, auction outcomes, stride passes, device-time, user shares and trades."""
+    if plan.auction is None and plan.stride is None and plan.usage is None:
+        return
     names = problem.cluster.type_names
     entries = list(out.jobs)
     leases = plan.auction.leases if plan.auction else plan.usage.leases if plan.usage else ()

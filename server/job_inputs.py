@@ -4,8 +4,10 @@ job) and `Snapshot.job_columns` (parallel arrays).
 Both readers only gather: map keys and column lengths are checked as they are read, value
 ranges are judged afterwards as whole columns by `apportion.solver.validation`, with the field
 paths of `JobPaths` (`snapshot.jobs[3].priority_weight` or
-`snapshot.job_columns.priority_weight[3]`). Rows are read in one pass touching each set field
-once; columns are numpy arrays of the repeated fields.
+`snapshot.job_columns.priority_weight[3]`). Rows are decoded from their serialized bytes
+(`apportion.server.job_wire`) except those the decoder leaves to their messages (read in one
+pass touching each set field once, with the same columns and violations); columns are numpy
+arrays of the repeated fields.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from apportion.server.job_wire import JobFields, WireJobs, all_jobs, job_bytes
 from apportion.server.packed_fields import read_packed
 from apportion.solver.errors import Violation, echo, key, listing
 from apportion.solver.model import DEFAULT_RESTART_PENALTY_S, Cluster, FloatArray, IntArray
@@ -52,12 +55,65 @@ class MainColumns:
             values[item.name] = a + b if isinstance(a, list) else np.concatenate([a, b])
         return MainColumns(**values)
 
+    def with_rows(self, rows: list[int], given: MainColumns) -> MainColumns:
+        """These jobs with rows `rows` replaced by the rows of `given`, in order."""
+        values: dict[str, Any] = {}
+        for item in fields(self):
+            mine, theirs = getattr(self, item.name), getattr(given, item.name)
+            if isinstance(mine, list):
+                mine = list(mine)
+                for row, value in zip(rows, theirs, strict=True):
+                    mine[row] = value
+            else:
+                mine = mine.copy()
+                mine[rows] = theirs
+            values[item.name] = mine
+        return MainColumns(**values)
+
 
 def read_rows(
-    jobs: Sequence[snapshot_pb.Job], cluster: Cluster, violations: list[Violation]
+    jobs: Sequence[snapshot_pb.Job], cluster: Cluster, violations: list[Violation],
+    wire: WireJobs | None = None,
 ) -> MainColumns:
-    """The main columns of `Snapshot.jobs`. Optional fields are asked `HasField` only when
-    their value is the default (an explicit 0 is kept, to be judged; unset is the default)."""
+    """The main columns of `Snapshot.jobs`: those `wire` decoded from the jobs' bytes, and the
+    others (every job without `wire`) read from their messages."""
+    if wire is None:
+        return _read_messages(jobs, range(len(jobs)), cluster, violations)
+    columns = _wire_columns(wire, cluster)
+    if not wire.unread.size:
+        return columns
+    unread = wire.unread.tolist()
+    return columns.with_rows(unread, _read_messages(jobs, unread, cluster, violations))
+
+
+def _wire_columns(wire: WireJobs, cluster: Cluster) -> MainColumns:
+    """The main columns of the jobs `wire` decoded (placeholders for its `unread` ones)."""
+    m = wire.count
+    throughput = np.zeros((m, cluster.num_types))
+    job, column, value = wire.cells
+    throughput[job, column] = value
+    numbers, given = wire.numbers, wire.given
+    optional = {name: np.where(given[name], numbers[name], _OPTIONAL_COLUMNS[name])
+                for name in given}
+    return MainColumns(
+        wire.text["id"], throughput, optional["scale_factor"].astype(np.int64),
+        optional["priority_weight"], wire.text["tenant"],
+        numbers["arrival_time_s"].astype(np.float64), numbers["steps_done"].astype(np.float64),
+        numbers["total_steps"].astype(np.float64), optional["deadline_s"],
+        optional["restart_penalty_s"], wire.text["job_type"],
+        numbers["epochs_done"].astype(np.int64), numbers["total_epochs"].astype(np.int64),
+    )
+
+
+def _read_messages(
+    jobs: Sequence[snapshot_pb.Job], indices: Sequence[int], cluster: Cluster,
+    violations: list[Violation],
+) -> MainColumns:
+    """The main columns of the jobs `indices` read from their messages. Optional fields are
+    asked `HasField` only when their value is the default (an explicit 0 is kept, to be
+    judged; unset is the default)."""
+    whole = isinstance(indices, range) and indices == range(len(jobs))
+    messages = jobs if whole else map(jobs.__getitem__, indices)
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
     ids: list[str] = []
     scale: list[int] = []
@@ -74,7 +130,7 @@ def read_rows(
     rows: list[int] = []
     cols: list[int] = []
     values: list[float] = []
-    for i, job in enumerate(jobs):
+    for row, (i, job) in enumerate(zip(indices, messages, strict=True)):
         ids.append(job.id)
         s = job.scale_factor
         scale.append(s if s or job.HasField("scale_factor") else 1)
@@ -102,7 +158,7 @@ def read_rows(
                     f"{listing(cluster.type_names)}",
                 ))
             else:
-                rows.append(i)
+                rows.append(row)
                 cols.append(j)
                 values.append(thr[name])
     m = len(ids)
@@ -181,14 +237,29 @@ def read_columns(
     )
 
 
+DECODE_FROM_JOBS = 128
+"""Fewer `Snapshot.jobs` entries are read from their messages: below about this many, that
+costs less than the decoder's fixed cost (about 0.4 ms)."""
+
+
 def read_jobs(
-    msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation]
-) -> tuple[MainColumns, JobPaths]:
-    """Every job's main columns (the `jobs` entries, then the `job_columns` ids) and their
-    field paths."""
-    rows = read_rows(msg.jobs, cluster, violations)
+    msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation],
+    serialized: bytes | None = None,
+) -> tuple[MainColumns, JobPaths, JobFields]:
+    """Every job's main columns (the `jobs` entries, then the `job_columns` ids), their field
+    paths and which jobs may set which other fields. `serialized`: the `SolveRequest` bytes
+    `msg` was parsed from (its jobs are decoded from them), or None (`msg` is serialized for
+    it)."""
+    jobs = msg.jobs
+    encoded = job_bytes(msg, serialized) if len(jobs) >= DECODE_FROM_JOBS else []
+    if encoded and len(encoded) == len(jobs):
+        wire = WireJobs.decode(encoded, cluster.type_names)
+        present = JobFields(jobs, wire.others, wire.unread)
+    else:  # few jobs, or bytes of another request: read the messages
+        wire, present = None, all_jobs(jobs)
+    rows = read_rows(jobs, cluster, violations, wire)
     if not msg.HasField("job_columns"):
-        return rows, JobPaths(len(msg.jobs), (), cluster.type_names)
+        return rows, JobPaths(len(jobs), (), cluster.type_names), present
     columns = read_columns(msg.job_columns, cluster, violations)
-    paths = JobPaths(len(msg.jobs), tuple(msg.job_columns.throughput_types), cluster.type_names)
-    return rows.concatenate(columns), paths
+    paths = JobPaths(len(jobs), tuple(msg.job_columns.throughput_types), cluster.type_names)
+    return rows.concatenate(columns), paths, present

@@ -14,12 +14,12 @@ Every problem is appended as `Violation(field_path, description)`, like the rest
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from apportion.server.job_wire import JobFields
 from apportion.server.request_context import RequestContext
 from apportion.solver import limits
 from apportion.solver.errors import Violation, listing
@@ -120,13 +120,13 @@ _EPOCH_DURATION_RULE = f"must be in [{limits.MIN_DURATION_S:g}, {limits.MAX_TIME
 
 
 def epoch_columns(
-    jobs: Sequence[snapshot_pb.Job], epochs_done: IntArray, total_epochs: IntArray,
+    jobs: JobFields, epochs_done: IntArray, total_epochs: IntArray,
     violations: list[Violation],
 ) -> EpochColumns:
     """Epoch counts, per-epoch profiles and measured progress of every job (validated for
     every policy: they are snapshot facts, documented in snapshot.proto). `epochs_done` and
-    `total_epochs` are the counts as given, one per job (m >= len(jobs): jobs beyond the
-    `jobs` messages, the columnar ones, have no epochs)."""
+    `total_epochs` are the counts as given, one per job (m >= the `jobs` messages: jobs beyond
+    them, the columnar ones, have no epochs)."""
     m = epochs_done.size
     top = limits.MAX_EPOCHS
     for name, counts in (("epochs_done", epochs_done), ("total_epochs", total_epochs)):
@@ -146,7 +146,7 @@ def epoch_columns(
     batches: list[IntArray] = [none_i] * m
     measured_time = np.zeros(m)
     measured_epochs = np.zeros(m)
-    for i, job in enumerate(jobs):
+    for i, job in jobs.setting(snapshot_pb.Job.EPOCH_PROFILE_FIELD_NUMBER):
         if not job.HasField("epoch_profile"):
             continue
         p = f"snapshot.jobs[{i}]"

@@ -16,7 +16,8 @@ import math
 import time
 from dataclasses import dataclass, replace
 
-from apportion.server.convert import plan_to_response, request_to_model
+from apportion.server.convert import request_to_model
+from apportion.server.response import WireResponse, plan_response
 from apportion.solver.capabilities import PlanKind
 from apportion.solver.deadline import Deadline, DeadlineExpiredError
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
@@ -46,7 +47,12 @@ class SolvedRequest:
     """The three are None when the budget ran out during validation."""
     plan: Plan | None
     """None when the budget ran out before the solve (the response says `no_solution`)."""
-    response: service_pb.SolveResponse
+    wire: WireResponse
+
+    @property
+    def response(self) -> service_pb.SolveResponse:
+        """The response message."""
+        return self.wire.message()
 
 
 def solve_request(
@@ -64,13 +70,25 @@ def solve_request(
     return solve_request_typed(request, deadline, arrived_at).response
 
 
+def solve_serialized(
+    request: service_pb.SolveRequest,
+    serialized: bytes,
+    deadline: Deadline | None = None,
+    arrived_at: float | None = None,
+) -> bytes:
+    """`solve_request` for a request parsed from `serialized` (the service's route): its jobs
+    are decoded from those bytes, and the response is returned serialized."""
+    return solve_request_typed(request, deadline, arrived_at, serialized).wire.serialize()
+
+
 def solve_request_typed(
     request: service_pb.SolveRequest,
     deadline: Deadline | None = None,
     arrived_at: float | None = None,
+    serialized: bytes | None = None,
 ) -> SolvedRequest:
     """`solve_request` keeping the model and the typed plan beside the response (the Python
-    API's route)."""
+    API's route). `serialized`: the bytes `request` was parsed from, if at hand."""
     arrived = time.monotonic() if arrived_at is None else arrived_at
     caller = deadline if deadline is not None else Deadline.never()
     # the request's own limit as sent (validated with the rest below): conversion spends it too
@@ -82,23 +100,23 @@ def solve_request_typed(
         effective = caller
         limit_s = caller.at - arrived if caller.bounded else 0.0
     try:
-        problem, policy, options = request_to_model(request, effective)
+        problem, policy, options = request_to_model(request, effective, serialized)
     except DeadlineExpiredError:  # an unknown policy name is still reported as invalid
         response = _no_time_left(lookup(request.policy.name).name, limit_s, arrived,
                                  ", while the request was validated")
-        return SolvedRequest(None, None, None, None, response)
+        return SolvedRequest(None, None, None, None, WireResponse(response))
     if effective.expired():
         response = _no_time_left(policy.name, limit_s, arrived)
-        return SolvedRequest(problem, policy, options, None, response)
+        return SolvedRequest(problem, policy, options, None, WireResponse(response))
     groups = lookup(policy.name).capabilities.plan_kind is PlanKind.GROUPS
     per_job = RESPONSE_S_PER_JOB_GROUPS if groups else RESPONSE_S_PER_JOB
     solver_deadline = effective.leaving(per_job * problem.jobs.num_jobs, RESPONSE_MAX_SHARE)
     # the request's own limit is in `solver_deadline` already (counted from the arrival)
     plan = solve(problem, policy, replace(options, time_limit_s=0.0), solver_deadline)
-    response = plan_to_response(plan, problem, policy, 0.0, limit_s,
-                                columnar=request.options.columnar_plan)
-    response.stats.wall_time_s = time.monotonic() - arrived
-    return SolvedRequest(problem, policy, options, plan, response)
+    wire = plan_response(plan, problem, policy, 0.0, limit_s,
+                         columnar=request.options.columnar_plan)
+    wire.stats.wall_time_s = time.monotonic() - arrived
+    return SolvedRequest(problem, policy, options, plan, wire)
 
 
 def _no_time_left(policy: str, limit_s: float, arrived: float,

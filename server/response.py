@@ -7,10 +7,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import NDArray
 
 from apportion.server.elastic_inputs import fill_elastic_response, fill_partition_stats
 from apportion.server.fairness_inputs import fill_fairness_response
-from apportion.server.packed_fields import write_packed
+from apportion.server.packed_fields import encode_varints, write_packed
+from apportion.server.plan_wire import job_allocations
 from apportion.server.sharing_inputs import fill_sharing_response
 from apportion.server.topology_inputs import fill_placement_response
 from apportion.solver.model import FloatArray, PolicyRequest, Problem
@@ -46,18 +48,74 @@ def plan_to_response(
     """The wire response for a plan: the statistics, and when the termination carries a plan,
     every job's allocation (as `JobAllocation`s, or with `columnar` as `Plan.columns`) and the
     sections of the plan's kind."""
+    return plan_response(plan, problem, policy, wall_time_s, time_limit_s, columnar).message()
+
+
+class WireResponse:
+    """A `SolveResponse` as `plan_response` builds it: the message, and, for a plan whose
+    `JobAllocation`s hold only the core fields, those allocations as serialized bytes kept
+    beside it (`serialize` writes them without ever building their messages)."""
+
+    def __init__(self, message: service_pb.SolveResponse, jobs: bytes = b"") -> None:
+        self._message = message
+        self._jobs = jobs
+        """Serialized `Plan.jobs` records not yet in the message (b"" = none)."""
+
+    @property
+    def stats(self) -> service_pb.SolveStats:
+        return self._message.stats
+
+    def message(self) -> service_pb.SolveResponse:
+        """The whole response (the kept allocations parsed into it, once)."""
+        if self._jobs:
+            self._message.plan.MergeFromString(self._jobs)
+            self._jobs = b""
+        return self._message
+
+    def serialize(self) -> bytes:
+        """The serialized response, as `message().SerializeToString()` would write it (the
+        fields in number order; map entries in any order, as the runtime's)."""
+        if not self._jobs:
+            return self._message.SerializeToString()
+        rest = service_pb.SolveResponse()
+        rest.CopyFrom(self._message)
+        rest.ClearField("plan")  # written first (field 1): the allocations, then the rest
+        plan = self._message.plan.SerializeToString()
+        size = len(self._jobs) + len(plan)
+        return b"".join([_PLAN_TAG, encode_varints(np.array([size])), self._jobs, plan,
+                         rest.SerializeToString()])
+
+
+_PLAN_TAG = bytes([service_pb.SolveResponse.PLAN_FIELD_NUMBER << 3 | 2])
+
+
+def plan_response(
+    plan: Plan,
+    problem: Problem,
+    policy: PolicyRequest,
+    wall_time_s: float,
+    time_limit_s: float,
+    columnar: bool = False,
+) -> WireResponse:
+    """`plan_to_response`'s response, with the allocations of a core-only plan (no section
+    that writes into `JobAllocation`s) left serialized."""
     response = service_pb.SolveResponse()
     fill_stats(response.stats, plan.certificate, policy, wall_time_s, time_limit_s)
     fill_market_stats(plan, response.stats)
     fill_partition_stats(plan, response.stats)
     if plan.certificate.termination not in _WITH_PLAN:
-        return response
+        return WireResponse(response)
     out = response.plan
     if columnar:
         fill_columns(plan, problem, out)
+    jobs = b""
     if not columnar or any(getattr(plan, section) is not None for section in _ROW_SECTIONS):
-        fill_jobs(plan, problem, out)
-        fill_share_state(plan, out)
+        fill_prices(plan, problem, out)
+        jobs = job_allocation_bytes(plan, problem)
+        if not _core_only(plan):
+            if jobs:
+                out.MergeFromString(jobs)
+            jobs = b""
     fill_share_response(plan, problem, out)
     fill_queue_response(plan, problem, out)
     fill_market_response(plan, problem, out)
@@ -66,7 +124,17 @@ def plan_to_response(
     fill_fairness_response(plan, problem, out)
     fill_placement_response(plan, problem, out)  # after the rounds: it adds their devices
     fill_sharing_response(plan, problem, response)
-    return response
+    return WireResponse(response, jobs)
+
+
+_JOB_SECTIONS = ("queues", "configurations", "market", "window", "auction", "stride", "usage",
+                 "placement", "admission", "groups")
+"""Plan sections that write into the `JobAllocation`s."""
+
+
+def _core_only(plan: Plan) -> bool:
+    """The plan's `JobAllocation`s hold only what `job_allocation_bytes` writes."""
+    return all(getattr(plan, name) is None for name in _JOB_SECTIONS)
 
 
 _ROW_SECTIONS = ("auction", "usage", "stride", "admission", "placement")
@@ -124,33 +192,32 @@ def fill_market_stats(plan: Plan, stats: service_pb.SolveStats) -> None:
         stats.throughput_best_bound = market.throughput_bound
 
 
-def fill_jobs(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
-    """Prices and every job's core allocation: status, reason, time shares (positive cells
-    only), throughputs, objective term and dual. Arrays are read as Python lists once."""
-    names = problem.cluster.type_names
-    for j, name in enumerate(names):
+def fill_prices(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """The shadow prices of the capacity rows, by type name."""
+    for j, name in enumerate(problem.cluster.type_names):
         out.accelerator_prices[name] = float(plan.accelerator_prices[j])
+
+
+def job_allocation_bytes(plan: Plan, problem: Problem) -> bytes:
+    """Every job's core allocation as serialized `Plan.jobs` records: status, reason, time
+    shares (positive cells only), throughputs, objective term and dual, and the
+    finish-time-fairness and SLO state (NaN slo_shortfall = the job has no SLO)."""
     m = problem.jobs.num_jobs
-    statuses = plan.job_status or (JobStatus.ALLOCATED,) * m
-    reasons = plan.job_reason or ("",) * m
-    rows: list[dict[str, float]] = [{} for _ in range(m)]
-    cells = np.nonzero(plan.time_share > 0)
-    for i, j, share in zip(cells[0].tolist(), cells[1].tolist(),
-                           plan.time_share[cells].tolist(), strict=True):
-        rows[i][names[j]] = share
-    columns = zip(
-        problem.jobs.ids, statuses, reasons, rows, plan.effective_throughput.tolist(),
-        plan.normalized_throughput.tolist(), plan.objective_value.tolist(),
-        plan.job_dual.tolist(), strict=True,
+    state = [(service_pb.JobAllocation.DESCRIPTOR.fields_by_name[name].number, values)
+             for name, values in _share_state(plan)]
+    return job_allocations(
+        problem.jobs.ids, _statuses(plan, m), plan.job_reason or ("",) * m, plan.time_share,
+        problem.cluster.type_names,
+        (plan.effective_throughput, plan.normalized_throughput, plan.objective_value,
+         plan.job_dual), state,
     )
-    for job_id, status, reason, row, effective, normalized, value, dual in columns:
-        entry = out.jobs.add(
-            job_id=job_id, status=_JOB_STATUS[status], reason=reason,
-            effective_throughput=effective, normalized_throughput=normalized,
-            objective_value=value, dual=dual,
-        )
-        if row:
-            entry.time_share.update(row)
+
+
+def _statuses(plan: Plan, m: int) -> NDArray[np.int32]:
+    """Every job's `JobStatus` value."""
+    if plan.job_status:
+        return np.fromiter(map(_JOB_STATUS.__getitem__, plan.job_status), np.int32, m)
+    return np.full(m, _JOB_STATUS[JobStatus.ALLOCATED], np.int32)
 
 
 def _share_state(plan: Plan) -> list[tuple[str, FloatArray]]:
@@ -165,27 +232,13 @@ def _share_state(plan: Plan) -> list[tuple[str, FloatArray]]:
     return [(name, values) for name, values in state if values is not None]
 
 
-def fill_share_state(plan: Plan, out: service_pb.Plan) -> None:
-    """Time-share plans: the finish-time-fairness and SLO state of every `JobAllocation`."""
-    for name, values in _share_state(plan):
-        for entry, value in zip(out.jobs, values.tolist(), strict=True):
-            if not math.isnan(value):  # NaN slo_shortfall = the job has no SLO
-                setattr(entry, name, value)
-
-
 def fill_columns(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
     """Prices and every job's allocation as `PlanColumns` (sparse shares, duals and reasons;
     per-job arrays in job order), with the share state."""
-    names = problem.cluster.type_names
-    for j, name in enumerate(names):
-        out.accelerator_prices[name] = float(plan.accelerator_prices[j])
+    fill_prices(plan, problem, out)
     columns = out.columns
     job_index, type_index = np.nonzero(plan.time_share > 0)
-    m = problem.jobs.num_jobs
-    if plan.job_status:
-        status = np.fromiter(map(_JOB_STATUS.__getitem__, plan.job_status), np.int32, m)
-    else:
-        status = np.full(m, _JOB_STATUS[JobStatus.ALLOCATED], np.int32)
+    status = _statuses(plan, problem.jobs.num_jobs)
     with_dual = np.flatnonzero(plan.job_dual)
     write_packed(columns, {
         "job_index": job_index, "type_index": type_index,
@@ -254,8 +307,10 @@ def fill_queue_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> N
 def fill_market_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
     """Spending (market plans), reference finish times and the round schedule (window
     plans)."""
-    entries = list(out.jobs)
     market, window = plan.market, plan.window
+    if market is None and window is None:
+        return
+    entries = list(out.jobs)
     for i, entry in enumerate(entries):
         if market is not None:
             entry.spending = float(market.spending[i])

@@ -12,12 +12,12 @@ Every problem becomes `Violation(field_path, description)`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from apportion.server.job_wire import JobFields
 from apportion.server.request_context import RequestContext
 from apportion.solver import limits
 from apportion.solver.deadline import NO_DEADLINE, Deadline
@@ -279,11 +279,11 @@ DEADLINE_EVERY_JOBS = 1024
 
 
 def configuration_columns(
-    jobs: Sequence[snapshot_pb.Job], m: int, cluster: Cluster, violations: list[Violation],
+    jobs: JobFields, m: int, cluster: Cluster, violations: list[Violation],
     deadline: Deadline = NO_DEADLINE,
 ) -> ConfigurationColumns:
-    """Per-configuration goodput, Pollux models and elasticity of every job (m >= len(jobs):
-    jobs beyond the `jobs` messages, the columnar ones, have the defaults). Raises
+    """Per-configuration goodput, Pollux models and elasticity of every job (m >= the `jobs`
+    messages: jobs beyond them, the columnar ones, have the defaults). Raises
     `DeadlineExpiredError` once `deadline` passes."""
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
     n = cluster.num_types
@@ -294,8 +294,10 @@ def configuration_columns(
     hi = np.zeros(m, np.int64)
     unit = np.ones((m, n), np.int64)
     top = limits.MAX_DEVICES_PER_TYPE
-    for i, job in enumerate(jobs):
-        if i % DEADLINE_EVERY_JOBS == 0:
+    for visited, (i, job) in enumerate(jobs.setting(
+            snapshot_pb.Job.CONFIGURATIONS_FIELD_NUMBER, snapshot_pb.Job.POLLUX_FIELD_NUMBER,
+            snapshot_pb.Job.ELASTICITY_FIELD_NUMBER)):
+        if visited % DEADLINE_EVERY_JOBS == 0:
             deadline.check()
         p = f"snapshot.jobs[{i}]"
         if job.configurations:

@@ -17,6 +17,7 @@ from apportion.server.colocation_inputs import colocations
 from apportion.server.fairness_inputs import fairness_inputs
 from apportion.server.history_inputs import history_to_model
 from apportion.server.job_inputs import read_jobs
+from apportion.server.job_wire import JobFields
 from apportion.server.market_inputs import epoch_columns
 from apportion.server.sia_inputs import configuration_columns
 from apportion.server.topology_inputs import with_topology
@@ -112,14 +113,15 @@ def _clean_cluster(cluster: Cluster) -> Cluster:
 
 
 def _jobs(msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation],
-          deadline: Deadline) -> tuple[Jobs, JobPaths]:
-    """Every job's columns as given (judged by `snapshot_violations`) and their field paths,
-    with the epoch and configuration inputs read and validated by their own modules."""
-    main, paths = read_jobs(msg, cluster, violations)
+          deadline: Deadline, serialized: bytes | None) -> tuple[Jobs, JobPaths, JobFields]:
+    """Every job's columns as given (judged by `snapshot_violations`), their field paths and
+    which jobs may set which other fields, with the epoch and configuration inputs read and
+    validated by their own modules."""
+    main, paths, present = read_jobs(msg, cluster, violations, serialized)
     m = len(main.ids)
     deadline.check()
-    epochs = epoch_columns(msg.jobs, main.epochs_done, main.total_epochs, violations)
-    configs = configuration_columns(msg.jobs, m, cluster, violations, deadline)
+    epochs = epoch_columns(present, main.epochs_done, main.total_epochs, violations)
+    configs = configuration_columns(present, m, cluster, violations, deadline)
     return Jobs(
         ids=tuple(main.ids),
         throughput=main.throughput,
@@ -143,7 +145,7 @@ def _jobs(msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violatio
         job_type=tuple(main.job_type),
         measured_run_time_s=epochs.measured_run_time_s,
         measured_epochs=epochs.measured_epochs,
-    ), paths
+    ), paths, present
 
 
 def _clean_jobs(jobs: Jobs, cluster: Cluster) -> Jobs:
@@ -185,12 +187,15 @@ def _tenants(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> tuple[Te
 
 
 def snapshot_to_problem(
-    msg: snapshot_pb.Snapshot, violations: list[Violation], deadline: Deadline = NO_DEADLINE
+    msg: snapshot_pb.Snapshot, violations: list[Violation], deadline: Deadline = NO_DEADLINE,
+    serialized: bytes | None = None,
 ) -> tuple[Problem, JobPaths]:
     """Build the model from a snapshot, appending every violation found to `violations`;
-    with the field paths of its jobs. Raises `DeadlineExpiredError` once `deadline` passes."""
+    with the field paths of its jobs. `serialized`: the `SolveRequest` bytes the snapshot was
+    parsed from, if at hand (its jobs are decoded from them). Raises `DeadlineExpiredError`
+    once `deadline` passes."""
     cluster = _cluster(msg.cluster, violations)
-    jobs, paths = _jobs(msg, cluster, violations, deadline)
+    jobs, paths, present = _jobs(msg, cluster, violations, deadline, serialized)
     deadline.check()
     violations += snapshot_violations(cluster, jobs, msg.time_s, msg.round_duration_s, paths)
     cluster = _clean_cluster(cluster)
@@ -204,6 +209,6 @@ def snapshot_to_problem(
         round_duration_s=msg.round_duration_s if duration_ok(msg.round_duration_s) else 0.0,
         tenants=_tenants(msg, violations),
         colocations=colocations(msg, cluster, jobs, violations),
-        fairness=fairness_inputs(msg, cluster, jobs, history, violations),
+        fairness=fairness_inputs(msg, cluster, jobs, history, violations, present),
     )
-    return with_topology(msg, problem, violations), paths
+    return with_topology(msg, problem, violations, present), paths

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from apportion.server.job_wire import JobFields
 from apportion.solver.cluster_topology import build_topology, default_topology, topology_of
 from apportion.solver.errors import Violation
 from apportion.solver.model import Cluster, PolicyRequest, Problem
@@ -617,27 +618,31 @@ def _regular(topology: Topology, j: int, level: DomainLevel, p: str,
     return True
 
 
-def _placement_fields_given(msg: snapshot_pb.Snapshot) -> bool:
+def _placement_fields_given(msg: snapshot_pb.Snapshot, present: JobFields) -> bool:
     """Any job or history entry sets a field only placement reads, or the snapshot lists cell
     quotas (otherwise no per-device view of the cluster is built: a request that never places
     does not pay for one, whatever the device counts)."""
     if msg.cell_quotas:
         return True
     if any(job.HasField("communication") or job.HasField("placement")
-           or job.HasField("migration") or job.service_class for job in msg.jobs):
+           or job.HasField("migration") or job.service_class
+           for _, job in present.setting(
+               snapshot_pb.Job.COMMUNICATION_FIELD_NUMBER, snapshot_pb.Job.PLACEMENT_FIELD_NUMBER,
+               snapshot_pb.Job.MIGRATION_FIELD_NUMBER, snapshot_pb.Job.SERVICE_CLASS_FIELD_NUMBER)):
         return True
     return any(entry.devices or entry.HasField("running_since_s") or entry.executed_time_s
                or entry.waiting_time_s for entry in msg.history.jobs)
 
 
 def with_topology(msg: snapshot_pb.Snapshot, problem: Problem,
-                  violations: list[Violation]) -> Problem:
-    """`problem` with its validated topology and placement inputs."""
+                  violations: list[Violation], present: JobFields) -> Problem:
+    """`problem` with its validated topology and placement inputs. `present`: which
+    `msg.jobs` may set the placement fields."""
     topology = topology_from_message(msg.cluster, problem.cluster, violations)
     cluster = replace(problem.cluster, topology=topology) if topology is not None \
         else problem.cluster
     inputs = (placement_inputs(msg, problem, topology_of(cluster), violations)
-              if topology is not None or _placement_fields_given(msg) else None)
+              if topology is not None or _placement_fields_given(msg, present) else None)
     return replace(problem, cluster=cluster, placement=inputs)
 
 

@@ -169,16 +169,16 @@ def _handle(request_bytes: bytes, deadline_at: float, arrived_at: float, hooks: 
     """Worker side: one request, never raises."""
     from google.protobuf.message import DecodeError
 
-    from apportion.server.pipeline import solve_request
+    from apportion.server.pipeline import solve_serialized
     from apportion.solver.deadline import Deadline
     from apportion.v1 import allocation_service_pb2 as service_pb
 
     try:
         request = service_pb.SolveRequest.FromString(request_bytes)
         if hooks and request.policy.name.startswith("test:"):
-            _test_hook(request)
-        response = solve_request(request, Deadline(deadline_at), arrived_at)
-        return ("ok", response.SerializeToString())
+            _test_hook(request)  # changes the policy only: the jobs are still those bytes'
+        return ("ok", solve_serialized(request, request_bytes, Deadline(deadline_at),
+                                       arrived_at))
     except DecodeError as exc:
         return ("invalid", [("request", f"not a valid apportion.v1.SolveRequest: {exc}")])
     except ValidationError as exc:
