@@ -294,12 +294,13 @@ class Snapshot(_message.Message):
     @_builtins.property
     def job_columns(self) -> Global___JobColumns:
         """More jobs, in columnar form: parallel arrays instead of one `Job` message per job, for
-        large snapshots (tens of thousands of jobs and more: about 10x less work to read than the
-        same jobs as `jobs` entries). They follow the `jobs` entries (a snapshot may use either
-        form or both); ids are unique across both. Columnar jobs carry the fields of `Job` that
-        the time-share policies read; a job that needs the others (epoch profiles,
-        configurations, elasticity, Pollux models) is given as a `jobs` entry. Validation errors
-        name the column and the entry, e.g. `snapshot.job_columns.priority_weight[7]`.
+        large snapshots (tens of thousands of jobs and more: fewer bytes, and less work to encode
+        and decode than the same jobs as `jobs` entries). They follow the `jobs` entries (a
+        snapshot may use either form or both); ids are unique across both. Columnar jobs carry
+        the fields of `Job` that the time-share policies read; a job that needs the others
+        (epoch profiles, configurations, elasticity, Pollux models) is given as a `jobs` entry.
+        Validation errors name the column and the entry, e.g.
+        `snapshot.job_columns.priority_weight[7]`.
         """
 
     def __init__(
