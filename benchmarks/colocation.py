@@ -41,6 +41,7 @@ from apportion.datasets.colocation_profiles import (
     read_muri_trace,
     read_synergy_profiles,
     synthetic_resource_grid,
+    synthetic_stage_times,
 )
 from apportion.formulations import antman, iadeep, lucid, muri, synergy
 from apportion.formulations.matching import greedy_matching, matching_weight, max_weight_matching
@@ -139,8 +140,7 @@ def muri_problem(size: int, reference: Path, seed: int = 1) -> tuple[Problem, st
         remaining = trace.iterations[pick]
         source = "Muri trace1 stage times"
     else:
-        stage = rng.random((size, 4)) * np.array([0.0, 0.5, 0.4, 0.2])
-        stage[:, 2] += 0.05
+        stage = synthetic_stage_times(rng, size)
         gpus = rng.choice([1, 2, 4, 8], size, p=[0.5, 0.25, 0.15, 0.1])
         remaining = rng.uniform(1e3, 1e6, size)
         source = "synthetic stage times"

@@ -4,12 +4,15 @@
 
 For each policy in the registry: a seeded snapshot of `--jobs` jobs (Gavel's generator, the
 project's synthetic throughputs, and what the policy reads: tenants, pair throughputs,
-per-epoch profiles on a one-type cluster, per-configuration goodputs), sent to a real
-``apportion serve --workers 1`` on 127.0.0.1 with ``options.time_limit_s`` = each limit and a
-generous gRPC deadline. The wall time is the client's, from handing the request's bytes to
-gRPC to holding the parsed response (the client's own serialization is printed beside it as
-`encode s`: it is the caller's work, before anything reaches the service). Target: wall <=
-1.1 x limit + 0.2 s, with an honest termination.
+per-epoch profiles on a one-type cluster, per-configuration goodputs; CPU/memory grids per job
+type on nodes of 3 cores and 62.5 GiB per GPU (Synergy's servers); per-iteration stage times;
+device memory, utilization, opportunistic jobs and measured pair slowdowns for a policy that
+needs shared devices), sent to a real ``apportion serve --workers 1`` on 127.0.0.1 with
+``options.time_limit_s`` = each limit and a generous gRPC deadline. The wall time is the
+client's, from handing the request's bytes to gRPC to holding the parsed response (the
+client's own serialization is printed beside it as `encode s`: it is the caller's work, before
+anything reaches the service). Target: wall <= 1.1 x limit + 0.2 s, with an honest
+termination.
 
 A policy whose snapshot cannot be built that big (over the server's 64 MiB message limit,
 rejected by validation, or estimated to take the snapshot builder over 2 minutes) is tried at
@@ -22,24 +25,39 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 
 import grpc
+import numpy as np
 from served import start_server, stop
 
 from apportion.datasets.cluster import ClusterSpec
+from apportion.datasets.colocation_profiles import (
+    synthetic_device_use,
+    synthetic_resource_grid,
+    synthetic_stage_times,
+)
 from apportion.datasets.generators import (
     builtin_throughputs,
     gavel_workload,
     make_cluster,
     pair_throughputs,
 )
-from apportion.datasets.snapshot import build_request, builtin_epoch_profiles, builtin_goodputs
+from apportion.datasets.snapshot import (
+    build_request,
+    builtin_epoch_profiles,
+    builtin_goodputs,
+    job_type_key,
+)
+from apportion.datasets.table import JobTable
 from apportion.server.convert import request_to_model
 from apportion.server.render import termination_name
+from apportion.simulator.host_resources import DEFAULT_CPUS_PER_GPU, DEFAULT_MEMORY_GIB_PER_GPU
 from apportion.solver.capabilities import ProblemClass
 from apportion.solver.errors import ValidationError
 from apportion.solver.registry import PolicySpec, policies
 from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1 import snapshot_pb2 as snapshot_pb
 
 SMALLER = (32_768, 8_192, 2_048)
 MAX_MESSAGE_BYTES = 64 * 2**20
@@ -54,6 +72,11 @@ Sia's per-configuration goodputs take superlinear time in the snapshot builder."
 CALIBRATION_JOBS = 2048
 GPUS_PER_JOB = 0.75
 """Cluster size: devices per job of the snapshot (a congested cluster)."""
+GPUS_PER_NODE = 8
+DEVICE_MEMORY_GIB = 32.0
+"""Device memory of a policy that shares devices (its `device_memory_gib` parameter)."""
+SHARED_DEVICES = "shared_devices[]"
+"""The required input of a policy that shares devices between jobs (in `required_inputs`)."""
 
 
 def target_s(limit_s: float) -> float:
@@ -71,6 +94,11 @@ def snapshot(spec: PolicySpec, jobs: int, seed: int = 0) -> service_pb.SolveRequ
     cluster: ClusterSpec
     if caps.reads_epoch_profiles:  # planning-window policies take one accelerator type
         cluster = make_cluster({"v100": devices})
+    elif caps.reads_resource_profiles:  # the synthetic grids are 1 at Synergy's servers' share
+        cluster = make_cluster(total=devices, mix={"v100": 1, "p100": 1, "k80": 1},
+                               gpus_per_node=GPUS_PER_NODE,
+                               cpus_per_node=DEFAULT_CPUS_PER_GPU * GPUS_PER_NODE,
+                               memory_gib_per_node=DEFAULT_MEMORY_GIB_PER_GPU * GPUS_PER_NODE)
     else:
         cluster = make_cluster(total=devices, mix={"v100": 1, "p100": 1, "k80": 1})
     throughputs = builtin_throughputs(cluster.types)
@@ -83,7 +111,61 @@ def snapshot(spec: PolicySpec, jobs: int, seed: int = 0) -> service_pb.SolveRequ
         epoch_profiles=builtin_epoch_profiles(table, seed) if caps.reads_epoch_profiles else None,
         goodputs=builtin_goodputs(cluster, seed=seed) if caps.reads_configurations else None,
     )
+    rng = np.random.default_rng([seed, 1])
+    if caps.reads_resource_profiles:
+        _add_resource_profiles(request.snapshot, table, rng)
+    if caps.reads_stage_times:
+        _add_stage_times(request.snapshot.jobs, rng)
+    if SHARED_DEVICES in spec.required_inputs:
+        _add_device_use(request, spec, rng)
     return request
+
+
+def _add_resource_profiles(snap: snapshot_pb.Snapshot, table: JobTable,
+                           rng: np.random.Generator) -> None:
+    """Every job's job type (its throughput-table key) and a synthetic grid per job type."""
+    row = {str(job_id): k for k, job_id in enumerate(table.id.tolist())}
+    job_types = table.column("job_type")
+    grids: dict[str, None] = {}
+    for job in snap.jobs:
+        job.job_type = job_type_key((str(job_types[row[job.id]]), job.scale_factor or 1))
+        grids.setdefault(job.job_type)
+    for job_type in grids:
+        grid = synthetic_resource_grid(rng)
+        profile = snap.resource_profiles.add(job_type=job_type)
+        profile.cpus_per_gpu.extend(grid.cpus_per_gpu.tolist())
+        profile.memory_gib_per_gpu.extend(grid.memory_gib_per_gpu.tolist())
+        profile.throughput.extend(grid.throughput.reshape(-1).tolist())
+
+
+def _add_stage_times(jobs: Sequence[snapshot_pb.Job], rng: np.random.Generator) -> None:
+    for job, (storage, cpu, gpu, network) in zip(
+        jobs, synthetic_stage_times(rng, len(jobs)).tolist(), strict=True
+    ):
+        times = job.stage_times
+        times.storage_s, times.cpu_s, times.gpu_s, times.network_s = storage, cpu, gpu, network
+
+
+def _add_device_use(request: service_pb.SolveRequest, spec: PolicySpec,
+                    rng: np.random.Generator) -> None:
+    """Device memory (the policy's parameter), each job's memory and utilization, opportunistic
+    jobs, and the measured pairs as interference."""
+    snap = request.snapshot
+    scale = np.array([job.scale_factor or 1 for job in snap.jobs], np.int64)
+    use = synthetic_device_use(rng, scale)
+    params = getattr(request.policy, spec.parameters_field)
+    params.device_memory_gib = DEVICE_MEMORY_GIB
+    for job, memory, utilization, opportunistic in zip(
+        snap.jobs, use.gpu_memory_gib.tolist(), use.gpu_utilization.tolist(),
+        use.opportunistic.tolist(), strict=True,
+    ):
+        job.sharing.gpu_memory_gib, job.sharing.gpu_utilization = memory, utilization
+        if opportunistic:
+            job.service_class = snapshot_pb.SERVICE_CLASS_OPPORTUNISTIC
+    ids = [job.id for job in snap.jobs]
+    for (a, b), (slow_a, slow_b) in zip(use.pairs.tolist(), use.pair_slowdown.tolist(),
+                                        strict=True):
+        snap.interference.add(job_ids=[ids[a], ids[b]], slowdown=[slow_a, slow_b])
 
 
 def buildable(spec: PolicySpec, sizes: list[int]) -> tuple[service_pb.SolveRequest | None, str]:

@@ -10,6 +10,9 @@
 * `synthetic_resource_grid`: a concave grid on Synergy's axes (cores 1-24, 20.83-250 GiB per
   GPU), 1 at 3 cores and 62.5 GiB per GPU (the GPU-proportional share of Synergy's Philly-like
   servers: 8 GPUs, 24 cores, 500 GiB), for workloads without measured profiles.
+* `synthetic_stage_times`: per-iteration stage times for workloads without Muri's traces.
+* `synthetic_device_use`: device memory, compute utilization and service class per job, and
+  slowdowns of pairs of jobs sharing a device (AntMan's inputs), for workloads without them.
 
 Malformed rows raise `TraceFormatError` naming file, line and column.
 """
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import NDArray
 
 from apportion.datasets.errors import TraceFormatError
 from apportion.solver.model import FloatArray, IntArray
@@ -54,6 +58,61 @@ def synthetic_resource_grid(rng: np.random.Generator) -> ResourceGrid:
                           1 + rng.uniform(0.5, 0.6)])
     return ResourceGrid(cpus, memory,
                         np.asarray(np.round(np.outer(by_cpu, by_memory), 3), np.float64))
+
+
+SYNTHETIC_STAGE_SCALE_S = (0.0, 0.5, 0.4, 0.2)
+"""Largest drawn time per iteration of each stage (storage, CPU, GPU, network; s)."""
+SYNTHETIC_MIN_GPU_S = 0.05
+"""Smallest GPU time per iteration (s): every job computes."""
+
+
+def synthetic_stage_times(rng: np.random.Generator, count: int) -> FloatArray:
+    """(count, 4) per-iteration stage times (s): each stage uniform in [0,
+    `SYNTHETIC_STAGE_SCALE_S`) (no storage I/O, as in Muri's traces), GPU time raised by
+    `SYNTHETIC_MIN_GPU_S`."""
+    stage: FloatArray = rng.random((count, 4)) * np.array(SYNTHETIC_STAGE_SCALE_S)
+    stage[:, 2] += SYNTHETIC_MIN_GPU_S
+    return stage
+
+
+@dataclass(frozen=True)
+class DeviceUse:
+    """How m jobs use a device they may share (AntMan's inputs)."""
+
+    gpu_memory_gib: FloatArray
+    """(m,) device memory each job needs per device (GiB)."""
+    gpu_utilization: FloatArray
+    """(m,) compute utilization of a device running the job alone, in [0, 1]."""
+    opportunistic: NDArray[np.bool_]
+    """(m,) the job runs opportunistically (one device, in another job's spare room)."""
+    pairs: IntArray
+    """(P, 2) jobs (a guaranteed one, an opportunistic one) measured on one device."""
+    pair_slowdown: FloatArray
+    """(P, 2) each one's time per step in the pair over its time alone (>= 1)."""
+
+
+def synthetic_device_use(rng: np.random.Generator, scale_factor: IntArray,
+                         opportunistic_share: float = 1 / 3, partners: int = 2) -> DeviceUse:
+    """Device memory U(1, 10) GiB and utilization U(0.05, 0.5) per job; a one-device job is
+    opportunistic with probability `opportunistic_share`; each opportunistic job measured
+    with `partners` guaranteed one-device jobs (drawn, distinct), slowing the guaranteed one
+    by a factor 1 + U(0, 0.3) and itself by 1 + U(0, 0.5)."""
+    m = scale_factor.size
+    memory = rng.uniform(1.0, 10.0, m)
+    utilization = rng.uniform(0.05, 0.5, m)
+    opportunistic = (rng.random(m) < opportunistic_share) & (scale_factor == 1)
+    hosts = np.nonzero(~opportunistic & (scale_factor == 1))[0]
+    guests = np.nonzero(opportunistic)[0]
+    k = min(partners, hosts.size)
+    if k == 0 or guests.size == 0:
+        return DeviceUse(memory, utilization, opportunistic, np.zeros((0, 2), np.int64),
+                         np.zeros((0, 2)))
+    # k distinct hosts per guest: k sorted draws from n - k + 1 values, shifted by their rank
+    drawn = np.sort(rng.integers(0, hosts.size - k + 1, (guests.size, k)), axis=1) + np.arange(k)
+    pairs = np.column_stack([hosts[drawn].reshape(-1), np.repeat(guests, k)])
+    slowdown = np.column_stack([1 + rng.uniform(0.0, 0.3, len(pairs)),
+                                1 + rng.uniform(0.0, 0.5, len(pairs))])
+    return DeviceUse(memory, utilization, opportunistic, pairs.astype(np.int64), slowdown)
 
 
 def read_synergy_profiles(path: str | Path) -> dict[str, ResourceGrid]:

@@ -102,13 +102,15 @@ def compared_plan(
     tolerance: float,
     objective_value: FloatArray | None = None,
     step_rate: FloatArray | None = None,
+    detail: str = "",
 ) -> Plan:
     """The plan of an exact solve (`exact`), reporting the published heuristic's objective on
     the same instance beside it; `exact` None = the heuristic's own plan (compat), whose
-    termination is `heuristic` without a bound."""
+    termination is `heuristic` without a bound and whose certificate says `detail` (e.g. that
+    the time limit cut it)."""
     if exact is None:
         cert = Certificate(Termination.HEURISTIC, True, heuristic_value, None,
-                           formulation=f"{heuristic} (compat)", gap_scale=1.0)
+                           formulation=f"{heuristic} (compat)", detail=detail, gap_scale=1.0)
         return groups_plan(problem, section, cert, job_status, job_reason, objective_value,
                            step_rate)
     bound = None if exact.bound is None else max(exact.bound, exact.objective)

@@ -14,7 +14,9 @@ The core works on plain arrays (`MuriInstance`):
   `apportion.formulations.matching`) merges pairs while the admitted jobs need more GPUs than
   the cluster has; rounds repeat (pairs, then pairs of pairs). Groups slower than their members
   run one after another are split again (autopack); groups are admitted in priority order,
-  each on the first type (cluster order) its members can use with its GPUs free.
+  each on the first type (cluster order) its members can use with its GPUs free. A GPU count
+  with more groups than the matching takes (`matching.MAX_VERTICES`, dense weights) is matched
+  in consecutive blocks of that many.
 * `exact_groups`: the set packing those rounds approximate. Every group of 1..max_group_size
   admitted jobs of one GPU count, on every type all its members can use, is a column of value
   sum_i w_i * solo_i / period (the members' weighted throughput relative to running alone);
@@ -25,6 +27,11 @@ The core works on plain arrays (`MuriInstance`):
 `grouping_value` is that objective for any grouping, the common yardstick of the plan and the
 gap. Periods include the optional overhead factors (Muri measured 1.015 for a job alone and
 1.33, 1.5, 1.37 for groups of 2, 3, 4, relative to the raw period of the stage times).
+
+Under a deadline: a round is not started when its candidate merges would take longer than the
+time left; the used ratios stop at the deadline (a block cut there merges nothing) and the
+merges made by then are kept; groups are admitted only while time is left to place them, and
+placed (each on its type's nodes: `NodePool`) in priority order until the deadline.
 """
 
 from __future__ import annotations
@@ -37,10 +44,15 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from apportion.formulations.group_placement import free_devices, place_group
 from apportion.formulations.group_plans import NO_USABLE_TYPE, groups_plan
 from apportion.formulations.interleave import STAGES, best_periods
-from apportion.formulations.matching import Matching, greedy_matching, max_weight_matching
+from apportion.formulations.matching import (
+    MAX_VERTICES,
+    Matching,
+    greedy_matching,
+    max_weight_matching,
+)
+from apportion.formulations.node_pool import NodePool
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.certificate import termination
@@ -64,6 +76,23 @@ MAX_ROUNDS = 4
 
 MAX_SET_PACKING_COLUMNS = 250_000
 """Largest set packing solved exactly (candidate groups over all GPU counts)."""
+
+MERGE_PAIRS_PER_CHUNK = 1 << 18
+"""Candidate merges whose used ratio is computed together, with a look at the deadline before
+each chunk (and a bound on the temporary arrays)."""
+MERGE_S_PER_PAIR = 2e-7
+"""Time to compute the used ratio of one candidate merge (measured: 6e-7 to 9e-7 s on a loaded
+2-core machine, about 2e-7 idle). A round whose candidate merges would take longer than the
+time left is not started."""
+
+PLAN_S_PER_JOB = 1.5e-5
+"""Time (s) the matching rounds leave, per job, for admitting, ordering and placing the groups
+and building the plan (measured: 1.3-1.5 s for 100,000 jobs in 55,617 running groups on a
+loaded 2-core machine)."""
+GROUPS_PLAN_S_PER_JOB = 2e-6
+"""Time (s) the placement leaves, per job, for building the plan from its groups."""
+PLACE_CHECK_EVERY = 1024
+"""Groups placed between two looks at the deadline."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +159,15 @@ class Grouping:
     matchings: tuple[Matching, ...] = ()
     """The maximum-weight matchings solved (matching_groups)."""
     detail: str = ""
+    admitted: bool = True
+    """False: the deadline passed before the groups were admitted (there are none)."""
+
+
+def _not_admitted(matchings: tuple[Matching, ...], detail: str) -> Grouping:
+    """The grouping of a deadline that passed before any group was admitted."""
+    note = "time limit: no group admitted"
+    return Grouping((), np.zeros(0), np.zeros(0, bool), np.zeros(0, np.int64), 0.0, matchings,
+                    f"{detail}; {note}" if detail else note, admitted=False)
 
 
 @dataclass(frozen=True)
@@ -158,17 +196,18 @@ def group_values(instance: MuriInstance, groups: IntArray, period_s: FloatArray)
 
 
 def grouping_value(instance: MuriInstance, groups: tuple[tuple[int, ...], ...],
-                   running: np.ndarray) -> tuple[float, FloatArray]:
-    """The set-packing objective of the running groups and every group's period (s)."""
-    periods = np.zeros(len(groups))
+                   running: np.ndarray, period_s: FloatArray | None = None
+                   ) -> tuple[float, FloatArray]:
+    """The set-packing objective of the running groups and every group's period (s);
+    `period_s`: the groups' periods when already known (not computed again)."""
+    periods = np.zeros(len(groups)) if period_s is None else period_s
     total = 0.0
-    for k in range(1, instance.max_group_size + 1):
-        which = [g for g, members in enumerate(groups) if len(members) == k]
-        if not which:
-            continue
-        members = np.array([groups[g] for g in which], np.int64)
-        period, _ = period_of(instance, members)
-        periods[which] = period
+    for _, which, members in _by_size(groups):
+        if period_s is None:
+            period, _ = period_of(instance, members)
+            periods[which] = period
+        else:
+            period = period_s[which]
         values = group_values(instance, members, period)
         total += float(values[running[which]].sum())
     return total, periods
@@ -204,8 +243,10 @@ def admitted(instance: MuriInstance) -> IntArray:
     return np.array(sorted(chosen, key=lambda j: rank[j]), np.int64)
 
 
-def _merge_weights(instance: MuriInstance, nodes: list[tuple[int, ...]]) -> FloatArray:
-    """(n, n) used ratio of the union of every two groups that may merge (0 = no edge)."""
+def _merge_weights(instance: MuriInstance, nodes: list[tuple[int, ...]],
+                   deadline: Deadline = NO_DEADLINE) -> FloatArray | None:
+    """(n, n) used ratio of the union of every two groups that may merge (0 = no edge); None
+    when the deadline passed before they were all computed."""
     n = len(nodes)
     weight = np.zeros((n, n))
     if n < 2:
@@ -227,26 +268,78 @@ def _merge_weights(instance: MuriInstance, nodes: list[tuple[int, ...]]) -> Floa
         ib = np.nonzero(sizes == sb)[0]
         if ia.size == 0 or ib.size == 0:
             continue
-        grid_a, grid_b = np.meshgrid(ia, ib, indexing="ij")
-        keep = grid_a < grid_b
-        a, b = grid_a[keep], grid_b[keep]
-        if a.size == 0:
-            continue
-        members = np.hstack([padded[a, :sa], padded[b, :sb]])
+        rows = max(1, MERGE_PAIRS_PER_CHUNK // ib.size)
+        for first in range(0, ia.size, rows):
+            if deadline.expired():
+                return None
+            grid_a, grid_b = np.meshgrid(ia[first:first + rows], ib, indexing="ij")
+            keep = grid_a < grid_b
+            a, b = grid_a[keep], grid_b[keep]
+            if a.size == 0:
+                continue
+            members = np.hstack([padded[a, :sa], padded[b, :sb]])
+            period, _ = period_of(instance, members)
+            ratio = busy[members].sum(axis=1) / (STAGES * period)
+            floor = lam * k / STAGES
+            ok = (ratio > floor) & ~np.isclose(ratio, floor, rtol=1e-5, atol=0.0)
+            ok &= (node_types[a] & node_types[b]).any(axis=1)
+            weight[a[ok], b[ok]] = ratio[ok]  # a < b: the upper triangle, rows of the chunk
+    return weight + weight.T
+
+
+def _self_ratios(instance: MuriInstance, nodes: list[tuple[int, ...]]) -> FloatArray:
+    """(len(nodes),) used ratio of each group on its own (groups of one size at a time)."""
+    ratio = np.zeros(len(nodes))
+    for _, which, members in _by_size(nodes):
         period, _ = period_of(instance, members)
-        ratio = busy[members].sum(axis=1) / (STAGES * period)
-        floor = lam * k / STAGES
-        ok = (ratio > floor) & ~np.isclose(ratio, floor, rtol=1e-5, atol=0.0)
-        ok &= (node_types[a] & node_types[b]).any(axis=1)
-        weight[a[ok], b[ok]] = ratio[ok]
-        weight[b[ok], a[ok]] = ratio[ok]
-    return weight
+        ratio[which] = instance.stage_s[members].reshape(which.size, -1).sum(axis=1) / (
+            STAGES * period)
+    return ratio
 
 
-def _self_ratio(instance: MuriInstance, node: tuple[int, ...]) -> float:
-    members = np.array([node], np.int64)
-    period, _ = period_of(instance, members)
-    return float(instance.stage_s[list(node)].sum() / (STAGES * period[0]))
+def _by_size(groups: list[tuple[int, ...]] | tuple[tuple[int, ...], ...]
+             ) -> list[tuple[int, IntArray, IntArray]]:
+    """Per group size k present: k, the groups' positions, and their (G_k, k) members."""
+    sizes = np.array([len(members) for members in groups], np.int64)
+    out = []
+    for k in np.unique(sizes).tolist():
+        which = np.nonzero(sizes == k)[0]
+        out.append((k, which, np.array([groups[g] for g in which.tolist()], np.int64)
+                    .reshape(-1, k)))
+    return out
+
+
+def _candidate_merges(n: int) -> int:
+    """Pairs of groups whose merge a round looks at in a bucket of n groups (its blocks)."""
+    whole, rest = divmod(n, MAX_VERTICES)
+    return (whole * MAX_VERTICES * (MAX_VERTICES - 1) + rest * (rest - 1)) // 2
+
+
+def _bucket_mates(instance: MuriInstance, bucket: list[tuple[int, ...]], deadline: Deadline,
+                  exact_matching: bool, threads: int, matchings: list[Matching]
+                  ) -> tuple[IntArray, FloatArray, bool]:
+    """Each group's mate in the bucket (-1 = none), the used ratio of its merge, and whether
+    the deadline cut the bucket: the matching on consecutive blocks of at most MAX_VERTICES
+    groups (the matching's limit; a bucket within it is one block). A block whose ratios were
+    not all computed by the deadline, and every block after it, merges nothing."""
+    n = len(bucket)
+    mate = np.full(n, -1, np.int64)
+    ratio = np.zeros(n)
+    for first in range(0, n, MAX_VERTICES):
+        block = bucket[first:first + MAX_VERTICES]
+        weight = None if deadline.expired() else _merge_weights(instance, block, deadline)
+        if weight is None:
+            return mate, ratio, True
+        if exact_matching:
+            found = max_weight_matching(weight, deadline, threads)
+            matchings.append(found)
+            local = found.mate
+        else:
+            local = greedy_matching(weight)
+        paired = np.nonzero(local >= 0)[0]
+        mate[first + paired] = first + local[paired]
+        ratio[first + paired] = weight[paired, local[paired]]
+    return mate, ratio, False
 
 
 def matching_groups(
@@ -254,9 +347,15 @@ def matching_groups(
     deadline: Deadline = NO_DEADLINE,
     exact_matching: bool = True,
     threads: int = 0,
+    admit_deadline: Deadline = NO_DEADLINE,
 ) -> Grouping:
     """Muri's grouping of the admitted jobs (module docstring). `exact_matching` False uses
-    the greedy matching instead of the maximum-weight one (a comparison baseline)."""
+    the greedy matching instead of the maximum-weight one (a comparison baseline). The
+    deadline is read before each round and while the used ratios are computed; the groups
+    merged by then are kept. Past `admit_deadline` (before the jobs are admitted, or after
+    the rounds) no group is admitted."""
+    if admit_deadline.expired():
+        return _not_admitted((), "")
     candidates = admitted(instance)
     nodes: dict[int, list[tuple[int, ...]]] = {}
     for i in candidates.tolist():
@@ -270,21 +369,25 @@ def matching_groups(
         if deadline.expired():
             detail = "grouping rounds cut by the time limit"
             break
+        pairs = sum(_candidate_merges(len(bucket)) for bucket in nodes.values())
+        if deadline.remaining() < MERGE_S_PER_PAIR * pairs:
+            detail = (f"time limit: a grouping round was not started ({pairs} candidate merges "
+                      "would take longer than the time left)")
+            break
         ready: list[tuple[list[tuple[int, ...]], float, int]] = []
         for g, bucket in nodes.items():
-            weight = _merge_weights(instance, bucket)
-            if exact_matching:
-                found = max_weight_matching(weight, deadline, threads)
-                matchings.append(found)
-                mate = found.mate
-            else:
-                mate = greedy_matching(weight)
-            for u in range(len(bucket)):
-                v = int(mate[u])
+            mate, ratio, cut = _bucket_mates(instance, bucket, deadline, exact_matching,
+                                             threads, matchings)
+            if cut:
+                detail = "grouping rounds cut by the time limit"
+            alone = np.nonzero(mate < 0)[0].tolist()
+            ratio_alone = dict(zip(alone, _self_ratios(instance, [bucket[u] for u in alone])
+                                   .tolist(), strict=True))
+            for u, v in enumerate(mate.tolist()):
                 if v < 0:
-                    ready.append(([bucket[u]], _self_ratio(instance, bucket[u]), g))
+                    ready.append(([bucket[u]], ratio_alone[u], g))
                 elif v < u:
-                    ready.append(([bucket[v], bucket[u]], float(weight[u, v]), g))
+                    ready.append(([bucket[v], bucket[u]], float(ratio[u]), g))
         if instance.sort_merges:
             ready.sort(key=lambda item: (1 - item[1]) * item[2])
         merged: dict[int, list[tuple[int, ...]]] = {g: [] for g in nodes}
@@ -295,6 +398,10 @@ def matching_groups(
             else:
                 merged[g].extend(parts)
         nodes = merged
+        if detail:
+            break
+    if admit_deadline.expired():
+        return _not_admitted(tuple(matchings), detail)
     groups = [node for bucket in nodes.values() for node in bucket]
     if instance.autopack:
         groups = _autopack(instance, groups)
@@ -304,14 +411,17 @@ def matching_groups(
 def _autopack(instance: MuriInstance, groups: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
     """Split every group whose period exceeds its members' iteration times run in turn."""
     solo = instance.solo_s()
+    split = np.zeros(len(groups), bool)
+    for k, which, members in _by_size(groups):
+        if k > 1:
+            period, _ = period_of(instance, members)
+            split[which] = period > solo[members].sum(axis=1) * (1 + 1e-12)
     out: list[tuple[int, ...]] = []
-    for members in groups:
-        if len(members) > 1:
-            period, _ = period_of(instance, np.array([members], np.int64))
-            if period[0] > solo[list(members)].sum() * (1 + 1e-12):
-                out.extend((i,) for i in members)
-                continue
-        out.append(members)
+    for group, apart in zip(groups, split.tolist(), strict=True):
+        if apart:
+            out.extend((i,) for i in group)
+        else:
+            out.append(group)
     return out
 
 
@@ -321,31 +431,40 @@ def _admit_groups(instance: MuriInstance, groups: list[tuple[int, ...]],
     """Order groups by their best member's priority, give each GPUs of one type its members
     can use while they last (`types`: the type of each group, else the first in cluster order
     with its GPUs free), and put each group's members in their best pipeline order."""
-    key = [min(float(instance.priority[i]) for i in members) for members in groups]
-    first = [min(members) for members in groups]
-    order = sorted(range(len(groups)), key=lambda g: (key[g], first[g]))
-    free = instance.capacity().copy()
+    count = len(groups)
+    key = np.zeros(count)
+    first = np.zeros(count, np.int64)
+    gpus = np.zeros(count, np.int64)
     runs_on = instance.runs_on()
-    ordered: list[tuple[int, ...]] = []
-    running = np.zeros(len(groups), bool)
-    type_index = np.full(len(groups), -1, np.int64)
+    usable = np.zeros((count, runs_on.shape[1]), bool)
+    best_order: list[tuple[int, ...]] = list(groups)
+    for k, which, members in _by_size(groups):
+        key[which] = instance.priority[members].min(axis=1)
+        first[which] = members.min(axis=1)
+        gpus[which] = instance.gpus[members[:, 0]]
+        usable[which] = runs_on[members].all(axis=1)
+        if k > 1:
+            _, best = period_of(instance, members)
+            for g, ordered_members in zip(which.tolist(), best.tolist(), strict=True):
+                best_order[g] = tuple(ordered_members)
+    order = np.lexsort((first, key)).tolist()
+    free = instance.capacity().tolist()
+    allowed = usable.tolist()
+    need_of = gpus.tolist()
+    running = np.zeros(count, bool)
+    type_index = np.full(count, -1, np.int64)
     for rank, g in enumerate(order):
-        members = groups[g]
-        need = int(instance.gpus[members[0]])
-        room = runs_on[list(members)].all(axis=0) & (free >= need)
-        if types is not None:
-            room &= np.arange(free.size) == types[g]
-        if room.any():
-            j = int(np.argmax(room))
-            free[j] -= need
-            running[rank] = True
-            type_index[rank] = j
-        if len(members) > 1:
-            _, best = period_of(instance, np.array([members], np.int64))
-            members = tuple(int(i) for i in best[0])
-        ordered.append(members)
-    objective, periods = grouping_value(instance, tuple(ordered), running)
-    return Grouping(tuple(ordered), periods, running, type_index, objective, matchings, detail)
+        need = need_of[g]
+        can = allowed[g]
+        for j in ([types[g]] if types is not None else range(len(free))):
+            if can[j] and free[j] >= need:
+                free[j] -= need
+                running[rank] = True
+                type_index[rank] = j
+                break
+    ordered = tuple(best_order[g] for g in order)
+    objective, periods = grouping_value(instance, ordered, running)
+    return Grouping(ordered, periods, running, type_index, objective, matchings, detail)
 
 
 def candidate_groups(instance: MuriInstance, candidates: IntArray) -> list[IntArray]:
@@ -523,7 +642,11 @@ def solve_policy(
     """Muri's grouping (matching rounds), or the exact set packing with the matching's gap."""
     inst = muri_instance(problem, params, compat)
     started = time.perf_counter()
-    heuristic = matching_groups(inst, deadline, threads=options.threads)
+    # the rounds (and the set packing) leave the groups' admission, placement and plan time
+    before_plan = deadline.leaving(PLAN_S_PER_JOB * problem.jobs.num_jobs)
+    before_groups_plan = deadline.leaving(GROUPS_PLAN_S_PER_JOB * problem.jobs.num_jobs)
+    heuristic = matching_groups(inst, before_plan, threads=options.threads,
+                                admit_deadline=before_groups_plan)
     notes = [heuristic.detail] if heuristic.detail else []
     rounds = len(heuristic.matchings)
     proven = all(found.status is SolverStatus.OPTIMAL for found in heuristic.matchings)
@@ -534,18 +657,22 @@ def solve_policy(
     exact: ExactGroups | None = None
     if params.exact_groups:
         try:
-            exact = exact_groups(inst, deadline, options.threads, options.relative_gap,
+            exact = exact_groups(inst, before_plan, options.threads, options.relative_gap,
                                  incumbent=heuristic)
         except ValueError as error:
             notes.append(f"exact set packing skipped: {error}")
     grouping = exact.grouping if exact is not None else heuristic
-    groups, status, reasons, objective = _place(problem, inst, grouping)
+    groups, status, reasons, objective, late = _place(problem, inst, grouping,
+                                                      before_groups_plan)
+    if late:
+        notes.append(f"time limit: {late} admitted group(s) not placed")
     if exact is not None:
         bound = exact.bound if exact.bound is not None else None
         if bound is not None:
             bound = max(bound, objective)
         term = termination(
-            exact.status, True, relative_gap(objective, bound, 1.0), options.relative_gap
+            SolverStatus.TIME_LIMIT if late else exact.status, True,
+            relative_gap(objective, bound, 1.0), options.relative_gap
         )
         formulation = f"set packing over {exact.columns} candidate groups (HiGHS MIP)"
         solver = "highs"
@@ -576,38 +703,65 @@ def solve_policy(
 
 
 def _place(
-    problem: Problem, inst: MuriInstance, grouping: Grouping
-) -> tuple[list[ColocationGroup], list[JobStatus], list[str], float]:
-    """Devices for the running groups in priority order; the objective of those placed."""
+    problem: Problem, inst: MuriInstance, grouping: Grouping, deadline: Deadline = NO_DEADLINE
+) -> tuple[list[ColocationGroup], list[JobStatus], list[str], float, int]:
+    """Devices for the running groups in priority order, each on its type's nodes (the fullest
+    node that holds it, else the emptiest nodes: `NodePool`); the objective of those placed;
+    the running groups not placed because the deadline passed first (they wait)."""
     m = inst.num_jobs
     status = [JobStatus.DEFERRED] * m
-    reasons = ["not admitted this round (GPUs taken by jobs served first)"] * m
+    reasons = ["not admitted this round (GPUs taken by jobs served first)" if grouping.admitted
+               else "not admitted before the time limit"] * m
     no_stages = inst.stage_s.sum(axis=1) <= 0
     for i in np.nonzero(np.isnan(inst.priority))[0].tolist():
         status[i] = JobStatus.UNSERVABLE
         reasons[i] = "no stage times (jobs[].stage_times)" if no_stages[i] else NO_USABLE_TYPE
-    free = free_devices(problem, holding=np.zeros(m, bool))
-    solo = inst.solo_s()
+    cluster = problem.cluster
+    names = cluster.node_names
+    pools: list[NodePool] = []
+    free: dict[int, int] = {}
+    for j in range(cluster.num_types):
+        nodes = np.nonzero(cluster.node_type == j)[0].tolist() if names else []
+        room = cluster.node_devices[nodes].tolist()
+        free.update(zip(nodes, room, strict=True))
+        pools.append(NodePool(nodes, room, int(cluster.count[j])))
+    solo = inst.solo_s().tolist()
+    gpus = inst.gpus.tolist()
     groups: list[ColocationGroup] = []
     placed_running = np.zeros(len(grouping.groups), bool)
-    for g, members in enumerate(grouping.groups):
-        if not grouping.running[g]:
-            continue
-        need = int(inst.gpus[members[0]])
-        spot = place_group(problem, free, need, grouping.type_index[g:g + 1])
-        if spot is None:
+    running = np.nonzero(grouping.running)[0].tolist()
+    for count, g in enumerate(running):
+        if count % PLACE_CHECK_EVERY == 0 and deadline.expired():
+            for late in running[count:]:
+                for i in grouping.groups[late]:
+                    reasons[i] = "admitted, but not placed before the time limit"
+            objective, _ = grouping_value(inst, grouping.groups, placed_running,
+                                          grouping.period_s)
+            return groups, status, reasons, objective, len(running) - count
+        members = grouping.groups[g]
+        need = gpus[members[0]]
+        j = int(grouping.type_index[g])
+        taken = pools[j].take(need)
+        if taken is None:
             for i in members:
                 reasons[i] = "no accelerator type has the group's GPUs free"
             continue
+        pieces = []
+        left = need
+        for k in taken:  # what the pool took from each node: the most it could, in order
+            use = free[k] if free[k] < left else left
+            free[k] -= use
+            left -= use
+            pieces.append((names[k], use))
         placed_running[g] = True
         period = float(grouping.period_s[g])
         slowdown = tuple(period / solo[i] if solo[i] > 0 else 1.0 for i in members)
-        groups.append(ColocationGroup(members, slowdown, spot[0], need, spot[1],
+        groups.append(ColocationGroup(members, slowdown, j, need, tuple(pieces),
                                       period_s=period))
         for i in members:
             status[i], reasons[i] = JobStatus.ALLOCATED, ""
-    objective, _ = grouping_value(inst, grouping.groups, placed_running)
-    return groups, status, reasons, objective
+    objective, _ = grouping_value(inst, grouping.groups, placed_running, grouping.period_s)
+    return groups, status, reasons, objective, 0
 
 
 def _placed_value(problem: Problem, inst: MuriInstance, grouping: Grouping) -> float:

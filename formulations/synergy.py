@@ -19,12 +19,18 @@ and all its GPUs on nodes of that type; then:
   failing that at its fair share; failing that after shrinking placed jobs that hold more
   than their fair share on the emptiest nodes; otherwise it waits. Invariant: every placed
   job has at least its fair-share CPUs and memory, so at least its fair-share throughput.
+
+Under a deadline every stage stops where it is and keeps what it has: jobs not looked at by
+the base order get no GPUs, TUNE places the jobs it reached (the others wait), and OPT's two
+programs are not started when HiGHS could not reach its first look at the time limit in the
+time left (TUNE's plan is then kept, with the bound of every job at its best point); the
+plan says what was cut and is optimal only when its bound proves it.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -32,7 +38,7 @@ import scipy.sparse as sp
 from apportion.formulations.group_plans import NO_USABLE_TYPE, ExactRun, compared_plan
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
 from apportion.solver.backends.status import SolverStatus
-from apportion.solver.deadline import Deadline
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.groups import ColocationGroup, GroupSection
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import BaseOrder, SynergyParameters
@@ -44,6 +50,20 @@ from apportion.solver.result import (
 from apportion.solver.sharing import ResourceGrid, SharingInputs
 
 _EPS = 1e-9
+
+DEADLINE_CHECK_EVERY = 1024
+"""Jobs looked at (base order, TUNE's placement, OPT's server assignment) between two looks at
+the deadline."""
+LP1_SETUP_S_PER_NONZERO = 2e-5
+"""Time HiGHS may spend on LP1 before it first reads its time limit, per nonzero (measured on a
+loaded 2-core machine with a 0.5 s limit: 4.2 s for 244,000 nonzeros, 0.6 s for 58,000). With
+less time left LP1 is not started."""
+RESHAPE_SETUP_S_PER_NONZERO = 1e-4
+"""The same for the reshaping MIP, whose presolve reads no limit for longer (2.6-10.5 s for
+58,000 nonzeros with a 0.5 s limit, 27 s for 244,000)."""
+PLAN_S_PER_JOB = 3e-6
+"""Time (s) the stages before the plan leave, per job, for building it (measured: 0.1-0.2 s
+for the 39,503 groups of 100,000 jobs on a loaded 2-core machine)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +105,13 @@ class SynergyInstance:
     """Cores per GPU of the GPU-proportional share."""
     fair_memory: float
     """GiB per GPU of the GPU-proportional share."""
+    unreached: IntArray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """Snapshot indices of the jobs the base order had not looked at when the deadline passed
+    (they get no GPUs: no bound over the chosen jobs then bounds the snapshot's optimum)."""
+
+    @property
+    def complete(self) -> bool:
+        return self.unreached.size == 0
 
 
 def fair_share(gpus: IntArray, cpus: FloatArray, memory: FloatArray) -> tuple[float, float]:
@@ -133,6 +160,14 @@ def choose_jobs(problem: Problem, order: BaseOrder, server_gpus: IntArray,
     """Jobs with a grid that get GPUs in the base order, and the type of each: every job that
     still fits on a type it can use (throughput > 0, enough devices), on the fastest such type
     with its GPUs free (ties: cluster order)."""
+    chosen, types, _ = choose_jobs_until(problem, order, server_gpus, server_type)
+    return chosen, types
+
+
+def choose_jobs_until(problem: Problem, order: BaseOrder, server_gpus: IntArray,
+                      server_type: IntArray, deadline: Deadline = NO_DEADLINE
+                      ) -> tuple[IntArray, IntArray, IntArray]:
+    """`choose_jobs` until the deadline, and the jobs it had not looked at then."""
     jobs = problem.jobs
     grids = (problem.sharing or SharingInputs()).resource_grid
     if order is BaseOrder.REMAINING_SERVICE:
@@ -144,65 +179,75 @@ def choose_jobs(problem: Problem, order: BaseOrder, server_gpus: IntArray,
         key = problem.history.received_time_s.sum(axis=1) * jobs.scale_factor
     else:
         key = jobs.arrival_time_s
+    order_ = np.argsort(key, kind="stable")
+    if order_.size and deadline.expired():
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), order_.astype(np.int64)
     n = problem.cluster.num_types
     free = np.bincount(server_type, weights=server_gpus, minlength=n).astype(np.int64)[:n]
-    usable = problem.usable
+    left = free.tolist()
+    usable = problem.usable.tolist()
+    throughput = jobs.throughput.tolist()
+    gpus = jobs.scale_factor.tolist()
     chosen: list[int] = []
     types: list[int] = []
-    for i in np.argsort(key, kind="stable").tolist():
+    for k, i in enumerate(order_.tolist()):
+        if k and k % DEADLINE_CHECK_EVERY == 0 and deadline.expired():
+            return (np.array(chosen, np.int64), np.array(types, np.int64),
+                    order_[k:].astype(np.int64))
         if not grids or grids[i] is None:
             continue
-        g = int(jobs.scale_factor[i])
-        room = np.nonzero(usable[i] & (free >= g))[0]
-        if room.size:
-            j = int(room[np.argmax(jobs.throughput[i, room])])
+        g = gpus[i]
+        fastest = -1
+        for j in range(n):  # the fastest type with room (ties: the first)
+            if usable[i][j] and left[j] >= g and (
+                    fastest < 0 or throughput[i][j] > throughput[i][fastest]):
+                fastest = j
+        if fastest >= 0:
             chosen.append(i)
-            types.append(j)
-            free[j] -= g
-    return np.array(chosen, np.int64), np.array(types, np.int64)
+            types.append(fastest)
+            left[fastest] -= g
+    return np.array(chosen, np.int64), np.array(types, np.int64), np.zeros(0, np.int64)
 
 
-def synergy_instance(problem: Problem, params: SynergyParameters) -> SynergyInstance:
+def synergy_instance(problem: Problem, params: SynergyParameters,
+                     deadline: Deadline = NO_DEADLINE) -> SynergyInstance:
     sharing = problem.sharing or SharingInputs()
     server_gpus = problem.cluster.node_devices.astype(np.int64)
     server_type = problem.cluster.node_type.astype(np.int64)
     cpus, memory = sharing.node_cpus, sharing.node_memory_gib
     fair_cpus, fair_memory = fair_share(server_gpus, cpus, memory)
-    chosen, job_type = choose_jobs(problem, params.order, server_gpus, server_type)
-    job: list[IntArray] = []
-    cpu_l: list[FloatArray] = []
-    mem_l: list[FloatArray] = []
-    tput_l: list[FloatArray] = []
-    fair_l: list[int] = []
-    best_l: list[int] = []
-    cache: dict[int, tuple[FloatArray, FloatArray, FloatArray, int, int]] = {}
-    offset = 0
+    chosen, job_type, unreached = choose_jobs_until(problem, params.order, server_gpus,
+                                                    server_type, deadline)
+    # the points of each distinct grid once, then every chosen job's copy of its grid's
+    unique: dict[int, int] = {}
+    points: list[tuple[FloatArray, FloatArray, FloatArray, int, int]] = []
+    which = np.zeros(chosen.size, np.int64)
     for c, i in enumerate(chosen.tolist()):
         grid = sharing.resource_grid[i]
         assert grid is not None
-        key = id(grid)
-        if key not in cache:
-            cache[key] = _points(grid, fair_point(grid, fair_cpus, fair_memory))
-        cpu, mem, tput, fair, best = cache[key]
-        job.append(np.full(cpu.size, c))
-        cpu_l.append(cpu)
-        mem_l.append(mem)
-        tput_l.append(tput)
-        fair_l.append(offset + fair)
-        best_l.append(offset + best)
-        offset += cpu.size
+        u = unique.setdefault(id(grid), len(unique))
+        if u == len(points):
+            points.append(_points(grid, fair_point(grid, fair_cpus, fair_memory)))
+        which[c] = u
+    size = np.array([p[0].size for p in points], np.int64)
+    start = np.cumsum(size) - size
+    count = size[which]
+    first = np.cumsum(count) - count
+    flat = np.repeat(start[which] - first, count) + np.arange(int(count.sum()))
+    fair_at = np.array([p[3] for p in points], np.int64)
+    best_at = np.array([p[4] for p in points], np.int64)
     return SynergyInstance(
         jobs=chosen,
         job_type=job_type,
         gpus=problem.jobs.scale_factor[chosen],
         weight=problem.jobs.priority_weight[chosen],
         shapes=Shapes(
-            np.concatenate([np.zeros(0, np.int64), *job]).astype(np.int64),
-            np.concatenate([np.zeros(0), *cpu_l]),
-            np.concatenate([np.zeros(0), *mem_l]),
-            np.concatenate([np.zeros(0), *tput_l]),
-            np.array(fair_l, np.int64),
-            np.array(best_l, np.int64),
+            np.repeat(np.arange(chosen.size), count).astype(np.int64),
+            np.concatenate([np.zeros(0), *(p[0] for p in points)])[flat],
+            np.concatenate([np.zeros(0), *(p[1] for p in points)])[flat],
+            np.concatenate([np.zeros(0), *(p[2] for p in points)])[flat],
+            (first + fair_at[which]).astype(np.int64),
+            (first + best_at[which]).astype(np.int64),
         ),
         server_gpus=server_gpus,
         server_type=server_type,
@@ -210,6 +255,7 @@ def synergy_instance(problem: Problem, params: SynergyParameters) -> SynergyInst
         server_memory=np.asarray(memory, np.float64),
         fair_cpus=fair_cpus,
         fair_memory=fair_memory,
+        unreached=unreached,
     )
 
 
@@ -224,6 +270,15 @@ class ShapeChoice:
     status: SolverStatus
     solve_time_s: float
     size: tuple[int, int]
+    not_started: bool = False
+    """The deadline left HiGHS too little time to read its limit: no program was run (the
+    bound is `peak_value`)."""
+
+
+def peak_value(inst: SynergyInstance) -> float:
+    """sum_i w_i tput_i at each job's best point: a bound on LP1 (no capacity) and so on
+    every placement of these jobs."""
+    return float((inst.weight * inst.shapes.tput[inst.shapes.best]).sum())
 
 
 def solve_shapes(inst: SynergyInstance, deadline: Deadline, gap: float, threads: int = 0,
@@ -234,6 +289,9 @@ def solve_shapes(inst: SynergyInstance, deadline: Deadline, gap: float, threads:
     c, k = inst.jobs.size, s.job.size
     if c == 0:
         return ShapeChoice(np.zeros(0, np.int64), 0.0, 0.0, SolverStatus.OPTIMAL, 0.0, (0, 0))
+    if deadline.remaining() < LP1_SETUP_S_PER_NONZERO * 3 * k:
+        return ShapeChoice(np.full(c, -1, np.int64), None, peak_value(inst),
+                           SolverStatus.TIME_LIMIT, 0.0, (k, c + 2), not_started=True)
     g = inst.gpus[s.job].astype(np.float64)
     rows = np.concatenate([s.job, np.full(k, c), np.full(k, c + 1)])
     cols = np.concatenate([np.arange(k)] * 3)
@@ -273,7 +331,9 @@ def largest_servers(inst: SynergyInstance) -> IntArray:
 
 
 class Servers:
-    """Free GPUs, cores and memory per server while jobs are placed."""
+    """Free GPUs, cores and memory per server while jobs are placed, with the jobs placed on
+    each server and how many of them hold more than their fair share (peer adjustment looks
+    only at those servers)."""
 
     def __init__(self, inst: SynergyInstance) -> None:
         self.gpus = inst.server_gpus.astype(np.int64).copy()
@@ -281,6 +341,20 @@ class Servers:
         self.memory = inst.server_memory.astype(np.float64).copy()
         self.type = inst.server_type
         self.largest = largest_servers(inst)
+        # the same three by type (each type's servers contiguous, ascending): views per type
+        self.by_type = np.argsort(self.type, kind="stable")
+        self.position = np.empty_like(self.by_type)
+        self.position[self.by_type] = np.arange(self.by_type.size)
+        edges = np.searchsorted(self.type[self.by_type], np.arange(self.largest.size + 1))
+        self.span = list(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True))
+        self.of_type = [self.by_type[lo:hi] for lo, hi in self.span]
+        """Servers of each accelerator type, ascending."""
+        self._gpus = self.gpus[self.by_type]
+        self._cpus = self.cpus[self.by_type]
+        self._memory = self.memory[self.by_type]
+        self.jobs_on: list[list[int]] = [[] for _ in range(self.gpus.size)]
+        self.shrinkable = np.zeros(self.gpus.size, np.int64)
+        """Jobs on each server above their fair share (point not dominated by it)."""
 
     def fit(self, g: int, cpu: float, mem: float, split: bool,
             type_index: int) -> list[tuple[int, int]] | None:
@@ -288,18 +362,26 @@ class Servers:
         type `type_index`: the server with the fewest free GPUs that fits them all when g fits
         a server of the type, else (or with `split`) its servers with the most room first;
         None = no room."""
-        room = np.minimum(
-            self.gpus,
-            np.minimum(np.floor(self.cpus / cpu + _EPS) if cpu > 0 else self.gpus,
-                       np.floor(self.memory / mem + _EPS) if mem > 0 else self.gpus),
-        ).astype(np.int64)
-        room[self.type != type_index] = 0
+        lo, hi = self.span[type_index] if type_index < len(self.span) else (0, 0)
+        mine = self.by_type[lo:hi]
+        gpus = self._gpus[lo:hi]
         if g <= self.largest[type_index]:
-            ok = np.nonzero(room >= g)[0]
+            # room >= g, with room = min(GPUs, floor(cores / cpu + eps), floor(GiB / mem + eps))
+            fits = gpus >= g
+            if cpu > 0:
+                fits &= self._cpus[lo:hi] / cpu + _EPS >= g
+            if mem > 0:
+                fits &= self._memory[lo:hi] / mem + _EPS >= g
+            ok = np.nonzero(fits)[0]
             if ok.size:
-                return [(int(ok[np.argmin(self.gpus[ok])]), g)]
+                return [(int(mine[ok[np.argmin(gpus[ok])]]), g)]
             if not split:
                 return None
+        room = np.minimum(
+            gpus,
+            np.minimum(np.floor(self._cpus[lo:hi] / cpu + _EPS) if cpu > 0 else gpus,
+                       np.floor(self._memory[lo:hi] / mem + _EPS) if mem > 0 else gpus),
+        ).astype(np.int64)
         if room.sum() < g:
             return None
         pieces: list[tuple[int, int]] = []
@@ -308,7 +390,7 @@ class Servers:
             take = int(min(room[s], left))
             if take <= 0:
                 break
-            pieces.append((s, take))
+            pieces.append((int(mine[s]), take))
             left -= take
             if left == 0:
                 return pieces
@@ -319,6 +401,18 @@ class Servers:
             self.gpus[s] -= sign * k
             self.cpus[s] -= sign * k * cpu
             self.memory[s] -= sign * k * mem
+            at = self.position[s]
+            self._gpus[at], self._cpus[at], self._memory[at] = (
+                self.gpus[s], self.cpus[s], self.memory[s])
+
+    def placed(self, job: int, pieces: list[tuple[int, int]], shrinkable: bool) -> None:
+        for s, _ in pieces:
+            self.jobs_on[s].append(job)
+            self.shrinkable[s] += shrinkable
+
+    def shrunk(self, pieces: list[tuple[int, int]]) -> None:
+        for s, _ in pieces:
+            self.shrinkable[s] -= 1
 
 
 @dataclass
@@ -327,32 +421,40 @@ class Placement:
 
     point: IntArray
     pieces: list[list[tuple[int, int]]]
+    reached: int = -1
+    """Jobs of the order looked at before the deadline (-1 = all)."""
+
+
+def _above_fair(inst: SynergyInstance, job: int, p: int) -> bool:
+    """Point p of `job` holds more than its fair share (peer adjustment may shrink it)."""
+    s = inst.shapes
+    fair = int(s.fair[job])
+    return p >= 0 and p != fair and not (s.cpus[p] <= s.cpus[fair]
+                                         and s.memory[p] <= s.memory[fair])
 
 
 def _shrink_for(inst: SynergyInstance, servers: Servers, place: Placement, job: int,
                 split: bool) -> list[tuple[int, int]] | None:
     """Peer adjustment: shrink placed jobs that hold more than their fair share on the servers
-    with the most free GPUs back to it, until `job` fits at its fair share."""
+    with the most free GPUs back to it, until `job` fits at its fair share. Servers (most free
+    GPUs first, ties: index) holding none of those jobs change nothing and are skipped."""
     s = inst.shapes
     fair = int(s.fair[job])
     g = int(inst.gpus[job])
     j = int(inst.job_type[job])
-    for server in np.argsort(-servers.gpus, kind="stable").tolist():
-        if servers.type[server] != j:
-            continue
-        if servers.gpus[server] < min(g, servers.largest[j]) and not split:
-            continue
-        for other in range(inst.jobs.size):
+    mine = servers.of_type[j]
+    look = mine[servers.shrinkable[mine] > 0]
+    if not split:
+        look = look[servers.gpus[look] >= min(g, servers.largest[j])]
+    for server in look[np.argsort(-servers.gpus[look], kind="stable")].tolist():
+        for other in sorted(servers.jobs_on[server]):
             p = int(place.point[other])
-            if p < 0 or p == int(s.fair[other]):
-                continue
-            if not any(srv == server for srv, _ in place.pieces[other]):
-                continue
-            if s.cpus[p] <= s.cpus[s.fair[other]] and s.memory[p] <= s.memory[s.fair[other]]:
+            if not _above_fair(inst, other, p):
                 continue
             servers.take(place.pieces[other], s.cpus[p], s.memory[p], sign=-1)
             q = int(s.fair[other])
             servers.take(place.pieces[other], s.cpus[q], s.memory[q])
+            servers.shrunk(place.pieces[other])
             place.point[other] = q
             pieces = servers.fit(g, s.cpus[fair], s.memory[fair], split, j)
             if pieces is not None:
@@ -360,13 +462,18 @@ def _shrink_for(inst: SynergyInstance, servers: Servers, place: Placement, job: 
     return None
 
 
-def place(inst: SynergyInstance, wanted: IntArray, order: IntArray, split: bool) -> Placement:
+def place(inst: SynergyInstance, wanted: IntArray, order: IntArray, split: bool,
+          deadline: Deadline = NO_DEADLINE) -> Placement:
     """Place each job of `order` at its `wanted` point, else at its fair point, else after
-    shrinking others (module docstring); `split` as in `Servers.fit`."""
+    shrinking others (module docstring); `split` as in `Servers.fit`. Jobs not reached by the
+    deadline wait (`Placement.reached`)."""
     s = inst.shapes
     servers = Servers(inst)
     placement = Placement(np.full(inst.jobs.size, -1, np.int64), [[] for _ in inst.jobs])
-    for job in order.tolist():
+    for k, job in enumerate(order.tolist()):
+        if k % DEADLINE_CHECK_EVERY == 0 and deadline.expired():
+            placement.reached = k
+            return placement
         g = int(inst.gpus[job])
         for p in dict.fromkeys([int(wanted[job]), int(s.fair[job])]):
             pieces = servers.fit(g, s.cpus[p], s.memory[p], split, int(inst.job_type[job]))
@@ -378,17 +485,20 @@ def place(inst: SynergyInstance, wanted: IntArray, order: IntArray, split: bool)
         if pieces is None:
             continue
         servers.take(pieces, s.cpus[p], s.memory[p])
+        servers.placed(job, pieces, _above_fair(inst, job, p))
         placement.point[job] = p
         placement.pieces[job] = pieces
     return placement
 
 
-def assign_servers(inst: SynergyInstance, point: IntArray) -> list[list[tuple[int, int]]]:
+def assign_servers(inst: SynergyInstance, point: IntArray, deadline: Deadline = NO_DEADLINE
+                   ) -> tuple[list[list[tuple[int, int]]], np.ndarray]:
     """GPUs for every chosen job on servers of its type, consolidated, balancing the cores and
     memory the points ask for: jobs by decreasing demand, each on the server of its type with
     enough free GPUs whose load (the larger of its core and memory shares already asked for)
     is lowest; jobs larger than every server of their type take its emptiest servers. Empty
-    list = no server of its type has its GPUs free."""
+    list = no server of its type has its GPUs free, or the deadline passed before the job was
+    reached (those are marked in the (c,) mask returned beside)."""
     s = inst.shapes
     free = inst.server_gpus.astype(np.int64).copy()
     cap_cpu = np.maximum(inst.server_cpus, _EPS)
@@ -396,16 +506,22 @@ def assign_servers(inst: SynergyInstance, point: IntArray) -> list[list[tuple[in
     asked_cpu = np.zeros(free.size)
     asked_mem = np.zeros(free.size)
     largest = largest_servers(inst)
+    of_type = [np.nonzero(inst.server_type == j)[0] for j in range(largest.size)]
     g = inst.gpus.astype(np.float64)
     demand = np.maximum(g * s.cpus[point] / cap_cpu.mean(), g * s.memory[point] / cap_mem.mean())
     pieces: list[list[tuple[int, int]]] = [[] for _ in range(inst.jobs.size)]
-    for job in np.lexsort((-inst.gpus, -demand)).tolist():
+    late = np.zeros(inst.jobs.size, bool)
+    order = np.lexsort((-inst.gpus, -demand))
+    for k, job in enumerate(order.tolist()):
+        if k % DEADLINE_CHECK_EVERY == 0 and deadline.expired():
+            late[order[k:]] = True
+            return pieces, late
         need = int(inst.gpus[job])
         j = int(inst.job_type[job])
-        mine = inst.server_type == j
+        mine = of_type[j]
         cpu, mem = float(s.cpus[point[job]]), float(s.memory[point[job]])
         if need <= largest[j]:
-            ok = np.nonzero(mine & (free >= need))[0]
+            ok = mine[free[mine] >= need]
             if ok.size == 0:
                 continue
             load = np.maximum((asked_cpu[ok] + need * cpu) / cap_cpu[ok],
@@ -415,7 +531,7 @@ def assign_servers(inst: SynergyInstance, point: IntArray) -> list[list[tuple[in
             if free[mine].sum() < need:
                 continue
             chosen, left = [], need
-            for server in np.argsort(np.where(mine, -free, 1), kind="stable").tolist():
+            for server in mine[np.argsort(-free[mine], kind="stable")].tolist():
                 take = int(min(free[server], left))
                 if take <= 0:
                     break
@@ -423,12 +539,12 @@ def assign_servers(inst: SynergyInstance, point: IntArray) -> list[list[tuple[in
                 left -= take
                 if left == 0:
                     break
-        for server, k in chosen:
-            free[server] -= k
-            asked_cpu[server] += k * cpu
-            asked_mem[server] += k * mem
+        for server, count in chosen:
+            free[server] -= count
+            asked_cpu[server] += count * cpu
+            asked_mem[server] += count * mem
         pieces[job] = chosen
-    return pieces
+    return pieces, late
 
 
 def reshape(inst: SynergyInstance, pieces: list[list[tuple[int, int]]], deadline: Deadline,
@@ -436,28 +552,40 @@ def reshape(inst: SynergyInstance, pieces: list[list[tuple[int, int]]], deadline
     """The best points for jobs whose servers are fixed: max sum w tput over one point per
     placed job with every server's cores and memory respected (a small multiple-choice
     knapsack MIP). A job that cannot keep even its fair point waits (placing jobs comes
-    first: each placed job is worth more than every throughput together)."""
+    first: each placed job is worth more than every throughput together). Not started when
+    HiGHS could not reach its first look at the time limit in the time left (no job placed,
+    status time limit, `Placement.reached` 0)."""
     s = inst.shapes
     servers = inst.server_gpus.size
-    placed = np.array([bool(p) for p in pieces])
+    c = inst.jobs.size
+    placement = Placement(np.full(c, -1, np.int64), [[] for _ in range(c)])
+    placed = np.array([bool(p) for p in pieces], bool)
     cols = np.nonzero(placed[s.job])[0]
     k = cols.size
     job = s.job[cols]
+    # each piece (job, server, GPUs) puts the job's columns in the server's two capacity rows
+    piece_job = np.array([j for j, mine in enumerate(pieces) for _ in mine], np.int64)
+    piece_server = np.array([srv for mine in pieces for srv, _ in mine], np.int64)
+    piece_gpus = np.array([n for mine in pieces for _, n in mine], np.float64)
+    first = np.searchsorted(job, np.arange(c))
+    count = np.searchsorted(job, np.arange(c), side="right") - first
+    per_piece = count[piece_job]
+    entry = (np.repeat(first[piece_job] - (np.cumsum(per_piece) - per_piece), per_piece)
+             + np.arange(int(per_piece.sum())))
+    server = np.repeat(piece_server, per_piece)
+    gpus = np.repeat(piece_gpus, per_piece)
+    nonzeros = k + 2 * entry.size
+    if deadline.remaining() < RESHAPE_SETUP_S_PER_NONZERO * nonzeros:
+        placement.reached = 0
+        return placement, SolverStatus.TIME_LIMIT
     big = 1.0 + float((inst.weight * s.tput[s.best]).sum()) if inst.jobs.size else 1.0
-    rows = [job]
-    entries = [np.arange(k)]
-    vals = [np.ones(k)]
-    c = inst.jobs.size
-    for j in np.nonzero(placed)[0].tolist():
-        mine = np.nonzero(job == j)[0]
-        for server, gpus in pieces[j]:
-            rows += [np.full(mine.size, c + server), np.full(mine.size, c + servers + server)]
-            entries += [mine, mine]
-            vals += [gpus * s.cpus[cols[mine]], gpus * s.memory[cols[mine]]]
     model = LinearModel(
         cost=inst.weight[job] * s.tput[cols] + big,
         matrix=sp.csc_matrix(
-            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(entries))),
+            (np.concatenate([np.ones(k), gpus * s.cpus[cols[entry]],
+                             gpus * s.memory[cols[entry]]]),
+             (np.concatenate([job, c + server, c + servers + server]),
+              np.concatenate([np.arange(k), entry, entry]))),
             shape=(c + 2 * servers, k),
         ),
         row_lower=np.full(c + 2 * servers, -INFINITY),
@@ -469,7 +597,6 @@ def reshape(inst: SynergyInstance, pieces: list[list[tuple[int, int]]], deadline
     )
     result = solve_highs(model, HighsSettings(mip_rel_gap=gap * 1e-3, threads=threads),
                          deadline)
-    placement = Placement(np.full(c, -1, np.int64), [[] for _ in range(c)])
     if result.has_solution:
         for col in np.nonzero(result.x > 0.5)[0].tolist():
             j = int(job[col])
@@ -483,9 +610,10 @@ def placed_value(inst: SynergyInstance, placement: Placement) -> float:
     return float((inst.weight[ok] * inst.shapes.tput[placement.point[ok]]).sum())
 
 
-def tune(inst: SynergyInstance) -> Placement:
+def tune(inst: SynergyInstance, deadline: Deadline = NO_DEADLINE) -> Placement:
     """TUNE (compat synergy): best points in base order (module docstring)."""
-    return place(inst, inst.shapes.best, np.arange(inst.jobs.size), split=False)
+    return place(inst, inst.shapes.best, np.arange(inst.jobs.size), split=False,
+                 deadline=deadline)
 
 
 def solve_policy(
@@ -495,48 +623,73 @@ def solve_policy(
     options: SolveOptions,
     deadline: Deadline,
 ) -> Plan:
-    """Synergy OPT (exact shapes, bound by LP1) or TUNE (compat synergy)."""
-    inst = synergy_instance(problem, params)
+    """Synergy OPT (exact shapes, bound by LP1) or TUNE (compat synergy); every stage leaves
+    the plan's building its time."""
+    before_plan = deadline.leaving(PLAN_S_PER_JOB * problem.jobs.num_jobs)
+    inst = synergy_instance(problem, params, before_plan)
     started = time.perf_counter()
-    heuristic = tune(inst)
+    heuristic = tune(inst, before_plan)
     heuristic_value = placed_value(inst, heuristic)
-    notes: list[str] = []
-    final = heuristic
+    heuristic_late = np.arange(inst.jobs.size) >= heuristic.reached \
+        if heuristic.reached >= 0 else np.zeros(inst.jobs.size, bool)
+    cut: list[str] = []
+    if not inst.complete:
+        cut.append(f"time limit: the base order stopped with {inst.unreached.size} job(s) "
+                   "not looked at")
+    if heuristic.reached >= 0:
+        cut.append(f"time limit: TUNE placed {heuristic.reached} of {inst.jobs.size} jobs")
+    notes: list[str] = list(cut)
+    final, late = heuristic, heuristic_late
     exact: ExactRun | None = None
     if compat is not Compat.SYNERGY:
-        shapes = solve_shapes(inst, deadline, options.relative_gap, options.threads)
-        if shapes.objective is None:
+        shapes = solve_shapes(inst, before_plan, options.relative_gap, options.threads)
+        status = shapes.status
+        if shapes.not_started:
+            notes.append("time limit: LP1 was not started; TUNE's plan kept")
+        elif shapes.objective is None:
             notes.append(f"LP1 ended {shapes.status.value} without a point; TUNE's plan kept")
         else:
-            final, reshaped = reshape(inst, assign_servers(inst, shapes.point), deadline,
-                                      options.relative_gap, options.threads)
-            if reshaped is not SolverStatus.OPTIMAL:
+            pieces, late = assign_servers(inst, shapes.point, before_plan)
+            if late.any():
+                notes.append(f"time limit: {int(late.sum())} job(s) of LP1 not given servers")
+                status = SolverStatus.TIME_LIMIT
+            final, reshaped = reshape(inst, pieces, before_plan, options.relative_gap,
+                                      options.threads)
+            if final.reached == 0:
+                notes.append("time limit: placement reshaping was not started")
+                late = np.ones(inst.jobs.size, bool)
+            elif reshaped is not SolverStatus.OPTIMAL:
                 notes.append(f"placement reshaping ended {reshaped.value}")
             moved = int((final.point != shapes.point).sum())
-            if moved:
+            if moved and final.reached != 0:
                 notes.append(f"{moved} job(s) reshaped from LP1's point to fit their nodes")
         if heuristic_value > placed_value(inst, final):
-            final = heuristic
+            final, late = heuristic, heuristic_late
             notes.append("TUNE's placement kept (better than the placed LP1 shapes)")
         exact = ExactRun(
-            placed_value(inst, final), shapes.bound, shapes.status,
+            placed_value(inst, final), shapes.bound if inst.complete else None, status,
             "synergy OPT: LP1 shape ILP (HiGHS MIP), consolidated placement",
             time.perf_counter() - started, ModelSize(*shapes.size, 0, shapes.size[0]),
             "; ".join(notes), feasible_when_open=True,
         )
-    section, status, reasons, values = _section(problem, inst, final)
-    return compared_plan(problem, section, status, reasons, "synergy_tune", heuristic_value,
-                         exact, options.relative_gap, objective_value=values)
+    section, job_status, reasons, values = _section(problem, inst, final, late)
+    return compared_plan(problem, section, job_status, reasons, "synergy_tune", heuristic_value,
+                         exact, options.relative_gap, objective_value=values,
+                         detail="; ".join(cut))
 
 
-def _section(problem: Problem, inst: SynergyInstance, placement: Placement
+def _section(problem: Problem, inst: SynergyInstance, placement: Placement, late: np.ndarray
              ) -> tuple[GroupSection, list[JobStatus], list[str], FloatArray]:
+    """The groups of the placed jobs; `late` (chosen jobs) marks those the deadline left
+    unplaced."""
     m = problem.jobs.num_jobs
     s = inst.shapes
     status = [JobStatus.DEFERRED] * m
     reasons = ["no GPUs left this round (base order)"] * m
     grids = (problem.sharing or SharingInputs()).resource_grid
     usable = np.asarray(problem.usable.any(axis=1))
+    for i in inst.unreached.tolist():
+        reasons[i] = "not given GPUs before the time limit"
     for i in range(m):
         if not grids or grids[i] is None:
             status[i] = JobStatus.UNSERVABLE
@@ -552,7 +705,8 @@ def _section(problem: Problem, inst: SynergyInstance, placement: Placement
     for c, i in enumerate(inst.jobs.tolist()):
         p = int(placement.point[c])
         if p < 0:
-            reasons[i] = "no node has room for its fair share after shrinking others"
+            reasons[i] = ("not placed before the time limit" if late[c] else
+                          "no node has room for its fair share after shrinking others")
             continue
         g = int(inst.gpus[c])
         cpus[i], memory[i] = g * s.cpus[p], g * s.memory[p]

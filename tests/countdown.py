@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from apportion.solver.deadline import MIN_SOLVER_LIMIT_S, Deadline
@@ -22,3 +23,15 @@ class CountdownDeadline(Deadline):
 
     def solver_limit_s(self) -> float:
         return MIN_SOLVER_LIMIT_S if self.looks[0] >= self.checks else 0.0
+
+
+@dataclass(frozen=True)
+class ReservingDeadline(Deadline):
+    """A deadline that never passes itself, whose `leaving(seconds)` (what a stage gets when
+    it holds `seconds` back for later stages) is `share(seconds)`: a stage reading the share
+    can be cut while the stages after it still have all their time."""
+
+    share: Callable[[float], Deadline] = field(default=lambda seconds: Deadline(0.0))
+
+    def leaving(self, seconds: float, max_share: float = 0.5) -> Deadline:
+        return self.share(seconds)

@@ -8,6 +8,7 @@ import itertools
 from dataclasses import replace
 
 import numpy as np
+import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -43,9 +44,10 @@ def random_instance(seed: int, jobs: int, devices: int, u_max: float = 1.0,
         used_memory=used,
         device_utilization=util,
         budget=rng.choice([0.0, 0.15, 0.4, np.inf], devices),
-        delta=rng.choice([0.0, 0.05, 0.1, 0.3], (jobs, devices)),
+        delta=sp.csr_matrix(rng.choice([0.0, 0.05, 0.1, 0.3], (jobs, devices))),
         slowdown_weight=weight,
-        usable=rng.random((jobs, devices)) < 0.8,
+        job_types=rng.random((jobs, devices)) < 0.8,  # a type per device: any usable pairs
+        device_type=np.arange(devices),
     )
 
 
