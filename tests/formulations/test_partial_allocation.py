@@ -36,7 +36,7 @@ from apportion.formulations.partial_allocation import (
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
 from apportion.solver.result import ModelSize
-from tests.countdown import CountdownDeadline
+from tests.countdown import CountdownDeadline, FrozenClock
 
 Array = NDArray[np.float64]
 
@@ -330,14 +330,6 @@ def test_the_greedy_fill_takes_what_one_bundle_at_a_time_takes(seed: int, window
     choice = _greedy_fill(bids, cols, gain, window)
     assert np.array_equal(choice, greedy_one_by_one(bids, cols, gain))
     assert feasible(bids, choice)
-
-
-class FrozenClock:
-    """`time.monotonic` of the deadline module stopped at 0."""
-
-    @staticmethod
-    def monotonic() -> float:
-        return 0.0
 
 
 @pytest.mark.parametrize("bidders", [3, 5])

@@ -36,7 +36,7 @@ from apportion.solver.result import ModelSize, Plan, Termination
 from apportion.solver.solve import solve
 from apportion.solver.validation import make_problem
 from apportion.v1 import allocation_service_pb2 as service_pb
-from tests.countdown import CountdownDeadline
+from tests.countdown import CountdownDeadline, FrozenClock
 from tests.formulations.test_node_pool import scan_take
 
 
@@ -490,15 +490,6 @@ def test_a_deadline_passing_at_any_check_gives_a_feasible_honest_plan(divisible:
         terminations.append(cert.termination)
     assert terminations[0] is Termination.FEASIBLE
     assert terminations[-1] is Termination.OPTIMAL  # the countdown outlasts a whole solve
-
-
-class FrozenClock:
-    """`time.monotonic` of the deadline module stopped at 0: a deadline at `at` always has
-    `at` seconds left, whatever runs, so what a stage decides from the time left is fixed."""
-
-    @staticmethod
-    def monotonic() -> float:
-        return 0.0
 
 
 @pytest.mark.parametrize("spare", [0.5, 2.0])
