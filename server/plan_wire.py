@@ -61,23 +61,6 @@ def _string_records(out: NDArray[np.uint8], at: Ints, tag: int, data: NDArray[np
     copy_ranges(out, at + 1 + size, data, start, length)
 
 
-def _word_string_records(out: NDArray[np.uint8], at: Ints, tag: int, data: NDArray[np.uint8],
-                         start: Ints, length: Ints) -> None:
-    """`_string_records`, copying the bytes 8 at a time: each record's last word writes up
-    to 7 bytes past it, which the caller overwrites with what follows in the same record."""
-    if not at.size:
-        return
-    out[at] = tag
-    at = at + 1 + put_varints(out, at + 1, length)
-    source = np.zeros(data.size + 8, np.uint8)
-    source[: data.size] = data
-    words = np.ndarray((source.size - 7,), "<u8", source, 0, (1,))
-    target = np.ndarray((out.size - 7,), "<u8", out, 0, (1,))
-    for k in range(0, int(length.max()), 8):
-        more = np.flatnonzero(length > k)
-        target[at[more] + k] = words[start[more] + k]
-
-
 def _share_entries(type_names: Sequence[str]) -> list[bytes]:
     """Per type, the bytes of a time-share map entry record up to its value's 8 bytes."""
     prefixes = []
@@ -142,11 +125,7 @@ def job_allocations(
     put_varints(out, at + 1, body)
     here = at + head
     id_start = np.cumsum(id_length) - id_length
-    roomy = has_id & (body - id_size >= 8)  # the rest of its record covers a word's overrun
-    _string_records(out, here[has_id & ~roomy], _ID_TAG, id_data, id_start[has_id & ~roomy],
-                    id_length[has_id & ~roomy])
-    _word_string_records(out, here[roomy], _ID_TAG, id_data, id_start[roomy],
-                         id_length[roomy])
+    _string_records(out, here[has_id], _ID_TAG, id_data, id_start[has_id], id_length[has_id])
     here += id_size
     out[here[has_status]] = _STATUS_TAG
     put_varints(out, here[has_status] + 1, status[has_status])
