@@ -201,12 +201,24 @@ def int32_of(value: Ints) -> Ints:
     return (value & 0xFFFFFFFF).astype(np.uint32).view(np.int32).astype(np.int64)
 
 
+SLICE_FROM_BYTES = 256
+"""`copy_ranges` copies ranges longer than this one slice at a time (a Python step each), and
+the others word by word (a numpy step per 8 bytes of the longest)."""
+
+
 def copy_ranges(out: Bytes, at: Ints, source: Bytes, start: Ints, length: Ints) -> None:
     """out[at[k]:at[k] + length[k]] = source[start[k]:start[k] + length[k]] for every k.
 
     Ranges of 8 bytes or more are copied a word (8 bytes) at a time: words at 0, 8, 16, ...
     and a last one ending exactly at the range's end (it may overlap the one before with the
-    same bytes), so nothing outside a range is read or written."""
+    same bytes), so nothing outside a range is read or written. Ranges longer than
+    `SLICE_FROM_BYTES` are copied one slice each (a step per word would be too many)."""
+    huge = length > SLICE_FROM_BYTES
+    if huge.any():
+        for a, s, n in zip(at[huge].tolist(), start[huge].tolist(), length[huge].tolist(),
+                           strict=True):
+            out[a:a + n] = source[s:s + n]
+        at, start, length = at[~huge], start[~huge], length[~huge]
     long = length >= 8
     if not long.all():
         _copy_bytes(out, at[~long], source, start[~long], length[~long])

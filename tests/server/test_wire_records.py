@@ -9,11 +9,12 @@ from hypothesis import strategies as st
 from apportion.server.wire_records import copy_ranges
 
 
-@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 9)), max_size=30),
+@given(st.lists(st.tuples(st.integers(0, 300), st.integers(0, 9)), max_size=30),
        st.integers(0, 2**32 - 1))
 def test_ranges_are_copied_and_nothing_else(ranges: list[tuple[int, int]], seed: int) -> None:
-    """Ranges of 0 to 40 bytes (both sides of the 8-byte word copy), packed end to end in the
-    source and with gaps (0 = none) in the output, which starts filled with a sentinel."""
+    """Ranges of 0 to 300 bytes (both sides of the 8-byte word copy and of the slice copy),
+    packed end to end in the source and with gaps (0 = none) in the output, which starts
+    filled with a sentinel."""
     rng = np.random.default_rng(seed)
     length = np.array([n for n, _ in ranges], np.int64)
     gap = np.array([g for _, g in ranges], np.int64)
