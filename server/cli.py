@@ -48,9 +48,15 @@ def load_request(path: str) -> service_pb.SolveRequest:
     Raises `InputError` naming the file for an unreadable file, invalid JSON or an unknown
     field.
     """
+    return load_request_serialized(path)[0]
+
+
+def load_request_serialized(path: str) -> tuple[service_pb.SolveRequest, bytes | None]:
+    """`load_request`, with the bytes the request was parsed from when at hand (the jobs are
+    decoded from them; None = from the message)."""
     from google.protobuf import json_format
 
-    from apportion.server.snapshot_json import parse_request
+    from apportion.server.snapshot_json import parse_request_serialized
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -58,7 +64,7 @@ def load_request(path: str) -> service_pb.SolveRequest:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InputError(f"{path}: cannot read file: {reason}") from exc
     try:
-        return parse_request(text)
+        return parse_request_serialized(text)
     except json_format.ParseError as exc:
         raise InputError(f"{path}: not a valid SolveRequest JSON: {exc}") from exc
 
@@ -82,16 +88,17 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from google.protobuf import json_format
 
     from apportion.server import render
-    from apportion.server.pipeline import solve_request
+    from apportion.server.pipeline import solve_request_typed
     from apportion.server.progress import progress
     from apportion.solver.deadline import Deadline
 
     arrived = time.monotonic()  # the time limit counts from here: reading the file included
     deadline = Deadline.after(args.time_limit) if args.time_limit is not None else None
-    request = load_request(args.file)
+    request, serialized = load_request_serialized(args.file)
+    # the overrides change the policy and options only: the bytes still hold the same jobs
     _apply_overrides(request, args.policy, args.time_limit)
     with progress(f"solving {len(request.snapshot.jobs)} jobs"):
-        response = solve_request(request, deadline, arrived)
+        response = solve_request_typed(request, deadline, arrived, serialized).response
     type_names = [t.name for t in request.snapshot.cluster.accelerator_types]
     output_format = "json" if args.json else args.format
     if output_format == "json":

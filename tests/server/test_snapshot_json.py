@@ -89,3 +89,50 @@ def test_same_outcome_on_mutated_files(label: str, base: dict[str, Any],
     tree = data.draw(mutated(base), label="request")
     expected, got = both(json.dumps(tree))
     assert got == expected
+
+
+_NAMES = {"id": "id", "scale_factor": "scaleFactor", "priority_weight": "priorityWeight",
+          "tenant": "tenant", "arrival_time_s": "arrivalTimeS", "deadline_s": "deadlineS",
+          "restart_penalty_s": "restartPenaltyS", "job_type": "jobType"}
+_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\\u003a"), max_size=12)
+_NUMBER = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.just(-0.0),
+                    st.just(0.0), st.integers(-(2**70), 2**70))
+_VALUES = {"id": _TEXT, "tenant": _TEXT, "job_type": _TEXT,
+           "scale_factor": st.integers(-(2**31), 2**31 - 1)}
+
+
+@st.composite
+def plain_jobs(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Jobs with random subsets of the plain fields, snake or camel keys, values of every
+    sign and size (zeros, -0.0, integers beyond int64 for doubles), unicode strings."""
+    jobs = []
+    for _ in range(draw(st.integers(0, 6))):
+        job: dict[str, Any] = {}
+        for name in draw(st.lists(st.sampled_from(sorted(_NAMES)), unique=True)):
+            key = _NAMES[name] if draw(st.booleans()) else name
+            job[key] = draw(_VALUES.get(name, _NUMBER))
+        if draw(st.booleans()):
+            job["throughput"] = draw(st.dictionaries(_TEXT, _NUMBER, max_size=3))
+        if draw(st.booleans()):
+            job["progress"] = {
+                ("stepsDone" if draw(st.booleans()) else "steps_done"): draw(_NUMBER),
+                "totalEpochs": draw(st.integers(0, 2**31 - 1)),
+            }
+        jobs.append(job)
+    return jobs
+
+
+@settings(max_examples=200, deadline=None)
+@given(plain_jobs())
+def test_plain_jobs_give_json_formats_message(jobs: list[dict[str, Any]]) -> None:
+    """Files the fast route reads (checked) parse to `json_format`'s message, field by field
+    and byte for byte."""
+    tree = json.loads(json.dumps(dict(BASES)["four_jobs.json"]))
+    tree["snapshot"]["jobs"] = jobs
+    text = json.dumps(tree)
+    assert takes_fast_route(text)
+    expected, got = both(text)
+    assert isinstance(got, service_pb.SolveRequest)
+    assert got == expected
+    assert got.SerializeToString(deterministic=True) == expected.SerializeToString(
+        deterministic=True)
