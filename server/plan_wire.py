@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from apportion.server.packed_fields import encode_varints
+from apportion.server.record_writer import utf8
 from apportion.server.wire_records import (
     I64,
     LEN,
@@ -40,17 +41,6 @@ _DOUBLE_NUMBERS = (
     _ALLOCATION.EFFECTIVE_THROUGHPUT_FIELD_NUMBER, _ALLOCATION.NORMALIZED_THROUGHPUT_FIELD_NUMBER,
     _ALLOCATION.OBJECTIVE_VALUE_FIELD_NUMBER, _ALLOCATION.DUAL_FIELD_NUMBER)
 _MAP_KEY_TAG, _MAP_VALUE_TAG = 1 << 3 | LEN, 2 << 3 | I64
-
-
-def _utf8(texts: Sequence[str]) -> tuple[NDArray[np.uint8], Ints]:
-    """The UTF-8 bytes of `texts` one after another, and each one's length in bytes."""
-    joined = "".join(texts)
-    data = joined.encode()
-    if len(data) == len(joined):  # ASCII: a byte per character
-        length = np.fromiter(map(len, texts), np.int64, len(texts))
-    else:
-        length = np.fromiter(map(len, map(str.encode, texts)), np.int64, len(texts))
-    return np.frombuffer(data, np.uint8), length
 
 
 def _string_records(out: NDArray[np.uint8], at: Ints, tag: int, data: NDArray[np.uint8],
@@ -94,14 +84,14 @@ def job_allocations(
     m = len(ids)
     if not m:
         return b""
-    id_data, id_length = _utf8(ids)
+    id_data, id_length = utf8(ids)
     has_id = id_length > 0
     id_size = np.where(has_id, 1 + varint_sizes(id_length) + id_length, 0)
     status = np.asarray(status, np.int64)
     has_status = status != 0
     status_size = np.where(has_status, 1 + varint_sizes(status), 0)
     with_reason = np.flatnonzero(np.fromiter(map(bool, reasons), bool, m))
-    reason_data, reason_length = _utf8([reasons[i] for i in with_reason.tolist()])
+    reason_data, reason_length = utf8([reasons[i] for i in with_reason.tolist()])
     reason_size = np.zeros(m, np.int64)
     reason_size[with_reason] = 1 + varint_sizes(reason_length) + reason_length
     job, column = np.nonzero(time_share > 0)
