@@ -1,8 +1,10 @@
 """`Snapshot.jobs` read at the wire level: the main fields of every `Job` as numpy columns.
 
 Reading a `Job` message field by field costs about 5 µs in Python; 100,000 jobs cost half a
-second. Their serialized bytes hold the same values: `WireJobs.decode` walks the records of
-all jobs in lockstep (`apportion.server.wire_records`), then gathers each field's values with
+second. Their serialized bytes hold the same values, read where they are in the request's
+bytes (`job_spans`: the runtime is asked only for each job's length, and the run of job
+records those lengths make is checked record by record; jobs written otherwise are joined
+into a new buffer). `WireJobs.decode_spans` walks the records of all jobs in lockstep (`apportion.server.wire_records`), then gathers each field's values with
 array operations: doubles through 8-byte views, varints decoded as int32 fields are (low 32
 bits), strings through a message type of repeated string fields (the runtime makes the
 Python strings), throughput map entries matched to the cluster's type names by a perfect
@@ -34,8 +36,10 @@ from numpy.typing import NDArray
 
 from apportion.server.packed_fields import encode_varints
 from apportion.server.wire_records import (
+    I32,
     I64,
     LEN,
+    MAX_VARINT_BYTES,
     PADDING,
     VARINT,
     Ints,
@@ -46,6 +50,7 @@ from apportion.server.wire_records import (
     put_varints,
     records,
     varint_sizes,
+    varints_at,
     walk,
 )
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -104,12 +109,144 @@ def job_bytes(snapshot: snapshot_pb.Snapshot, serialized: bytes | None) -> list[
     """The serialized `Job` of each entry of `snapshot.jobs`: from `serialized` (the
     `SolveRequest` bytes the snapshot was parsed from) when given, else by serializing
     `snapshot`."""
+    return list(_shadow_jobs(snapshot, serialized)[0])
+
+
+def _shadow_jobs(snapshot: snapshot_pb.Snapshot, serialized: bytes | None
+                 ) -> tuple[Sequence[bytes], bytes, tuple[int, ...]]:
+    """The jobs' bytes as the shadow types read them, the bytes they were read from and the
+    path of field numbers from those bytes to the jobs' parent (`_jobs_in_place`)."""
     request_type, snapshot_type, _ = _shadow_types()
     if serialized is not None:
-        jobs: Sequence[bytes] = request_type.FromString(serialized).snapshot.jobs  # type: ignore[attr-defined]
-    else:
-        jobs = snapshot_type.FromString(snapshot.SerializeToString()).jobs  # type: ignore[attr-defined]
-    return list(jobs)
+        jobs = request_type.FromString(serialized).snapshot.jobs  # type: ignore[attr-defined]
+        return jobs, serialized, (service_pb.SolveRequest.SNAPSHOT_FIELD_NUMBER,)
+    data = snapshot.SerializeToString()
+    return snapshot_type.FromString(data).jobs, data, ()  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class JobSpans:
+    """Where the serialized `Job` of each entry of `Snapshot.jobs` is: `buf[start[k]:end[k]]`."""
+
+    buf: WireBuffer
+    start: Ints
+    end: Ints
+
+    @property
+    def count(self) -> int:
+        return int(self.start.size)
+
+
+def job_spans(snapshot: snapshot_pb.Snapshot, serialized: bytes | None) -> JobSpans:
+    """`job_bytes` as spans. The jobs are found where they are in `serialized` (or in the
+    snapshot's serialization) when they form one run of records there, as serializers write
+    them; otherwise (a snapshot given in parts, jobs between other fields, lengths written
+    with needless bytes) their bytes are joined into a new buffer."""
+    jobs, data, path = _shadow_jobs(snapshot, serialized)
+    length = np.fromiter(map(len, jobs), np.int64, len(jobs))
+    found = _jobs_in_place(data, path, length)
+    if found is not None:
+        return found
+    buf = WireBuffer(b"".join([*jobs, PADDING]))
+    end = np.cumsum(length)
+    return JobSpans(buf, end - length, end)
+
+
+MAX_RECORDS_BEFORE_JOBS = 64
+"""`_jobs_in_place` walks at most this many records (one by one) looking for the jobs."""
+_JOBS_TAG = snapshot_pb.Snapshot.JOBS_FIELD_NUMBER << 3 | LEN
+
+
+def _jobs_in_place(data: bytes, path: tuple[int, ...], length: Ints) -> JobSpans | None:
+    """The spans of jobs of lengths `length` in `data`, when their parent (the message
+    reached from `data` by the length-delimited fields `path`, each given once) holds them
+    as one run of records (a one-byte tag, a length of as few bytes as it needs), starting
+    at its first `jobs` record; None otherwise."""
+    if not length.size:
+        return None
+    start, end = 0, len(data)
+    for number in path:
+        span = _only_record(data, start, end, number)
+        if span is None:
+            return None
+        start, end = span
+    first = _first_record(data, start, end, _JOBS_TAG)
+    if first is None:
+        return None
+    buf = WireBuffer(data + PADDING)
+    head = 1 + varint_sizes(length)
+    record_end = first + np.cumsum(head + length)
+    at = record_end - head - length
+    if int(record_end[-1]) > end:
+        return None
+    given, size = varints_at(buf, at + 1)
+    if not ((buf.bytes[at] == _JOBS_TAG).all() and np.array_equal(size, head - 1)
+            and np.array_equal(given.view(np.int64), length)):
+        return None
+    return JobSpans(buf, at + head, record_end)
+
+
+def _records_of(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(tag, value start, value end) of the records of `data[start:end]`, one by one (for a
+    few records: the top-level fields of a message), at most MAX_RECORDS_BEFORE_JOBS; stops
+    at a record it cannot follow (a group, a truncated one, field number 0)."""
+    at = start
+    for _ in range(MAX_RECORDS_BEFORE_JOBS):
+        if at >= end:
+            return
+        tag, at = _varint_at(data, at, end)
+        wire_type = tag & 7
+        if wire_type == VARINT:
+            value_end = _varint_at(data, at, end)[1]
+        elif wire_type == LEN:
+            size, at = _varint_at(data, at, end)
+            value_end = at + size
+        elif wire_type in (I64, I32):
+            value_end = at + (8 if wire_type == I64 else 4)
+        else:
+            return
+        if tag >> 3 == 0 or value_end > end:
+            return
+        yield tag, at, value_end
+        at = value_end
+
+
+def _varint_at(data: bytes, at: int, end: int) -> tuple[int, int]:
+    """The varint at `at` and the offset after it; (0, `end` + 1) when it does not end before
+    `end` within MAX_VARINT_BYTES bytes (the walk then stops: a record past the end)."""
+    value = 0
+    for k in range(min(MAX_VARINT_BYTES, end - at)):
+        byte = data[at + k]
+        value |= (byte & 0x7F) << (7 * k)
+        if byte < 0x80:
+            return value, at + k + 1
+    return 0, end + 1
+
+
+def _only_record(data: bytes, start: int, end: int, number: int) -> tuple[int, int] | None:
+    """The value span of the one length-delimited record of field `number` among the records
+    of `data[start:end]`; None when there is none, more than one (a message given in parts),
+    one of another wire type, or the records cannot all be walked."""
+    found: list[tuple[int, int]] = []
+    walked = start
+    for tag, value_start, value_end in _records_of(data, start, end):
+        if tag >> 3 == number:
+            if tag & 7 != LEN:
+                return None
+            found.append((value_start, value_end))
+        walked = value_end
+    return found[0] if len(found) == 1 and walked == end else None
+
+
+def _first_record(data: bytes, start: int, end: int, tag: int) -> int | None:
+    """The offset of the first record of `data[start:end]` with tag `tag` (a one-byte tag),
+    if `_records_of` reaches it."""
+    at = start
+    for found, _, value_end in _records_of(data, start, end):
+        if found == tag:
+            return at
+        at = value_end
+    return None
 
 
 @dataclass(frozen=True)
@@ -134,13 +271,18 @@ class WireJobs:
     @staticmethod
     def decode(jobs: list[bytes], type_names: Sequence[str]) -> WireJobs:
         """Decode the serialized jobs `jobs` (type names: the cluster's, in order)."""
-        m = len(jobs)
-        length = np.fromiter(map(len, jobs), np.int64, m)
-        buf = WireBuffer(b"".join([*jobs, PADDING]))
+        length = np.fromiter(map(len, jobs), np.int64, len(jobs))
         end = np.cumsum(length)
+        spans = JobSpans(WireBuffer(b"".join([*jobs, PADDING])), end - length, end)
+        return WireJobs.decode_spans(spans, type_names)
+
+    @staticmethod
+    def decode_spans(spans: JobSpans, type_names: Sequence[str]) -> WireJobs:
+        """`decode` for jobs given as spans of one buffer."""
+        m, buf = spans.count, spans.buf
         unread = np.zeros(m, bool)
         seen = _MainRecords(m, buf.size)
-        for chunk in walk(buf, end - length, end, MAX_JOB_RECORDS, unread):
+        for chunk in walk(buf, spans.start, spans.end, MAX_JOB_RECORDS, unread):
             seen.add(chunk, unread)
         present = seen.start > 0
         cells = _throughput(buf, *seen.entries(), type_names, unread)
