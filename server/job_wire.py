@@ -3,12 +3,13 @@
 Reading a `Job` message field by field costs about 5 µs in Python; 100,000 jobs cost half a
 second. Their serialized bytes hold the same values, read where they are in the request's
 bytes (`job_spans`: the runtime is asked only for each job's length, and the run of job
-records those lengths make is checked record by record; jobs written otherwise are joined
-into a new buffer). `WireJobs.decode_spans` walks the records of all jobs in lockstep (`apportion.server.wire_records`), then gathers each field's values with
-array operations: doubles through 8-byte views, varints decoded as int32 fields are (low 32
-bits), strings through a message type of repeated string fields (the runtime makes the
-Python strings), throughput map entries matched to the cluster's type names by a perfect
-hash of their bytes before the value, compared word for word.
+records those lengths make is checked record by record; jobs written otherwise are joined into
+a new buffer). `WireJobs.decode_spans` walks the records of all jobs in lockstep
+(`apportion.server.wire_records`), then gathers each field's values with array operations:
+doubles through 8-byte views, varints decoded as int32 fields are (low 32 bits), strings
+through a message type of repeated string fields (the runtime makes the Python strings),
+throughput map entries matched to the cluster's type names by a perfect hash of their bytes
+before the value, compared word for word.
 
 Records are read as the runtime reads them: a field given twice keeps its last value, a
 main field's number with another wire type is an unknown field (ignored), unknown fields are
@@ -50,7 +51,6 @@ from apportion.server.wire_records import (
     put_varints,
     records,
     varint_sizes,
-    varints_at,
     walk,
 )
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -179,10 +179,13 @@ def _jobs_in_place(data: bytes, path: tuple[int, ...], length: Ints) -> JobSpans
     at = record_end - head - length
     if int(record_end[-1]) > end:
         return None
-    given, size = varints_at(buf, at + 1)
-    if not ((buf.bytes[at] == _JOBS_TAG).all() and np.array_equal(size, head - 1)
-            and np.array_equal(given.view(np.int64), length)):
+    if not (buf.bytes[at] == _JOBS_TAG).all():
         return None
+    for k in range(int(head.max()) - 1):  # the length's varint, byte by byte
+        more = np.flatnonzero(head > k + 1) if k else np.arange(at.size)
+        byte = (length[more] >> 7 * k) & 0x7F | np.where(head[more] > k + 2, 0x80, 0)
+        if not (buf.bytes[at[more] + 1 + k] == byte).all():
+            return None
     return JobSpans(buf, at + head, record_end)
 
 
