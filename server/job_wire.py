@@ -516,14 +516,38 @@ def _progress(buf: WireBuffer, job: Ints, start: Ints, end: Ints, m: int,
 
 def _strings(buf: WireBuffer, seen: _MainRecords, name: str, read: NDArray[np.bool_]
              ) -> list[str]:
-    """A string field of every job ("" where unset or not read). The values are written as
+    """A string field of every job ("" where unset or not read): the values one after
+    another, each followed by a NUL byte, decoded at once and split at the NULs; when a value
+    holds a NUL itself (or is not UTF-8, which the runtime rejects before this), through
+    `_strings_by_runtime`."""
+    slot = _SLOT[name]  # unset: start and end 0
+    first = np.where(read, seen.start[slot], 0).astype(np.int64)
+    length = np.where(read, seen.end[slot] - first, 0).astype(np.int64)
+    end = np.cumsum(length + 1)
+    at = end - length - 1
+    out = np.zeros(int(end[-1]) + 8 if end.size else 0, np.uint8)  # 8 for the last overrun
+    words = np.ndarray((max(out.size - 7, 0),), "<u8", out, 0, (1,))
+    # 8 bytes at a time, the last words first: a word running past its value (into the
+    # next values) is overwritten by theirs, written later; the NULs go in last
+    for k in reversed(range(0, int(length.max(initial=0)), 8)):
+        more = np.flatnonzero(length > k)
+        words[at[more] + k] = buf.u64[first[more] + k]
+    out[end - 1] = 0
+    joined = out[: out.size - 8].tobytes()
+    if joined.count(0) == length.size:
+        try:
+            return joined.decode().split("\0")[:-1]
+        except UnicodeDecodeError:
+            pass
+    return _strings_by_runtime(buf, first, length)
+
+
+def _strings_by_runtime(buf: WireBuffer, first: Ints, length: Ints) -> list[str]:
+    """The strings `buf[first[k]:first[k] + length[k]]`. The values are written as
     the records of a repeated string field, which the runtime turns into Python strings,
     each followed by a filler record (a fixed64 field, given again and again) so that they
     can be copied 8 bytes at a time: a copy's last word runs into the filler, whose tag is
     written after it."""
-    slot = _SLOT[name]  # unset: start and end 0
-    first = np.where(read, seen.start[slot], 0).astype(np.int64)
-    length = np.where(read, seen.end[slot] - first, 0).astype(np.int64)
     head = 1 + varint_sizes(length)
     size = head + length + _FILLER
     at = np.cumsum(size) - size
