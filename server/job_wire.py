@@ -36,11 +36,10 @@ from google.protobuf.message import Message
 from numpy.typing import NDArray
 
 from apportion.server.packed_fields import encode_varints
+from apportion.server.wire_peek import records as message_records
 from apportion.server.wire_records import (
-    I32,
     I64,
     LEN,
-    MAX_VARINT_BYTES,
     PADDING,
     VARINT,
     Ints,
@@ -189,66 +188,36 @@ def _jobs_in_place(data: bytes, path: tuple[int, ...], length: Ints) -> JobSpans
     return JobSpans(buf, at + head, record_end)
 
 
-def _records_of(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(tag, value start, value end) of the records of `data[start:end]`, one by one (for a
-    few records: the top-level fields of a message), at most MAX_RECORDS_BEFORE_JOBS; stops
-    at a record it cannot follow (a group, a truncated one, field number 0)."""
-    at = start
-    for _ in range(MAX_RECORDS_BEFORE_JOBS):
-        if at >= end:
-            return
-        tag, at = _varint_at(data, at, end)
-        wire_type = tag & 7
-        if wire_type == VARINT:
-            value_end = _varint_at(data, at, end)[1]
-        elif wire_type == LEN:
-            size, at = _varint_at(data, at, end)
-            value_end = at + size
-        elif wire_type in (I64, I32):
-            value_end = at + (8 if wire_type == I64 else 4)
-        else:
-            return
-        if tag >> 3 == 0 or value_end > end:
-            return
-        yield tag, at, value_end
-        at = value_end
-
-
-def _varint_at(data: bytes, at: int, end: int) -> tuple[int, int]:
-    """The varint at `at` and the offset after it; (0, `end` + 1) when it does not end before
-    `end` within MAX_VARINT_BYTES bytes (the walk then stops: a record past the end)."""
-    value = 0
-    for k in range(min(MAX_VARINT_BYTES, end - at)):
-        byte = data[at + k]
-        value |= (byte & 0x7F) << (7 * k)
-        if byte < 0x80:
-            return value, at + k + 1
-    return 0, end + 1
-
-
 def _only_record(data: bytes, start: int, end: int, number: int) -> tuple[int, int] | None:
     """The value span of the one length-delimited record of field `number` among the records
     of `data[start:end]`; None when there is none, more than one (a message given in parts),
-    one of another wire type, or the records cannot all be walked."""
+    one of another wire type, more than MAX_RECORDS_BEFORE_JOBS records or a record that
+    cannot be followed."""
     found: list[tuple[int, int]] = []
-    walked = start
-    for tag, value_start, value_end in _records_of(data, start, end):
-        if tag >> 3 == number:
-            if tag & 7 != LEN:
+    try:
+        for k, (tag, value_start, value_end) in enumerate(message_records(data, start, end)):
+            if k == MAX_RECORDS_BEFORE_JOBS or (tag >> 3 == number and tag & 7 != LEN):
                 return None
-            found.append((value_start, value_end))
-        walked = value_end
-    return found[0] if len(found) == 1 and walked == end else None
+            if tag >> 3 == number:
+                found.append((value_start, value_end))
+    except ValueError:
+        return None
+    return found[0] if len(found) == 1 else None
 
 
 def _first_record(data: bytes, start: int, end: int, tag: int) -> int | None:
     """The offset of the first record of `data[start:end]` with tag `tag` (a one-byte tag),
-    if `_records_of` reaches it."""
+    if it is among the first MAX_RECORDS_BEFORE_JOBS records and those can be followed."""
     at = start
-    for found, _, value_end in _records_of(data, start, end):
-        if found == tag:
-            return at
-        at = value_end
+    try:
+        for k, (found, _, value_end) in enumerate(message_records(data, start, end)):
+            if k == MAX_RECORDS_BEFORE_JOBS:
+                return None
+            if found == tag:
+                return at
+            at = value_end
+    except ValueError:
+        return None
     return None
 
 
