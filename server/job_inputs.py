@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from apportion.server.job_wire import JobFields, WireJobs, all_jobs, job_bytes
+from apportion.server.job_wire import JobFields, WireJobs, all_jobs, job_spans
 from apportion.server.packed_fields import read_packed
 from apportion.solver.errors import Violation, echo, key, listing
 from apportion.solver.model import DEFAULT_RESTART_PENALTY_S, Cluster, FloatArray, IntArray
@@ -251,9 +251,9 @@ def read_jobs(
     `msg` was parsed from (its jobs are decoded from them), or None (`msg` is serialized for
     it)."""
     jobs = msg.jobs
-    encoded = job_bytes(msg, serialized) if len(jobs) >= DECODE_FROM_JOBS else []
-    if encoded and len(encoded) == len(jobs):
-        wire = WireJobs.decode(encoded, cluster.type_names)
+    spans = job_spans(msg, serialized) if len(jobs) >= DECODE_FROM_JOBS else None
+    if spans is not None and spans.count == len(jobs):
+        wire = WireJobs.decode_spans(spans, cluster.type_names)
         present = JobFields(jobs, wire.others, wire.unread)
     else:  # few jobs, or bytes of another request: read the messages
         wire, present = None, all_jobs(jobs)

@@ -1,12 +1,15 @@
 """`Snapshot.jobs` read at the wire level: the main fields of every `Job` as numpy columns.
 
 Reading a `Job` message field by field costs about 5 µs in Python; 100,000 jobs cost half a
-second. Their serialized bytes hold the same values: `WireJobs.decode` walks the records of
-all jobs in lockstep (`apportion.server.wire_records`), then gathers each field's values with
-array operations: doubles through 8-byte views, varints decoded as int32 fields are (low 32
-bits), strings through a message type of repeated string fields (the runtime makes the
-Python strings), throughput map entries matched to the cluster's type names by a perfect
-hash of their bytes before the value, compared word for word.
+second. Their serialized bytes hold the same values, read where they are in the request's
+bytes (`job_spans`: the runtime is asked only for each job's length, and the run of job
+records those lengths make is checked record by record; jobs written otherwise are joined into
+a new buffer). `WireJobs.decode_spans` walks the records of all jobs in lockstep
+(`apportion.server.wire_records`), then gathers each field's values with array operations:
+doubles through 8-byte views, varints decoded as int32 fields are (low 32 bits), strings
+through a message type of repeated string fields (the runtime makes the Python strings),
+throughput map entries matched to the cluster's type names by a perfect hash of their bytes
+before the value, compared word for word.
 
 Records are read as the runtime reads them: a field given twice keeps its last value, a
 main field's number with another wire type is an unknown field (ignored), unknown fields are
@@ -33,6 +36,7 @@ from google.protobuf.message import Message
 from numpy.typing import NDArray
 
 from apportion.server.packed_fields import encode_varints
+from apportion.server.wire_peek import records as message_records
 from apportion.server.wire_records import (
     I64,
     LEN,
@@ -104,12 +108,117 @@ def job_bytes(snapshot: snapshot_pb.Snapshot, serialized: bytes | None) -> list[
     """The serialized `Job` of each entry of `snapshot.jobs`: from `serialized` (the
     `SolveRequest` bytes the snapshot was parsed from) when given, else by serializing
     `snapshot`."""
+    return list(_shadow_jobs(snapshot, serialized)[0])
+
+
+def _shadow_jobs(snapshot: snapshot_pb.Snapshot, serialized: bytes | None
+                 ) -> tuple[Sequence[bytes], bytes, tuple[int, ...]]:
+    """The jobs' bytes as the shadow types read them, the bytes they were read from and the
+    path of field numbers from those bytes to the jobs' parent (`_jobs_in_place`)."""
     request_type, snapshot_type, _ = _shadow_types()
     if serialized is not None:
-        jobs: Sequence[bytes] = request_type.FromString(serialized).snapshot.jobs  # type: ignore[attr-defined]
-    else:
-        jobs = snapshot_type.FromString(snapshot.SerializeToString()).jobs  # type: ignore[attr-defined]
-    return list(jobs)
+        jobs = request_type.FromString(serialized).snapshot.jobs  # type: ignore[attr-defined]
+        return jobs, serialized, (service_pb.SolveRequest.SNAPSHOT_FIELD_NUMBER,)
+    data = snapshot.SerializeToString()
+    return snapshot_type.FromString(data).jobs, data, ()  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class JobSpans:
+    """Where the serialized `Job` of each entry of `Snapshot.jobs` is: `buf[start[k]:end[k]]`."""
+
+    buf: WireBuffer
+    start: Ints
+    end: Ints
+
+    @property
+    def count(self) -> int:
+        return int(self.start.size)
+
+
+def job_spans(snapshot: snapshot_pb.Snapshot, serialized: bytes | None) -> JobSpans:
+    """`job_bytes` as spans. The jobs are found where they are in `serialized` (or in the
+    snapshot's serialization) when they form one run of records there, as serializers write
+    them; otherwise (a snapshot given in parts, jobs between other fields, lengths written
+    with needless bytes) their bytes are joined into a new buffer."""
+    jobs, data, path = _shadow_jobs(snapshot, serialized)
+    length = np.fromiter(map(len, jobs), np.int64, len(jobs))
+    found = _jobs_in_place(data, path, length)
+    if found is not None:
+        return found
+    buf = WireBuffer(b"".join([*jobs, PADDING]))
+    end = np.cumsum(length)
+    return JobSpans(buf, end - length, end)
+
+
+MAX_RECORDS_BEFORE_JOBS = 64
+"""`_jobs_in_place` walks at most this many records (one by one) looking for the jobs."""
+_JOBS_TAG = snapshot_pb.Snapshot.JOBS_FIELD_NUMBER << 3 | LEN
+
+
+def _jobs_in_place(data: bytes, path: tuple[int, ...], length: Ints) -> JobSpans | None:
+    """The spans of jobs of lengths `length` in `data`, when their parent (the message
+    reached from `data` by the length-delimited fields `path`, each given once) holds them
+    as one run of records (a one-byte tag, a length of as few bytes as it needs), starting
+    at its first `jobs` record; None otherwise."""
+    if not length.size:
+        return None
+    start, end = 0, len(data)
+    for number in path:
+        span = _only_record(data, start, end, number)
+        if span is None:
+            return None
+        start, end = span
+    first = _first_record(data, start, end, _JOBS_TAG)
+    if first is None:
+        return None
+    buf = WireBuffer(data + PADDING)
+    head = 1 + varint_sizes(length)
+    record_end = first + np.cumsum(head + length)
+    at = record_end - head - length
+    if int(record_end[-1]) > end:
+        return None
+    if not (buf.bytes[at] == _JOBS_TAG).all():
+        return None
+    for k in range(int(head.max()) - 1):  # the length's varint, byte by byte
+        more = np.flatnonzero(head > k + 1) if k else np.arange(at.size)
+        byte = (length[more] >> 7 * k) & 0x7F | np.where(head[more] > k + 2, 0x80, 0)
+        if not (buf.bytes[at[more] + 1 + k] == byte).all():
+            return None
+    return JobSpans(buf, at + head, record_end)
+
+
+def _only_record(data: bytes, start: int, end: int, number: int) -> tuple[int, int] | None:
+    """The value span of the one length-delimited record of field `number` among the records
+    of `data[start:end]`; None when there is none, more than one (a message given in parts),
+    one of another wire type, more than MAX_RECORDS_BEFORE_JOBS records or a record that
+    cannot be followed."""
+    found: list[tuple[int, int]] = []
+    try:
+        for k, (tag, value_start, value_end) in enumerate(message_records(data, start, end)):
+            if k == MAX_RECORDS_BEFORE_JOBS or (tag >> 3 == number and tag & 7 != LEN):
+                return None
+            if tag >> 3 == number:
+                found.append((value_start, value_end))
+    except ValueError:
+        return None
+    return found[0] if len(found) == 1 else None
+
+
+def _first_record(data: bytes, start: int, end: int, tag: int) -> int | None:
+    """The offset of the first record of `data[start:end]` with tag `tag` (a one-byte tag),
+    if it is among the first MAX_RECORDS_BEFORE_JOBS records and those can be followed."""
+    at = start
+    try:
+        for k, (found, _, value_end) in enumerate(message_records(data, start, end)):
+            if k == MAX_RECORDS_BEFORE_JOBS:
+                return None
+            if found == tag:
+                return at
+            at = value_end
+    except ValueError:
+        return None
+    return None
 
 
 @dataclass(frozen=True)
@@ -134,13 +243,18 @@ class WireJobs:
     @staticmethod
     def decode(jobs: list[bytes], type_names: Sequence[str]) -> WireJobs:
         """Decode the serialized jobs `jobs` (type names: the cluster's, in order)."""
-        m = len(jobs)
-        length = np.fromiter(map(len, jobs), np.int64, m)
-        buf = WireBuffer(b"".join([*jobs, PADDING]))
+        length = np.fromiter(map(len, jobs), np.int64, len(jobs))
         end = np.cumsum(length)
+        spans = JobSpans(WireBuffer(b"".join([*jobs, PADDING])), end - length, end)
+        return WireJobs.decode_spans(spans, type_names)
+
+    @staticmethod
+    def decode_spans(spans: JobSpans, type_names: Sequence[str]) -> WireJobs:
+        """`decode` for jobs given as spans of one buffer."""
+        m, buf = spans.count, spans.buf
         unread = np.zeros(m, bool)
         seen = _MainRecords(m, buf.size)
-        for chunk in walk(buf, end - length, end, MAX_JOB_RECORDS, unread):
+        for chunk in walk(buf, spans.start, spans.end, MAX_JOB_RECORDS, unread):
             seen.add(chunk, unread)
         present = seen.start > 0
         cells = _throughput(buf, *seen.entries(), type_names, unread)
@@ -371,14 +485,38 @@ def _progress(buf: WireBuffer, job: Ints, start: Ints, end: Ints, m: int,
 
 def _strings(buf: WireBuffer, seen: _MainRecords, name: str, read: NDArray[np.bool_]
              ) -> list[str]:
-    """A string field of every job ("" where unset or not read). The values are written as
+    """A string field of every job ("" where unset or not read): the values one after
+    another, each followed by a NUL byte, decoded at once and split at the NULs; when a value
+    holds a NUL itself (or is not UTF-8, which the runtime rejects before this), through
+    `_strings_by_runtime`."""
+    slot = _SLOT[name]  # unset: start and end 0
+    first = np.where(read, seen.start[slot], 0).astype(np.int64)
+    length = np.where(read, seen.end[slot] - first, 0).astype(np.int64)
+    end = np.cumsum(length + 1)
+    at = end - length - 1
+    out = np.zeros(int(end[-1]) + 8 if end.size else 0, np.uint8)  # 8 for the last overrun
+    words = np.ndarray((max(out.size - 7, 0),), "<u8", out, 0, (1,))
+    # 8 bytes at a time, the last words first: a word running past its value (into the
+    # next values) is overwritten by theirs, written later; the NULs go in last
+    for k in reversed(range(0, int(length.max(initial=0)), 8)):
+        more = np.flatnonzero(length > k)
+        words[at[more] + k] = buf.u64[first[more] + k]
+    out[end - 1] = 0
+    joined = out[: out.size - 8].tobytes()
+    if joined.count(0) == length.size:
+        try:
+            return joined.decode().split("\0")[:-1]
+        except UnicodeDecodeError:
+            pass
+    return _strings_by_runtime(buf, first, length)
+
+
+def _strings_by_runtime(buf: WireBuffer, first: Ints, length: Ints) -> list[str]:
+    """The strings `buf[first[k]:first[k] + length[k]]`. The values are written as
     the records of a repeated string field, which the runtime turns into Python strings,
     each followed by a filler record (a fixed64 field, given again and again) so that they
     can be copied 8 bytes at a time: a copy's last word runs into the filler, whose tag is
     written after it."""
-    slot = _SLOT[name]  # unset: start and end 0
-    first = np.where(read, seen.start[slot], 0).astype(np.int64)
-    length = np.where(read, seen.end[slot] - first, 0).astype(np.int64)
     head = 1 + varint_sizes(length)
     size = head + length + _FILLER
     at = np.cumsum(size) - size

@@ -90,15 +90,18 @@ def job_allocations(
     status = np.asarray(status, np.int64)
     has_status = status != 0
     status_size = np.where(has_status, 1 + varint_sizes(status), 0)
-    with_reason = np.flatnonzero(np.fromiter(map(bool, reasons), bool, m))
+    with_reason = (np.zeros(0, np.int64) if reasons.count("") == m  # the usual case
+                   else np.flatnonzero(np.fromiter(map(bool, reasons), bool, m)))
     reason_data, reason_length = utf8([reasons[i] for i in with_reason.tolist()])
     reason_size = np.zeros(m, np.int64)
     reason_size[with_reason] = 1 + varint_sizes(reason_length) + reason_length
-    job, column = np.nonzero(time_share > 0)
+    positive = time_share > 0
+    job, column = np.nonzero(positive)
     prefixes = _share_entries(type_names)
-    cell_size = np.array([len(p) + 8 for p in prefixes], np.int64)[column]
-    cells = np.bincount(job, minlength=m)
-    share_size = np.bincount(job, weights=cell_size, minlength=m).astype(np.int64)
+    entry_size = np.array([len(p) + 8 for p in prefixes], np.int64)
+    cell_size = entry_size[column]
+    cells = np.count_nonzero(positive, axis=1)
+    share_size = positive @ entry_size if entry_size.size else np.zeros(m, np.int64)
     scalars = [(encode_varints(np.array([number << 3 | I64])), np.asarray(v, np.float64))
                for number, v in [*zip(_DOUBLE_NUMBERS, doubles, strict=True), *optional]]
     written = [v.view(np.uint64) != 0 for _, v in scalars[:4]]  # +0.0 only is left out
@@ -134,8 +137,10 @@ def job_allocations(
         as_double[cell_at[mine] + len(prefix)] = time_share[job[mine], j]
     here += share_size
     for (tag, value), write in zip(scalars, written, strict=True):
+        every = bool(write.all())
+        at_tag, values = (here, value) if every else (here[write], value[write])
         for k, byte in enumerate(tag):
-            out[here[write] + k] = byte
-        as_double[here[write] + len(tag)] = value[write]
-        here += (len(tag) + 8) * write
+            out[at_tag + k] = byte
+        as_double[at_tag + len(tag)] = values
+        here += len(tag) + 8 if every else (len(tag) + 8) * write
     return out[:-8].tobytes()

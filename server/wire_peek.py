@@ -8,13 +8,15 @@ top-level fields are walked by their tags and lengths, so a large field costs on
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import policy_pb2
 
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
+def varint_at(data: bytes, at: int) -> tuple[int, int]:
     """The varint at `at` and the position after it; ValueError when malformed."""
     value = shift = 0
     while True:
@@ -28,31 +30,42 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
         shift += 7
 
 
+def records(message: bytes, start: int = 0, end: int | None = None
+            ) -> Iterator[tuple[int, int, int]]:
+    """(tag, value start, value end) of each record of `message[start:end]` (a message's
+    top-level fields), one by one; ValueError at a record that cannot be followed (truncated,
+    a group: not in apportion.v1)."""
+    end = len(message) if end is None else end
+    at = start
+    while at < end:
+        tag, at = varint_at(message, at)
+        wire_type = tag & 7
+        value_start = at
+        if wire_type == _VARINT:
+            _, at = varint_at(message, at)
+        elif wire_type == _FIXED64:
+            at += 8
+        elif wire_type == _FIXED32:
+            at += 4
+        elif wire_type == _LENGTH:
+            length, value_start = varint_at(message, at)
+            at = value_start + length
+        else:
+            raise ValueError("a group")
+        if at > end:
+            raise ValueError("truncated record")
+        yield tag, value_start, at
+
+
 def field_bytes(message: bytes, number: int) -> bytes | None:
     """The bytes of the length-delimited top-level field `number` of `message` (occurrences
     concatenated, which protobuf reads as one merged message); None when absent or when the
     bytes are not a well-formed message."""
     found: list[bytes] = []
-    at = 0
     try:
-        while at < len(message):
-            tag, at = _varint(message, at)
-            wire_type = tag & 7
-            if wire_type == _VARINT:
-                _, at = _varint(message, at)
-            elif wire_type == _FIXED64:
-                at += 8
-            elif wire_type == _FIXED32:
-                at += 4
-            elif wire_type == _LENGTH:
-                length, at = _varint(message, at)
-                if tag >> 3 == number:
-                    found.append(message[at : at + length])
-                at += length
-            else:
-                return None  # groups: not in apportion.v1
-            if at > len(message):
-                return None
+        for tag, value_start, value_end in records(message):
+            if tag == number << 3 | _LENGTH:
+                found.append(message[value_start:value_end])
     except ValueError:
         return None
     return b"".join(found) if found else None

@@ -6,9 +6,11 @@ libraries they load lazily, the request pipeline). A worker therefore starts in 
 milliseconds, and no solve pays for a first-use import. The fork server is a separate
 single-threaded process started from a clean interpreter, so gRPC's threads are never forked.
 
-Protocol, over one Pipe per worker: the pool sends ``(request bytes, deadline, arrival)`` (both
-``time.monotonic()`` instants, which every process of the machine shares; inf = no deadline),
-the worker answers ``("accepted",)`` at once, then one of ``("ok", response bytes)``,
+Protocol, over one Pipe per worker: the pool sends ``(deadline, arrival)`` (both
+``time.monotonic()`` instants, which every process of the machine shares; inf = no deadline)
+and then the request bytes as they are (`Connection.send_bytes`: megabytes are never pickled,
+which would copy them once more on each side), the worker answers ``("accepted",)`` at once,
+then one of ``("ok", None)`` followed by the response bytes as they are,
 ``("invalid", [(field, description), ...])``, ``("memory", None)`` or
 ``("error", (summary, traceback))``. A worker that dies before accepting a request (killed
 while idle) costs that request nothing: it is sent to another worker. One that dies after
@@ -207,9 +209,18 @@ def _worker_main(conn: Connection, memory_ceiling: int | None) -> None:
             return
         if message is None:
             return
+        try:
+            request_bytes = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
         conn.send(("accepted",))
-        request_bytes, deadline_at, arrived_at = message
-        conn.send(_handle(request_bytes, deadline_at, arrived_at, hooks))
+        deadline_at, arrived_at = message
+        kind, payload = _handle(request_bytes, deadline_at, arrived_at, hooks)
+        if kind == "ok":
+            conn.send((kind, None))
+            conn.send_bytes(payload)
+        else:
+            conn.send((kind, payload))
 
 
 # ----------------------------------------------------------------------------- pool side
@@ -226,11 +237,15 @@ class _LostError(Exception):
 def _roundtrip(conn: Connection, message: tuple[bytes, float, float]) -> Reply:
     """Parent side, in a thread: send one request and wait for the reply."""
     accepted = False
+    request_bytes, deadline_at, arrived_at = message
     try:
-        conn.send(message)
+        conn.send((deadline_at, arrived_at))
+        conn.send_bytes(request_bytes)
         conn.recv()  # ("accepted",)
         accepted = True
         reply: Reply = conn.recv()
+        if reply[0] == "ok":
+            reply = ("ok", conn.recv_bytes())
     except (EOFError, OSError) as exc:
         raise _LostError(accepted) from exc
     return reply

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from apportion.server import job_inputs
 from apportion.server.convert import request_to_model
 from apportion.server.job_inputs import MainColumns, read_rows
-from apportion.server.job_wire import JobFields, WireJobs, all_jobs, job_bytes
+from apportion.server.job_wire import JobFields, WireJobs, all_jobs, job_bytes, job_spans
 from apportion.server.snapshot_inputs import snapshot_to_problem
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import Cluster
@@ -198,6 +198,67 @@ def requests(draw: st.DrawFn) -> tuple[bytes, service_pb.SolveRequest]:
     data = b"".join(record(1, LEN, part) for part in parts if part)
     data += record(2, LEN, record(1, LEN, b"weighted_max_min_fairness"))
     return data, service_pb.SolveRequest.FromString(data)
+
+
+def span_bytes(request: service_pb.SolveRequest, data: bytes | None) -> list[bytes]:
+    """The bytes of every span `job_spans` gives."""
+    spans = job_spans(request.snapshot, data)
+    return [spans.buf.bytes[a:b].tobytes()
+            for a, b in zip(spans.start.tolist(), spans.end.tolist(), strict=True)]
+
+
+@given(requests())
+def test_job_spans_are_the_jobs_bytes(case: tuple[bytes, service_pb.SolveRequest]) -> None:
+    """Found in place or joined, the spans hold each job's bytes, in order, from the
+    client's bytes and from a fresh serialization."""
+    data, request = case
+    assert span_bytes(request, data) == job_bytes(request.snapshot, data)
+    assert span_bytes(request, None) == job_bytes(request.snapshot, None)
+
+
+def snapshot_record(*parts: bytes) -> bytes:
+    return record(1, LEN, b"".join(parts))
+
+
+JOB_A, JOB_B = record(1, LEN, b"a") + record(2, VARINT, b"\x1a"), record(1, LEN, b"b" * 200)
+"""Two jobs: the first ends with the byte of a `jobs` tag, the second's length takes two
+bytes."""
+POLICY = record(2, LEN, record(1, LEN, b"weighted_max_min_fairness"))
+JOBS_IN_ODD_PLACES = {
+    "as serializers write them": snapshot_record(record(3, LEN, JOB_A), record(3, LEN, JOB_B)),
+    "a tenant between the jobs": snapshot_record(record(3, LEN, JOB_A), record(4, LEN, b""),
+                                                 record(3, LEN, JOB_B)),
+    "a tenant as long as a job between the jobs": snapshot_record(
+        record(3, LEN, JOB_A), record(4, LEN, record(1, LEN, b"t" * (len(JOB_B) - 3))),
+        record(3, LEN, JOB_B)),
+    "the snapshot in two parts": snapshot_record(record(3, LEN, JOB_A))
+    + snapshot_record(record(3, LEN, JOB_B)),
+    "a job's length with a needless byte": snapshot_record(
+        varint(3 << 3 | LEN) + varint(len(JOB_A), overlong=1) + JOB_A, record(3, LEN, JOB_B)),
+    "a job's tag with a needless byte": snapshot_record(
+        record(3, LEN, JOB_A), varint(3 << 3 | LEN, overlong=1) + varint(len(JOB_B)) + JOB_B),
+    "jobs' number with another wire type first": snapshot_record(
+        record(3, VARINT, b"\x01"), record(3, LEN, JOB_A), record(3, LEN, JOB_B)),
+    "many fields before the jobs": snapshot_record(record(1, I64, b"\x00" * 8) * 70,
+                                                   record(3, LEN, JOB_A), record(3, LEN, JOB_B)),
+    "the request's snapshot number with another wire type": record(1, VARINT, b"\x01")
+    + snapshot_record(record(3, LEN, JOB_A), record(3, LEN, JOB_B)),
+    "unknown request fields, a group among them": record(9, START_GROUP, b"")
+    + record(9, END_GROUP, b"") + snapshot_record(record(3, LEN, JOB_A), record(3, LEN, JOB_B)),
+    "a job of one tag byte too short": snapshot_record(record(3, LEN, JOB_A), b"\x1a\x00"),
+}
+
+
+@pytest.mark.parametrize("name", JOBS_IN_ODD_PLACES)
+@pytest.mark.parametrize("policy_first", [False, True])
+def test_job_spans_of_jobs_in_odd_places(name: str, policy_first: bool) -> None:
+    body = JOBS_IN_ODD_PLACES[name]
+    data = POLICY + body if policy_first else body + POLICY
+    request = service_pb.SolveRequest.FromString(data)
+    assert span_bytes(request, data) == job_bytes(request.snapshot, data)
+    assert len(request.snapshot.jobs) >= 2
+    if name == "as serializers write them":  # read in place: no copy of the jobs is made
+        assert job_spans(request.snapshot, data).buf.size == len(data)
 
 
 def cluster_of(request: service_pb.SolveRequest) -> Cluster:

@@ -192,6 +192,26 @@ def test_solve_matches_in_process(stub: service_grpc.AllocationServiceStub) -> N
     assert 0 < reply.stats.time_limit_s <= CALL_TIMEOUT_S
 
 
+def test_rows_over_the_service_are_solved_as_in_process(
+    stub: service_grpc.AllocationServiceStub,
+) -> None:
+    """Enough jobs for the worker to decode them from the client's bytes (found in place,
+    handed over the pipe as they are), with tenants, job types and unicode ids: the same plan,
+    bit for bit, as in process (`tests/server/test_job_wire.py` holds the decoder to the
+    `Job` messages)."""
+    request = large_request(400)
+    request.snapshot.tenants.add(name="t")
+    for i, job in enumerate(request.snapshot.jobs):
+        job.id += "é" * (i % 3)
+        job.tenant = "t" if i % 2 else ""
+        job.job_type = "resnet" * (i % 4)
+        job.scale_factor = 1 + i % 2
+    reply = stub.Solve(request, timeout=CALL_TIMEOUT_S)
+    expected = solve_request(request)
+    assert reply.stats.termination == expected.stats.termination
+    assert reply.plan == expected.plan
+
+
 def test_time_limit_is_the_smaller_of_request_and_deadline(
     stub: service_grpc.AllocationServiceStub,
 ) -> None:
