@@ -6,8 +6,8 @@ lucid, iadeep).
 * `sharing_problem` reads and validates what the resolved policy reads (by its capability
   flags): CPU/memory grids and node CPUs and memory, stage times, device sharing profiles,
   shared devices and group interference; other policies ignore these fields.
-* `fill_sharing_response` writes the groups, the per-job CPUs, memory, slowdown and group, and
-  the heuristic's objective in the stats.
+* `fill_sharing_response` writes the heuristic's objective in the stats (the groups are
+  written by `apportion.server.group_wire`).
 
 Every problem is appended as `Violation(field_path, description)`.
 """
@@ -562,9 +562,9 @@ def sharing_problem(
     return replace(problem, sharing=sharing)
 
 
-def fill_sharing_response(plan: Plan, problem: Problem,
-                          response: service_pb.SolveResponse) -> None:
-    """Groups, per-job CPUs, memory, slowdown and group, and the heuristic's objective."""
+def fill_sharing_response(plan: Plan, response: service_pb.SolveResponse) -> None:
+    """The heuristic's objective (the groups and the per-job CPUs, memory, slowdown and group
+    are written by `response.plan_response`, `apportion.server.group_wire`)."""
     section = plan.groups
     if section is None:
         return
@@ -576,31 +576,3 @@ def fill_sharing_response(plan: Plan, problem: Problem,
             gap = relative_gap(plan.certificate.objective, section.heuristic_objective, 1.0)
             if gap is not None and math.isfinite(gap):
                 stats.heuristic_gap = gap
-    if not response.HasField("plan"):
-        return
-    out = response.plan
-    ids = problem.jobs.ids
-    names = problem.cluster.type_names
-    entries = list(out.jobs)
-    for g, group in enumerate(section.groups):
-        msg = out.groups.add()
-        msg.job_ids.extend(ids[i] for i in group.members)
-        msg.slowdown.extend(group.slowdown)
-        if group.type_index >= 0:
-            msg.accelerator_type = names[group.type_index]
-        msg.devices = group.devices
-        for node, devices in group.node_devices:
-            msg.node_devices[node] = msg.node_devices[node] + devices
-        msg.device_ids.extend(group.device_ids)
-        msg.period_s = group.period_s
-        msg.configurations.extend(group.configurations)
-        for member, slowdown in zip(group.members, group.slowdown, strict=True):
-            if member < len(entries):
-                entries[member].group = g
-                entries[member].slowdown = slowdown
-    for array, name in ((section.cpus, "cpus"), (section.memory_gib, "memory_gib")):
-        if array is None:
-            continue
-        for i, value in enumerate(array.tolist()):
-            if i < len(entries) and math.isfinite(value):
-                setattr(entries[i], name, value)
