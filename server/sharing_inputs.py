@@ -28,6 +28,7 @@ from apportion.server.sharing_wire import (
     read_sharing_wire,
 )
 from apportion.solver.cluster_topology import topology_of
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.errors import Violation
 from apportion.solver.model import Compat, PolicyRequest, Problem
 from apportion.solver.parameters import (
@@ -684,12 +685,14 @@ def sharing_problem(
     policy: PolicyRequest,
     violations: list[Violation],
     serialized: bytes | None = None,
+    deadline: Deadline = NO_DEADLINE,
 ) -> Problem:
     """Add and validate the inputs the policy reads (unchanged problem for other policies).
     These policies do not read jobs[].throughput: convert's "no usable accelerator type"
     error is withdrawn for them. `serialized`: the bytes `request` was parsed from, if at
     hand (a request of WIRE_FROM jobs and entries or more is read at the wire level,
-    `apportion.server.sharing_wire`)."""
+    `apportion.server.sharing_wire`). Raises `DeadlineExpiredError` once `deadline` passes
+    (checked between the inputs read)."""
     caps = lookup(policy.name).capabilities
     if not (caps.reads_resource_profiles or caps.reads_stage_times or caps.reads_device_sharing):
         return problem
@@ -700,11 +703,13 @@ def sharing_problem(
     wire_entries: InterferenceWire | None = None
     if len(snap.jobs) + len(snap.interference) >= WIRE_FROM:
         wire_jobs, wire_entries = read_sharing_wire(request, serialized)
+        deadline.check()
     if caps.reads_resource_profiles:
         grids, cpus, memory = _grids(snap, problem, violations, wire_jobs)
         sharing = replace(sharing, resource_grid=grids, node_cpus=cpus, node_memory_gib=memory)
     if caps.reads_stage_times:
         sharing = replace(sharing, stage_s=_stages(snap, violations, wire_jobs))
+    deadline.check()
     if caps.reads_device_sharing:
         params = policy.parameters
         opportunistic = _opportunistic(problem)
@@ -715,7 +720,9 @@ def sharing_problem(
             default = float(getattr(params, "device_memory_gib", 0.0))
             devices = _devices(snap, problem, opportunistic, default, violations, wire_jobs)
             limit = float(devices.memory_gib.max(initial=0.0))
+        deadline.check()
         fields = _job_sharing(snap, limit, violations, wire_jobs)
+        deadline.check()
         for i in np.nonzero(opportunistic & (problem.jobs.scale_factor > 1))[0].tolist():
             violations.append(Violation(f"snapshot.jobs[{i}].scale_factor",
                                         "an opportunistic job runs on one device"))

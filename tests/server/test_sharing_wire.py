@@ -3,7 +3,8 @@ model and the violations the message-by-message reading gives: on random request
 co-location policy (bad memory, utilization, scores, budgets, stage times, interference
 entries with unknown, repeated or too many jobs, wrong slowdown counts, named
 configurations, groups listed twice, unequal scale factors), and on bytes no serializer
-writes (a field given twice, in parts, unpacked slowdowns, unknown fields)."""
+writes (a field given twice, in parts, unpacked slowdowns, unknown fields); and the reading
+stops at the deadline."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from hypothesis import strategies as st
 
 from apportion.server import sharing_inputs
 from apportion.server.convert import request_to_model
+from apportion.solver.deadline import DeadlineExpiredError
 from apportion.solver.errors import ValidationError
 from apportion.v1 import allocation_service_pb2 as service_pb
+from tests.countdown import CountdownDeadline
 from tests.server.test_sharing_inputs import base_request
 
 POLICIES = ["synergy", "muri", "lucid", "antman", "iadeep"]
@@ -151,3 +154,23 @@ UNUSUAL_ENTRIES = [
 def test_unusual_entry_bytes(policy: str, extra: int) -> None:
     data = _with_entry(base_request(policy), UNUSUAL_ENTRIES[extra])
     assert_same(service_pb.SolveRequest.FromString(data), data)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_reading_stops_at_the_deadline(policy: str) -> None:
+    """Between the inputs it reads, the conversion looks at the deadline: each look can end
+    it (`DeadlineExpiredError`), and a deadline that does not pass changes nothing."""
+    request = base_request(policy)
+    data = request.SerializeToString()
+    with mock.patch.object(sharing_inputs, "WIRE_FROM", 0):
+        problem, resolved, _ = request_to_model(request)
+        never = CountdownDeadline(checks=10**6)
+        assert pickle.dumps(sharing_inputs.sharing_problem(
+            request, problem, resolved, [], data, never)) == pickle.dumps(
+            sharing_inputs.sharing_problem(request, problem, resolved, [], data))
+        looks = never.looks[0]
+        assert looks >= 2
+        for checks in range(looks):
+            with pytest.raises(DeadlineExpiredError):
+                sharing_inputs.sharing_problem(request, problem, resolved, [], data,
+                                               CountdownDeadline(checks=checks))
