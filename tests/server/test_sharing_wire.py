@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import pickle
 import struct
+from collections.abc import Callable
 from unittest import mock
 
 import pytest
@@ -22,6 +23,7 @@ from apportion.server.convert import request_to_model
 from apportion.solver.deadline import DeadlineExpiredError
 from apportion.solver.errors import ValidationError
 from apportion.v1 import allocation_service_pb2 as service_pb
+from apportion.v1 import snapshot_pb2 as snapshot_pb
 from tests.countdown import CountdownDeadline
 from tests.server.test_sharing_inputs import base_request
 
@@ -50,8 +52,6 @@ def requests(draw: st.DrawFn) -> service_pb.SolveRequest:
     snap = request.snapshot
     ids = [job.id for job in snap.jobs] + ["nobody"]
     for job in snap.jobs:
-        if draw(st.booleans()):
-            continue
         share = job.sharing
         share.gpu_memory_gib, share.gpu_utilization = draw(NUMBERS), draw(NUMBERS)
         if draw(st.booleans()):
@@ -84,6 +84,69 @@ def requests(draw: st.DrawFn) -> service_pb.SolveRequest:
 @settings(max_examples=150, deadline=None)
 @given(requests())
 def test_wire_and_messages_agree(request: service_pb.SolveRequest) -> None:
+    assert_same(request)
+
+
+def _set(field: str, value: object) -> Callable[[snapshot_pb.Job], None]:
+    def edit(job: snapshot_pb.Job) -> None:
+        message, name = (job.sharing, field) if "." not in field else (
+            getattr(job, field.split(".")[0]), field.split(".")[1])
+        setattr(message, name, value)
+    return edit
+
+
+def _clear_stages(job: snapshot_pb.Job) -> None:
+    job.ClearField("stage_times")
+
+
+def _zero_stages(job: snapshot_pb.Job) -> None:
+    job.stage_times.SetInParent()
+    for name in ("storage_s", "cpu_s", "gpu_s", "network_s"):
+        setattr(job.stage_times, name, 0.0)
+
+
+JOB_EDITS = [
+    *(_set("gpu_memory_gib", v) for v in (30.0, 24.0, -1.0, math.nan, math.inf, 0.0, -0.0)),
+    *(_set("gpu_utilization", v) for v in (1.5, -0.1, math.nan, 1.0, 0.0)),
+    *(_set("sharing_score", v) for v in (-1, 3, 0, 2)),
+    *(_set("slowdown_budget", v) for v in (-1.0, math.nan, math.inf, 0.0)),
+    *(_set("stage_times.cpu_s", v) for v in (-1.0, math.nan, math.inf, 0.0)),
+    _clear_stages, _zero_stages,
+    lambda job: setattr(job, "job_type", "unlisted"),
+    lambda job: setattr(job, "scale_factor", 2),
+]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("edit", range(len(JOB_EDITS)))
+@pytest.mark.parametrize("job", [0, 2])
+def test_each_job_rule(policy: str, edit: int, job: int) -> None:
+    """One job's field changed (on a guaranteed and an opportunistic job): the same model or
+    the same violations either way."""
+    request = base_request(policy)
+    JOB_EDITS[edit](request.snapshot.jobs[job])
+    assert_same(request)
+
+
+ENTRIES = [
+    (["j0", "j0"], [1.1, 1.2]), (["j0", "nobody"], [1.1, 1.2]), (["j0"], [1.1]),
+    (["j0", "j1", "j2", "j3", "j0"], [1.0] * 5), (["j0", "j1"], [1.1]),
+    (["j0", "j1"], [0.0, 1.0]), (["j0", "j1"], [math.nan, 1.0]), (["j0", "j1"], [1.0, math.inf]),
+    (["j2", "j0"], [1.5, 1.5]),  # the first entry's group again
+    (["j1", "j2", "j3"], [1.1, 1.2, 1.3]), (["j3", "j1"], [1.1, 1.3]),
+]
+
+
+@pytest.mark.parametrize("policy", ["antman", "lucid", "iadeep"])
+@pytest.mark.parametrize("entry", range(len(ENTRIES)))
+@pytest.mark.parametrize("scale", [1, 2])
+def test_each_entry_rule(policy: str, entry: int, scale: int) -> None:
+    """One more interference entry (and job j1 of another scale factor): the same model or
+    the same violations either way."""
+    request = base_request(policy)
+    ids, slowdown = ENTRIES[entry]
+    request.snapshot.interference.add(job_ids=ids, slowdown=slowdown)
+    request.snapshot.jobs[1].scale_factor = scale
     assert_same(request)
 
 
@@ -174,3 +237,19 @@ def test_reading_stops_at_the_deadline(policy: str) -> None:
             with pytest.raises(DeadlineExpiredError):
                 sharing_inputs.sharing_problem(request, problem, resolved, [], data,
                                                CountdownDeadline(checks=checks))
+
+
+@pytest.mark.parametrize("wire", [True, False])
+def test_a_group_twice_and_unequal_scale_factors_are_named(wire: bool) -> None:
+    request = base_request("antman")
+    request.snapshot.interference.add(job_ids=["j2", "j0"], slowdown=[1.5, 1.5])
+    request.snapshot.jobs[1].scale_factor = 2
+    found = outcome(request, request.SerializeToString(), wire)
+    assert isinstance(found, list)
+    assert ("snapshot.interference[2]", "group listed twice (first at [0])") in found
+    assert ("snapshot.interference[1].job_ids",
+            "jobs sharing devices need equal scale factors") in found
+    del request.snapshot.interference[2]
+    request.snapshot.jobs[1].scale_factor = 1
+    problem = pickle.loads(outcome(request, request.SerializeToString(), wire))  # type: ignore[arg-type]
+    assert [entry.jobs for entry in problem.sharing.interference] == [(0, 2), (1, 3)]
