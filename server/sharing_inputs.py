@@ -518,11 +518,11 @@ def _job_sharing_row(share: snapshot_pb.DeviceSharing, p: str, device_memory: fl
 
 def _interference(msg: snapshot_pb.Snapshot, problem: Problem,
                   configurations: Sequence[tuple[JobConfiguration, ...]],
-                  violations: list[Violation], wire: InterferenceWire | None
-                  ) -> tuple[GroupInterference, ...]:
+                  violations: list[Violation], wire: InterferenceWire | None,
+                  deadline: Deadline = NO_DEADLINE) -> tuple[GroupInterference, ...]:
     """The valid entries: distinct known members (2 to 4), a slowdown each, named
     configurations, no group twice, equal scale factors."""
-    jobs = {job_id: i for i, job_id in enumerate(problem.jobs.ids)}
+    jobs = dict(zip(problem.jobs.ids, range(problem.jobs.num_jobs), strict=True))  # last wins
     count = len(msg.interference)
     members = np.full((count, MAX_GROUP_SIZE), -1, np.int64)
     chosen = np.zeros((count, MAX_GROUP_SIZE), np.int64)
@@ -534,6 +534,7 @@ def _interference(msg: snapshot_pb.Snapshot, problem: Problem,
         good = _wire_entries(wire, jobs, members, slowdown)
         size[good] = wire.id_count[good]
         rows = np.flatnonzero(~good).tolist()
+        deadline.check()
     for k in rows:
         entry = _entry_row(msg.interference[k], f"snapshot.interference[{k}]", jobs,
                            configurations, violations)
@@ -564,6 +565,7 @@ def _interference(msg: snapshot_pb.Snapshot, problem: Problem,
         violations.append(Violation(f"snapshot.interference[{k}].job_ids",
                                     "jobs sharing devices need equal scale factors"))
     ok = ok[~mixed]
+    deadline.check()
     out: list[GroupInterference | None] = [None] * ok.size
     for n in range(2, MAX_GROUP_SIZE + 1):  # tuples made column by column, per group size
         sized = np.flatnonzero(size[ok] == n)
@@ -702,7 +704,7 @@ def sharing_problem(
     wire_jobs: JobSharingWire | None = None
     wire_entries: InterferenceWire | None = None
     if len(snap.jobs) + len(snap.interference) >= WIRE_FROM:
-        wire_jobs, wire_entries = read_sharing_wire(request, serialized)
+        wire_jobs, wire_entries = read_sharing_wire(request, serialized, deadline)
         deadline.check()
     if caps.reads_resource_profiles:
         grids, cpus, memory = _grids(snap, problem, violations, wire_jobs)
@@ -731,7 +733,7 @@ def sharing_problem(
             devices=devices,
             opportunistic=opportunistic,
             interference=_interference(snap, problem, fields["configurations"], violations,
-                                       wire_entries),
+                                       wire_entries, deadline),
             **fields,
         )
     return replace(problem, sharing=sharing)

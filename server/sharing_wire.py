@@ -41,6 +41,7 @@ from apportion.server.wire_records import (
     int32_of,
     records,
 )
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
 
@@ -116,10 +117,12 @@ class InterferenceWire:
     """Every read entry's slowdowns, entry after entry."""
 
 
-def read_sharing_wire(request: service_pb.SolveRequest, serialized: bytes | None
+def read_sharing_wire(request: service_pb.SolveRequest, serialized: bytes | None,
+                      deadline: Deadline = NO_DEADLINE
                       ) -> tuple[JobSharingWire, InterferenceWire]:
     """The jobs' co-location fields and the interference entries of `request` (from
-    `serialized`, the bytes it was parsed from, when given; else from its serialization)."""
+    `serialized`, the bytes it was parsed from, when given; else from its serialization).
+    Raises `DeadlineExpiredError` once `deadline` passes (checked between the parts)."""
     data = serialized if serialized is not None else request.SerializeToString()
     snapshot = _shadow_request().FromString(data).snapshot  # type: ignore[attr-defined]
     jobs, entries = list(snapshot.jobs), list(snapshot.interference)
@@ -127,7 +130,10 @@ def read_sharing_wire(request: service_pb.SolveRequest, serialized: bytes | None
             request.snapshot.interference):  # bytes of another request
         jobs = [job.SerializeToString() for job in request.snapshot.jobs]
         entries = [entry.SerializeToString() for entry in request.snapshot.interference]
-    return _jobs(jobs), _entries(entries)
+    deadline.check()
+    read_jobs = _jobs(jobs)
+    deadline.check()
+    return read_jobs, _entries(entries)
 
 
 def _spans(messages: list[bytes]) -> tuple[WireBuffer, Ints, Ints]:
