@@ -53,6 +53,8 @@ _SHARING = snapshot_pb.DeviceSharing
 _STAGES = snapshot_pb.StageTimes
 _ENTRY = snapshot_pb.GroupInterference
 STAGE_FIELDS = ("storage_s", "cpu_s", "gpu_s", "network_s")
+_JOB_FIELDS = (_JOB.STAGE_TIMES_FIELD_NUMBER, _JOB.RESOURCE_PROFILE_FIELD_NUMBER,
+               _JOB.SHARING_FIELD_NUMBER)
 MAX_JOB_RECORDS = 64
 """A job with more records is read from its message."""
 MAX_ENTRY_RECORDS = 12
@@ -61,26 +63,38 @@ from its message."""
 
 
 @functools.cache
-def _shadow_request() -> type[Message]:
-    """A `SolveRequest` whose snapshot keeps every job and every interference entry as bytes
-    (other fields unknown)."""
+def _shadow_types() -> tuple[type[Message], type[Message]]:
+    """Message types reading the request more cheaply: a `SolveRequest` whose jobs declare
+    only their `stage_times`, `resource_profile` and `sharing` fields, as repeated bytes (the
+    others are unknown fields, dropped before it is serialized again), and a `Snapshot` with
+    every job and every interference entry as bytes."""
     file = descriptor_pb2.FileDescriptorProto(
         name="apportion_sharing_wire/shadow.proto", package="apportion_sharing_wire",
         syntax="proto3")
-    repeated = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
-    snapshot = file.message_type.add(name="Snapshot")
-    for name, number in (("jobs", snapshot_pb.Snapshot.JOBS_FIELD_NUMBER),
-                         ("interference", snapshot_pb.Snapshot.INTERFERENCE_FIELD_NUMBER)):
-        snapshot.field.add(name=name, number=number, label=repeated,
-                           type=descriptor_pb2.FieldDescriptorProto.TYPE_BYTES)
+    kind = descriptor_pb2.FieldDescriptorProto
+    job = file.message_type.add(name="Job")
+    for number in _JOB_FIELDS:
+        job.field.add(name=f"field_{number}", number=number, label=kind.LABEL_REPEATED,
+                      type=kind.TYPE_BYTES)
+    for name, typed in (("CompactSnapshot", True), ("Snapshot", False)):
+        snapshot = file.message_type.add(name=name)
+        snapshot.field.add(name="jobs", number=snapshot_pb.Snapshot.JOBS_FIELD_NUMBER,
+                           label=kind.LABEL_REPEATED,
+                           **({"type": kind.TYPE_MESSAGE,
+                               "type_name": ".apportion_sharing_wire.Job"} if typed
+                              else {"type": kind.TYPE_BYTES}))
+        snapshot.field.add(name="interference",
+                           number=snapshot_pb.Snapshot.INTERFERENCE_FIELD_NUMBER,
+                           label=kind.LABEL_REPEATED, type=kind.TYPE_BYTES)
     request = file.message_type.add(name="SolveRequest")
     request.field.add(name="snapshot", number=service_pb.SolveRequest.SNAPSHOT_FIELD_NUMBER,
-                      type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
-                      type_name=".apportion_sharing_wire.Snapshot")
+                      type=kind.TYPE_MESSAGE,
+                      type_name=".apportion_sharing_wire.CompactSnapshot")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
-    return message_factory.GetMessageClass(  # type: ignore[no-any-return]
-        pool.FindMessageTypeByName("apportion_sharing_wire.SolveRequest"))
+    return tuple(  # type: ignore[return-value]
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"apportion_sharing_wire.{n}"))
+        for n in ("SolveRequest", "Snapshot"))
 
 
 @dataclass(frozen=True)
@@ -124,8 +138,11 @@ def read_sharing_wire(request: service_pb.SolveRequest, serialized: bytes | None
     `serialized`, the bytes it was parsed from, when given; else from its serialization).
     Raises `DeadlineExpiredError` once `deadline` passes (checked between the parts)."""
     data = serialized if serialized is not None else request.SerializeToString()
-    snapshot = _shadow_request().FromString(data).snapshot  # type: ignore[attr-defined]
-    jobs, entries = list(snapshot.jobs), list(snapshot.interference)
+    request_type, snapshot_type = _shadow_types()
+    compact = request_type.FromString(data).snapshot  # type: ignore[attr-defined]
+    compact.DiscardUnknownFields()  # each job: only its records of _JOB_FIELDS
+    snapshot = snapshot_type.FromString(compact.SerializeToString())
+    jobs, entries = list(snapshot.jobs), list(snapshot.interference)  # type: ignore[attr-defined]
     if len(jobs) != len(request.snapshot.jobs) or len(entries) != len(
             request.snapshot.interference):  # bytes of another request
         jobs = [job.SerializeToString() for job in request.snapshot.jobs]
@@ -160,10 +177,8 @@ def _jobs(messages: list[bytes]) -> JobSharingWire:
     buf, start, end = _spans(messages)
     unread = np.zeros(m, bool)
     fields = records(buf, start, end, MAX_JOB_RECORDS, unread)
-    ours = {_JOB.STAGE_TIMES_FIELD_NUMBER, _JOB.RESOURCE_PROFILE_FIELD_NUMBER,
-            _JOB.SHARING_FIELD_NUMBER}
     number = fields.tag >> 3
-    other_type = np.isin(number, list(ours)) & (fields.tag & 7 != LEN)
+    other_type = np.isin(number, _JOB_FIELDS) & (fields.tag & 7 != LEN)
     unread[fields.owner[other_type]] = True
     stage_given, stage_start, stage_end = _last(
         fields, _JOB.STAGE_TIMES_FIELD_NUMBER << 3 | LEN, m, unread)
