@@ -29,6 +29,7 @@ from apportion.server.wire_records import (
     VARINT,
     Bytes,
     Ints,
+    collection_paused,
     copy_ranges,
     put_varints,
     varint_sizes,
@@ -166,16 +167,18 @@ class GroupWire:
     def __init__(self, section: GroupSection) -> None:
         self.section = section
         self.count = count = len(section.groups)
-        columns = list(zip(*map(_COLUMNS, section.groups), strict=True)) or [()] * 8
-        members, slowdown, type_index, devices, node_devices, device_ids, period, names = columns
-        self.member, self.owner = _flat(members, np.int64)
-        self.slowdown, self.slowed = _flat(slowdown, np.float64)
-        self.type_index = np.fromiter(type_index, np.int64, count)
-        self.devices = np.fromiter(devices, np.int64, count)
-        self.node_devices: Sequence[Sequence[tuple[str, int]]] = node_devices
-        self.device_ids, self.device_owner = _flat(device_ids)
-        self.period_s = np.fromiter(period, np.float64, count)
-        self.configurations, self.configuration_owner = _flat(names)
+        with collection_paused():
+            columns = list(zip(*map(_COLUMNS, section.groups), strict=True)) or [()] * 8
+            members, slowdown, type_index, devices, node_devices, device_ids, period, names = (
+                columns)
+            self.member, self.owner = _flat(members, np.int64)
+            self.slowdown, self.slowed = _flat(slowdown, np.float64)
+            self.type_index = np.fromiter(type_index, np.int64, count)
+            self.devices = np.fromiter(devices, np.int64, count)
+            self.node_devices: Sequence[Sequence[tuple[str, int]]] = node_devices
+            self.device_ids, self.device_owner = _flat(device_ids)
+            self.period_s = np.fromiter(period, np.float64, count)
+            self.configurations, self.configuration_owner = _flat(names)
 
     def records(self, ids: Sequence[str], type_names: Sequence[str]) -> bytes:
         """The serialized `Plan.groups` records (`ids`: the jobs' ids, `type_names`: the

@@ -27,6 +27,7 @@ from apportion.server.sharing_wire import (
     JobSharingWire,
     read_sharing_wire,
 )
+from apportion.server.wire_records import collection_paused
 from apportion.solver.cluster_topology import topology_of
 from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.errors import Violation
@@ -531,7 +532,8 @@ def _interference(msg: snapshot_pb.Snapshot, problem: Problem,
     named = np.zeros(count, bool)
     rows: Iterable[int] = range(count)
     if wire is not None:  # well-formed entries from the wire, the others from the messages
-        good = _wire_entries(wire, jobs, members, slowdown)
+        with collection_paused():
+            good = _wire_entries(wire, jobs, members, slowdown)
         size[good] = wire.id_count[good]
         rows = np.flatnonzero(~good).tolist()
         deadline.check()
@@ -566,6 +568,13 @@ def _interference(msg: snapshot_pb.Snapshot, problem: Problem,
                                     "jobs sharing devices need equal scale factors"))
     ok = ok[~mixed]
     deadline.check()
+    with collection_paused():
+        return _entries_of(ok, size, members, slowdown, chosen, named)
+
+
+def _entries_of(ok: np.ndarray, size: np.ndarray, members: np.ndarray, slowdown: np.ndarray,
+                chosen: np.ndarray, named: np.ndarray) -> tuple[GroupInterference, ...]:
+    """The `GroupInterference` of the entries `ok` (rows of the padded columns)."""
     out: list[GroupInterference | None] = [None] * ok.size
     for n in range(2, MAX_GROUP_SIZE + 1):  # tuples made column by column, per group size
         sized = np.flatnonzero(size[ok] == n)

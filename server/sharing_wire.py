@@ -3,8 +3,9 @@ level as numpy columns.
 
 Reading a job's `sharing` or `stage_times` message field by field costs 3-5 µs in Python, an
 `interference` entry 6-20 µs: 100,000 jobs and 47,000 pairs cost 1-1.5 s. Their serialized
-bytes hold the same values: `read_sharing_wire` parses the request once into a message type
-that keeps each job and each interference entry as bytes, walks the jobs' records in
+bytes hold the same values: `read_sharing_wire` parses the request into a message type whose
+jobs declare only these three fields (the runtime drops the others), serializes that again
+and keeps each job and each interference entry as bytes, walks the jobs' few records in
 lockstep (`apportion.server.wire_records`), then the records inside their `stage_times` and
 `sharing` fields and inside the entries, and gathers the doubles and varints with array
 operations.
@@ -36,6 +37,7 @@ from apportion.server.wire_records import (
     Ints,
     Records,
     WireBuffer,
+    collection_paused,
     copy_ranges,
     doubles_at,
     int32_of,
@@ -142,7 +144,9 @@ def read_sharing_wire(request: service_pb.SolveRequest, serialized: bytes | None
     compact = request_type.FromString(data).snapshot  # type: ignore[attr-defined]
     compact.DiscardUnknownFields()  # each job: only its records of _JOB_FIELDS
     snapshot = snapshot_type.FromString(compact.SerializeToString())
-    jobs, entries = list(snapshot.jobs), list(snapshot.interference)  # type: ignore[attr-defined]
+    with collection_paused():
+        jobs = list(snapshot.jobs)  # type: ignore[attr-defined]
+        entries = list(snapshot.interference)  # type: ignore[attr-defined]
     if len(jobs) != len(request.snapshot.jobs) or len(entries) != len(
             request.snapshot.interference):  # bytes of another request
         jobs = [job.SerializeToString() for job in request.snapshot.jobs]
