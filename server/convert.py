@@ -132,7 +132,7 @@ def request_to_model(
     spec, policy = resolved
     policy = with_stages(request.policy, policy, spec, problem, violations)
     problem = elastic_problem(request, problem, policy, violations)
-    problem = sharing_problem(request, problem, policy, violations)
+    problem = sharing_problem(request, problem, policy, violations, serialized, deadline)
     options = partition_options(request.options, problem, policy, options, violations)
     deadline.check()
     context = RequestContext(problem, policy, spec, options, request, paths)

@@ -75,12 +75,15 @@ def job_allocations(
     type_names: Sequence[str],
     doubles: Sequence[NDArray[np.float64]],
     optional: Sequence[tuple[int, NDArray[np.float64]]] = (),
+    tail: tuple[NDArray[np.uint8], Ints] | None = None,
 ) -> bytes:
     """The serialized `Plan.jobs` records of m jobs: ids, `JobStatus` values, reasons ("" =
     none), the (m, n) time shares over `type_names` (entries for shares > 0), the effective
     throughput, normalized throughput, objective value and dual (m each), and `optional`
     double fields as (field number, m values; NaN = unset), in increasing numbers above the
-    dual's."""
+    dual's; `tail`: more serialized fields of each job, numbered above those (the bytes of
+    all jobs one after another, and each job's length in them), written at its record's
+    end."""
     m = len(ids)
     if not m:
         return b""
@@ -109,6 +112,8 @@ def job_allocations(
     body = id_size + status_size + reason_size + share_size
     for (tag, _), write in zip(scalars, written, strict=True):
         body += (len(tag) + 8) * write
+    if tail is not None:
+        body += tail[1]
     head = 1 + varint_sizes(body)
     at = np.cumsum(head + body) - (head + body)
     out = np.zeros(int((head + body).sum()) + 8, np.uint8)  # 8 spare bytes for the views
@@ -143,4 +148,6 @@ def job_allocations(
             out[at_tag + k] = byte
         as_double[at_tag + len(tag)] = values
         here += len(tag) + 8 if every else (len(tag) + 8) * write
+    if tail is not None:
+        copy_ranges(out, here, tail[0], np.cumsum(tail[1]) - tail[1], tail[1])
     return out[:-8].tobytes()

@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 
 from apportion.server.elastic_inputs import fill_elastic_response, fill_partition_stats
 from apportion.server.fairness_inputs import fill_fairness_response
+from apportion.server.group_wire import GroupWire
 from apportion.server.packed_fields import encode_varints, write_packed
 from apportion.server.plan_wire import job_allocations
 from apportion.server.sharing_inputs import fill_sharing_response
@@ -53,13 +54,18 @@ def plan_to_response(
 
 class WireResponse:
     """A `SolveResponse` as `plan_response` builds it: the message, and, for a plan whose
-    `JobAllocation`s hold only the core fields, those allocations as serialized bytes kept
-    beside it (`serialize` writes them without ever building their messages)."""
+    `JobAllocation`s hold only the core fields (and the groups' ones), those allocations as
+    serialized bytes kept beside it, and a plan's co-location groups likewise (`serialize`
+    writes them without ever building their messages)."""
 
-    def __init__(self, message: service_pb.SolveResponse, jobs: bytes = b"") -> None:
+    def __init__(self, message: service_pb.SolveResponse, jobs: bytes = b"",
+                 groups: bytes = b"") -> None:
         self._message = message
         self._jobs = jobs
         """Serialized `Plan.jobs` records not yet in the message (b"" = none)."""
+        self._groups = groups
+        """Serialized `Plan.groups` records not yet in the message (b"" = none); the plan
+        has no field numbered above them."""
 
     @property
     def stats(self) -> service_pb.SolveStats:
@@ -67,23 +73,23 @@ class WireResponse:
 
     def message(self) -> service_pb.SolveResponse:
         """The whole response (the kept allocations parsed into it, once)."""
-        if self._jobs:
-            self._message.plan.MergeFromString(self._jobs)
-            self._jobs = b""
+        if self._jobs or self._groups:
+            self._message.plan.MergeFromString(self._jobs + self._groups)
+            self._jobs = self._groups = b""
         return self._message
 
     def serialize(self) -> bytes:
         """The serialized response, as `message().SerializeToString()` would write it (the
         fields in number order; map entries in any order, as the runtime's)."""
-        if not self._jobs:
+        if not (self._jobs or self._groups):
             return self._message.SerializeToString()
         rest = service_pb.SolveResponse()
         rest.CopyFrom(self._message)
         rest.ClearField("plan")  # written first (field 1): the allocations, then the rest
-        plan = self._message.plan.SerializeToString()
-        size = len(self._jobs) + len(plan)
+        plan = self._message.plan.SerializeToString()  # fields 2 to 69
+        size = len(self._jobs) + len(plan) + len(self._groups)
         return b"".join([_PLAN_TAG, encode_varints(np.array([size])), self._jobs, plan,
-                         rest.SerializeToString()])
+                         self._groups, rest.SerializeToString()])
 
 
 _PLAN_TAG = bytes([service_pb.SolveResponse.PLAN_FIELD_NUMBER << 3 | 2])
@@ -101,6 +107,7 @@ def plan_response(
     that writes into `JobAllocation`s) left serialized."""
     response = service_pb.SolveResponse()
     fill_stats(response.stats, plan.certificate, policy, wall_time_s, time_limit_s)
+    groups = GroupWire(plan.groups) if plan.groups is not None else None
     fill_market_stats(plan, response.stats)
     fill_partition_stats(plan, response.stats)
     if plan.certificate.termination not in _WITH_PLAN:
@@ -111,7 +118,7 @@ def plan_response(
     jobs = b""
     if not columnar or any(getattr(plan, section) is not None for section in _ROW_SECTIONS):
         fill_prices(plan, problem, out)
-        jobs = job_allocation_bytes(plan, problem)
+        jobs = job_allocation_bytes(plan, problem, groups)
         if not _core_only(plan):
             if jobs:
                 out.MergeFromString(jobs)
@@ -123,13 +130,23 @@ def plan_response(
     fill_elastic_response(plan, problem, response)
     fill_fairness_response(plan, problem, out)
     fill_placement_response(plan, problem, out)  # after the rounds: it adds their devices
-    fill_sharing_response(plan, problem, response)
-    return WireResponse(response, jobs)
+    fill_sharing_response(plan, response)
+    if groups is None:
+        return WireResponse(response, jobs)
+    records = groups.records(problem.jobs.ids, problem.cluster.type_names)
+    if any(field.number > _GROUPS_NUMBER for field, _ in out.ListFields()):
+        out.MergeFromString(records)  # kept aside only when they are the plan's last field
+        records = b""
+    return WireResponse(response, jobs, records)
+
+
+_GROUPS_NUMBER = service_pb.Plan.GROUPS_FIELD_NUMBER
 
 
 _JOB_SECTIONS = ("queues", "configurations", "market", "window", "auction", "stride", "usage",
-                 "placement", "admission", "groups")
-"""Plan sections that write into the `JobAllocation`s."""
+                 "placement", "admission")
+"""Plan sections that write into the `JobAllocation`s (the groups' fields are written with the
+core ones)."""
 
 
 def _core_only(plan: Plan) -> bool:
@@ -198,18 +215,24 @@ def fill_prices(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
         out.accelerator_prices[name] = float(plan.accelerator_prices[j])
 
 
-def job_allocation_bytes(plan: Plan, problem: Problem) -> bytes:
+def job_allocation_bytes(plan: Plan, problem: Problem, groups: GroupWire | None = None
+                         ) -> bytes:
     """Every job's core allocation as serialized `Plan.jobs` records: status, reason, time
-    shares (positive cells only), throughputs, objective term and dual, and the
-    finish-time-fairness and SLO state (NaN slo_shortfall = the job has no SLO)."""
+    shares (positive cells only), throughputs, objective term and dual, the
+    finish-time-fairness and SLO state (NaN slo_shortfall = the job has no SLO), and in a
+    plan of co-location groups (`groups`, gathered from `plan.groups`) each job's group
+    fields."""
     m = problem.jobs.num_jobs
     state = [(service_pb.JobAllocation.DESCRIPTOR.fields_by_name[name].number, values)
              for name, values in _share_state(plan)]
+    if groups is None and plan.groups is not None:
+        groups = GroupWire(plan.groups)
     return job_allocations(
         problem.jobs.ids, _statuses(plan, m), plan.job_reason or ("",) * m, plan.time_share,
         problem.cluster.type_names,
         (plan.effective_throughput, plan.normalized_throughput, plan.objective_value,
          plan.job_dual), state,
+        groups.member_fields(m) if groups is not None else None,
     )
 
 

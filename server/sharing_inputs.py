@@ -6,22 +6,30 @@ lucid, iadeep).
 * `sharing_problem` reads and validates what the resolved policy reads (by its capability
   flags): CPU/memory grids and node CPUs and memory, stage times, device sharing profiles,
   shared devices and group interference; other policies ignore these fields.
-* `fill_sharing_response` writes the groups, the per-job CPUs, memory, slowdown and group, and
-  the heuristic's objective in the stats.
+* `fill_sharing_response` writes the heuristic's objective in the stats (the groups are
+  written by `apportion.server.group_wire`).
 
 Every problem is appended as `Violation(field_path, description)`.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from apportion.server.sharing_wire import (
+    InterferenceWire,
+    JobSharingWire,
+    read_sharing_wire,
+)
+from apportion.server.wire_records import collection_paused
 from apportion.solver.cluster_topology import topology_of
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.errors import Violation
 from apportion.solver.model import Compat, PolicyRequest, Problem
 from apportion.solver.parameters import (
@@ -49,6 +57,9 @@ from apportion.v1 import snapshot_pb2 as snapshot_pb
 
 MAX_GRID_AXIS = 64
 """Largest number of values on either axis of a CPU/memory grid."""
+WIRE_FROM = 128
+"""A request with this many jobs and interference entries or more is read at the wire
+level; fewer, from the messages."""
 
 SHARING_COMPAT = {
     policy_pb.COMPAT_SYNERGY: Compat.SYNERGY,
@@ -230,7 +241,8 @@ def _grid(msg: snapshot_pb.ResourceProfile, path: str,
     return ResourceGrid(axes[0], axes[1], tput.reshape(axes[0].size, axes[1].size))
 
 
-def _grids(msg: snapshot_pb.Snapshot, problem: Problem, violations: list[Violation]
+def _grids(msg: snapshot_pb.Snapshot, problem: Problem, violations: list[Violation],
+           wire: JobSharingWire | None
            ) -> tuple[tuple[ResourceGrid | None, ...], np.ndarray, np.ndarray]:
     """Per job its grid, and the nodes' CPUs and memory (synergy)."""
     by_type: dict[str, ResourceGrid | None] = {}
@@ -263,8 +275,20 @@ def _grids(msg: snapshot_pb.Snapshot, problem: Problem, violations: list[Violati
     total = float(devices.sum()) if devices.size else 0.0
     fair_cpu = float(np.nan_to_num(cpus)[devices > 0].sum()) / total if total else 0.0
     fair_mem = float(np.nan_to_num(memory)[devices > 0].sum()) / total if total else 0.0
-    grids: list[ResourceGrid | None] = []
-    for i, job in enumerate(msg.jobs):
+    m = len(msg.jobs)
+    grids: list[ResourceGrid | None] = [None] * m
+    rows: Iterable[int] = range(m)
+    if wire is not None:  # jobs of a listed type from the job types, the others one by one
+        floor_ok = {name: grid is not None and not _above_share(grid, total, fair_cpu, fair_mem)
+                    for name, grid in by_type.items()}
+        job_types = problem.jobs.job_type[:m]
+        good = ~wire.unread & ~wire.profile_given & np.fromiter(
+            (floor_ok.get(name, False) for name in job_types), bool, m)
+        grids = [by_type[name] if fine else None
+                 for name, fine in zip(job_types, good.tolist(), strict=True)]
+        rows = np.flatnonzero(~good).tolist()
+    for i in rows:
+        job = msg.jobs[i]
         p = f"snapshot.jobs[{i}].resource_profile"
         if job.HasField("resource_profile"):
             grid = _grid(job.resource_profile, p, violations)
@@ -278,46 +302,60 @@ def _grids(msg: snapshot_pb.Snapshot, problem: Problem, violations: list[Violati
                    f"entry for the job's job_type ({job.job_type!r})"))
             grid = None
             where = p
-        if grid is not None and total and (
-            grid.cpus_per_gpu[0] > fair_cpu * (1 + 1e-9)
-            or grid.memory_gib_per_gpu[0] > fair_mem * (1 + 1e-9)
-        ):
+        if grid is not None and _above_share(grid, total, fair_cpu, fair_mem):
             violations.append(Violation(
                 where, f"no grid point within the GPU-proportional share ({fair_cpu:g} cores "
                        f"and {fair_mem:g} GiB per GPU): the fair-share floor is undefined"))
             grid = None
-        grids.append(grid)
+        grids[i] = grid
     return tuple(grids), cpus, memory
+
+
+def _above_share(grid: ResourceGrid, total: float, fair_cpu: float, fair_mem: float) -> bool:
+    """The grid's least point is above the GPU-proportional share (on a cluster with
+    devices)."""
+    return bool(total) and bool(grid.cpus_per_gpu[0] > fair_cpu * (1 + 1e-9)
+                                or grid.memory_gib_per_gpu[0] > fair_mem * (1 + 1e-9))
 
 
 _STAGES = ("storage_s", "cpu_s", "gpu_s", "network_s")
 
 
-def _stages(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> np.ndarray:
+def _stages(msg: snapshot_pb.Snapshot, violations: list[Violation],
+            wire: JobSharingWire | None) -> np.ndarray:
     out = np.full((len(msg.jobs), len(_STAGES)), np.nan)
-    for i, job in enumerate(msg.jobs):
+    rows: Iterable[int] = range(len(msg.jobs))
+    if wire is not None:  # rows with valid times from the wire, the others from the messages
+        values = wire.stage_s
+        good = (~wire.unread & wire.stage_given & (np.isfinite(values) & (values >= 0)).all(1)
+                & (values > 0).any(1))
+        out[good] = values[good]
+        rows = np.flatnonzero(~good).tolist()
+    for i in rows:
+        job = msg.jobs[i]
         p = f"snapshot.jobs[{i}].stage_times"
         if not job.HasField("stage_times"):
             violations.append(Violation(p, "muri needs the job's time per iteration in each "
                                            "stage (storage_s, cpu_s, gpu_s, network_s)"))
             continue
-        values = [getattr(job.stage_times, name) for name in _STAGES]
+        times = [getattr(job.stage_times, name) for name in _STAGES]
         ok = True
-        for name, value in zip(_STAGES, values, strict=True):
+        for name, value in zip(_STAGES, times, strict=True):
             if not (_finite(value) and value >= 0):
                 violations.append(Violation(f"{p}.{name}", f"must be finite and >= 0, got "
                                                            f"{value}"))
                 ok = False
-        if ok and sum(values) <= 0:
+        if ok and sum(times) <= 0:
             violations.append(Violation(p, "the stage times must have a positive sum"))
             ok = False
         if ok:
-            out[i] = values
+            out[i] = times
     return out
 
 
 def _devices(msg: snapshot_pb.Snapshot, problem: Problem, opportunistic: np.ndarray,
-             default_memory: float, violations: list[Violation]) -> SharedDevices:
+             default_memory: float, violations: list[Violation],
+             wire: JobSharingWire | None) -> SharedDevices:
     """The cluster's healthy devices (its topology) with their memory and measured use, the
     guaranteed job holding each (`history.jobs[].devices`) and that job's slowdown budget."""
     topology = topology_of(problem.cluster)
@@ -329,7 +367,11 @@ def _devices(msg: snapshot_pb.Snapshot, problem: Problem, opportunistic: np.ndar
     used = np.zeros(count)
     util = np.zeros(count)
     path = "snapshot.cluster.topology.devices"
-    for d, device_id in enumerate(topology.device_ids):
+    checked: Iterable[int] = range(count)
+    if not listed:  # only the memory to check
+        checked = np.flatnonzero(~(memory > 0)).tolist()
+    for d in checked:
+        device_id = topology.device_ids[d]
         k = listed.get(device_id)
         if not (memory[d] > 0):
             where = f"{path}[{k}].memory_gib" if k is not None else path
@@ -356,10 +398,14 @@ def _devices(msg: snapshot_pb.Snapshot, problem: Problem, opportunistic: np.ndar
     for i, devices in enumerate(held):
         if not devices or opportunistic[i]:
             continue
-        job = msg.jobs[i]
         limit = math.inf
-        if job.sharing.HasField("slowdown_budget"):
-            limit = job.sharing.slowdown_budget
+        if wire is not None and not wire.unread[i]:
+            given, value = bool(wire.budget_given[i]), float(wire.slowdown_budget[i])
+        else:
+            sharing = msg.jobs[i].sharing
+            given, value = sharing.HasField("slowdown_budget"), sharing.slowdown_budget
+        if given:
+            limit = value
             if not (_finite(limit) and limit >= 0):
                 violations.append(Violation(f"snapshot.jobs[{i}].sharing.slowdown_budget",
                                             f"must be finite and >= 0, got {limit}"))
@@ -391,59 +437,27 @@ def _opportunistic(problem: Problem) -> np.ndarray:
 
 
 def _job_sharing(msg: snapshot_pb.Snapshot, device_memory: float,
-                 violations: list[Violation]) -> dict[str, Any]:
+                 violations: list[Violation], wire: JobSharingWire | None) -> dict[str, Any]:
     m = len(msg.jobs)
     memory = np.zeros(m)
     util = np.zeros(m)
     score = np.full(m, -1, np.int64)
-    configurations: list[tuple[JobConfiguration, ...]] = []
-    for i, job in enumerate(msg.jobs):
-        p = f"snapshot.jobs[{i}].sharing"
-        share = job.sharing
-        if not (_finite(share.gpu_memory_gib) and share.gpu_memory_gib >= 0):
-            violations.append(Violation(f"{p}.gpu_memory_gib", f"must be finite and >= 0, got "
-                                                               f"{share.gpu_memory_gib}"))
-        elif share.gpu_memory_gib > device_memory:
-            violations.append(Violation(
-                f"{p}.gpu_memory_gib",
-                f"{share.gpu_memory_gib:g} GiB is more than a device holds "
-                f"({device_memory:g} GiB)"))
-        else:
-            memory[i] = share.gpu_memory_gib
-        if not (_finite(share.gpu_utilization) and 0 <= share.gpu_utilization <= 1):
-            violations.append(Violation(f"{p}.gpu_utilization", f"must be in [0, 1], got "
-                                                                f"{share.gpu_utilization}"))
-        else:
-            util[i] = share.gpu_utilization
-        if share.HasField("sharing_score"):
-            if not 0 <= share.sharing_score <= 2:
-                violations.append(Violation(f"{p}.sharing_score", f"must be 0, 1 or 2, got "
-                                                                  f"{share.sharing_score}"))
-            else:
-                score[i] = share.sharing_score
-        configs: list[JobConfiguration] = []
-        names: dict[str, int] = {}
-        for k, conf in enumerate(share.configurations):
-            cp = f"{p}.configurations[{k}]"
-            if not conf.name:
-                violations.append(Violation(f"{cp}.name", "must be non-empty"))
-            elif conf.name in names:
-                violations.append(Violation(f"{cp}.name", f"duplicate configuration "
-                                                          f"{conf.name!r}"))
-            names[conf.name] = k
-            if not (_finite(conf.relative_throughput) and conf.relative_throughput > 0):
-                violations.append(Violation(f"{cp}.relative_throughput", "must be finite and "
-                                            f"> 0, got {conf.relative_throughput}"))
-            need = conf.gpu_memory_gib or share.gpu_memory_gib
-            if not (_finite(conf.gpu_memory_gib) and conf.gpu_memory_gib >= 0):
-                violations.append(Violation(f"{cp}.gpu_memory_gib", "must be finite and >= 0"))
-            elif need > device_memory:
-                violations.append(Violation(f"{cp}.gpu_memory_gib",
-                                            f"{need:g} GiB is more than a device holds "
-                                            f"({device_memory:g} GiB)"))
-            configs.append(JobConfiguration(conf.name, float(conf.relative_throughput),
-                                            float(need)))
-        configurations.append(tuple(configs))
+    configurations: list[tuple[JobConfiguration, ...]] = [()] * m
+    rows: Iterable[int] = range(m)
+    if wire is not None:  # rows with valid fields from the wire, the others from the messages
+        given_memory, given_util = wire.gpu_memory_gib, wire.gpu_utilization
+        given_score = wire.sharing_score
+        good = (~wire.unread & np.isfinite(given_memory) & (given_memory >= 0)
+                & (given_memory <= device_memory) & np.isfinite(given_util)
+                & (given_util >= 0) & (given_util <= 1)
+                & (~wire.score_given | ((given_score >= 0) & (given_score <= 2))))
+        memory[good], util[good] = given_memory[good], given_util[good]
+        scored = good & wire.score_given
+        score[scored] = given_score[scored]
+        rows = np.flatnonzero(~good).tolist()
+    for i in rows:
+        configurations[i] = _job_sharing_row(msg.jobs[i].sharing, f"snapshot.jobs[{i}].sharing",
+                                             device_memory, violations, i, memory, util, score)
     return {
         "gpu_memory_gib": memory,
         "gpu_utilization": util,
@@ -452,70 +466,228 @@ def _job_sharing(msg: snapshot_pb.Snapshot, device_memory: float,
     }
 
 
+def _job_sharing_row(share: snapshot_pb.DeviceSharing, p: str, device_memory: float,
+                     violations: list[Violation], i: int, memory: np.ndarray, util: np.ndarray,
+                     score: np.ndarray) -> tuple[JobConfiguration, ...]:
+    """One job's sharing fields from its message (into row i of the columns), and its
+    configurations."""
+    if not (_finite(share.gpu_memory_gib) and share.gpu_memory_gib >= 0):
+        violations.append(Violation(f"{p}.gpu_memory_gib", f"must be finite and >= 0, got "
+                                                           f"{share.gpu_memory_gib}"))
+    elif share.gpu_memory_gib > device_memory:
+        violations.append(Violation(
+            f"{p}.gpu_memory_gib",
+            f"{share.gpu_memory_gib:g} GiB is more than a device holds "
+            f"({device_memory:g} GiB)"))
+    else:
+        memory[i] = share.gpu_memory_gib
+    if not (_finite(share.gpu_utilization) and 0 <= share.gpu_utilization <= 1):
+        violations.append(Violation(f"{p}.gpu_utilization", f"must be in [0, 1], got "
+                                                            f"{share.gpu_utilization}"))
+    else:
+        util[i] = share.gpu_utilization
+    if share.HasField("sharing_score"):
+        if not 0 <= share.sharing_score <= 2:
+            violations.append(Violation(f"{p}.sharing_score", f"must be 0, 1 or 2, got "
+                                                              f"{share.sharing_score}"))
+        else:
+            score[i] = share.sharing_score
+    configs: list[JobConfiguration] = []
+    names: dict[str, int] = {}
+    for k, conf in enumerate(share.configurations):
+        cp = f"{p}.configurations[{k}]"
+        if not conf.name:
+            violations.append(Violation(f"{cp}.name", "must be non-empty"))
+        elif conf.name in names:
+            violations.append(Violation(f"{cp}.name", f"duplicate configuration "
+                                                      f"{conf.name!r}"))
+        names[conf.name] = k
+        if not (_finite(conf.relative_throughput) and conf.relative_throughput > 0):
+            violations.append(Violation(f"{cp}.relative_throughput", "must be finite and "
+                                        f"> 0, got {conf.relative_throughput}"))
+        need = conf.gpu_memory_gib or share.gpu_memory_gib
+        if not (_finite(conf.gpu_memory_gib) and conf.gpu_memory_gib >= 0):
+            violations.append(Violation(f"{cp}.gpu_memory_gib", "must be finite and >= 0"))
+        elif need > device_memory:
+            violations.append(Violation(f"{cp}.gpu_memory_gib",
+                                        f"{need:g} GiB is more than a device holds "
+                                        f"({device_memory:g} GiB)"))
+        configs.append(JobConfiguration(conf.name, float(conf.relative_throughput),
+                                        float(need)))
+    return tuple(configs)
+
+
 def _interference(msg: snapshot_pb.Snapshot, problem: Problem,
                   configurations: Sequence[tuple[JobConfiguration, ...]],
-                  violations: list[Violation]) -> tuple[GroupInterference, ...]:
-    jobs = {job_id: i for i, job_id in enumerate(problem.jobs.ids)}
-    out: list[GroupInterference] = []
-    seen: dict[tuple[tuple[int, int], ...], int] = {}
-    for k, entry in enumerate(msg.interference):
-        p = f"snapshot.interference[{k}]"
-        ids = list(entry.job_ids)
-        ok = True
-        if not 2 <= len(ids) <= MAX_GROUP_SIZE:
-            violations.append(Violation(f"{p}.job_ids", f"a group has 2 to {MAX_GROUP_SIZE} "
-                                                        f"jobs, got {len(ids)}"))
+                  violations: list[Violation], wire: InterferenceWire | None,
+                  deadline: Deadline = NO_DEADLINE) -> tuple[GroupInterference, ...]:
+    """The valid entries: distinct known members (2 to 4), a slowdown each, named
+    configurations, no group twice, equal scale factors."""
+    jobs = dict(zip(problem.jobs.ids, range(problem.jobs.num_jobs), strict=True))  # last wins
+    count = len(msg.interference)
+    members = np.full((count, MAX_GROUP_SIZE), -1, np.int64)
+    chosen = np.zeros((count, MAX_GROUP_SIZE), np.int64)
+    slowdown = np.zeros((count, MAX_GROUP_SIZE))
+    size = np.zeros(count, np.int64)
+    named = np.zeros(count, bool)
+    rows: Iterable[int] = range(count)
+    if wire is not None:  # well-formed entries from the wire, the others from the messages
+        with collection_paused():
+            good = _wire_entries(wire, jobs, members, slowdown)
+        size[good] = wire.id_count[good]
+        rows = np.flatnonzero(~good).tolist()
+        deadline.check()
+    for k in rows:
+        entry = _entry_row(msg.interference[k], f"snapshot.interference[{k}]", jobs,
+                           configurations, violations)
+        if entry is not None:
+            n = len(entry.jobs)
+            members[k, :n], slowdown[k, :n], size[k] = entry.jobs, entry.slowdown, n
+            if entry.configurations:
+                chosen[k, :n], named[k] = entry.configurations, True
+    ok = np.flatnonzero(size > 0)
+    if not ok.size:
+        return ()
+    # a group's key: its (member, configuration) pairs in member order
+    order = np.argsort(np.where(members[ok] >= 0, members[ok], np.iinfo(np.int64).max), axis=1)
+    key = np.concatenate([np.take_along_axis(members[ok], order, 1),
+                          np.take_along_axis(chosen[ok], order, 1)], axis=1)
+    first_at = ok[_first_equal_row(key)]
+    for k, seen in zip(ok[first_at != ok].tolist(), first_at[first_at != ok].tolist(),
+                       strict=True):
+        violations.append(Violation(f"snapshot.interference[{k}]",
+                                    f"group listed twice (first at [{seen}])"))
+    ok = ok[first_at == ok]
+    scale = problem.jobs.scale_factor.astype(np.int64)
+    member_scale = np.where(members[ok] >= 0, scale[np.maximum(members[ok], 0)], -1)
+    highest = member_scale.max(axis=1)
+    mixed = (np.where(member_scale >= 0, member_scale, highest[:, None]).min(axis=1)
+             != highest)
+    for k in ok[mixed].tolist():
+        violations.append(Violation(f"snapshot.interference[{k}].job_ids",
+                                    "jobs sharing devices need equal scale factors"))
+    ok = ok[~mixed]
+    deadline.check()
+    with collection_paused():
+        return _entries_of(ok, size, members, slowdown, chosen, named)
+
+
+def _entries_of(ok: np.ndarray, size: np.ndarray, members: np.ndarray, slowdown: np.ndarray,
+                chosen: np.ndarray, named: np.ndarray) -> tuple[GroupInterference, ...]:
+    """The `GroupInterference` of the entries `ok` (rows of the padded columns)."""
+    out: list[GroupInterference | None] = [None] * ok.size
+    for n in range(2, MAX_GROUP_SIZE + 1):  # tuples made column by column, per group size
+        sized = np.flatnonzero(size[ok] == n)
+        picked = ok[sized]
+        member_tuples = zip(*(members[picked, c].tolist() for c in range(n)), strict=True)
+        slowdown_tuples = zip(*(slowdown[picked, c].tolist() for c in range(n)), strict=True)
+        names: list[tuple[int, ...]] = [()] * sized.size
+        for place in np.flatnonzero(named[picked]).tolist():
+            names[place] = tuple(chosen[picked[place], :n].tolist())
+        for place, entry in zip(sized.tolist(), map(GroupInterference, member_tuples,
+                                                    slowdown_tuples, names), strict=True):
+            out[place] = entry
+    return tuple(out)  # type: ignore[arg-type]
+
+
+def _first_equal_row(key: np.ndarray) -> np.ndarray:
+    """For each row of `key`, the index of the first row equal to it."""
+    if not key.shape[0]:
+        return np.zeros(0, np.int64)
+    order = np.lexsort(key.T[::-1])  # stable: equal rows by index
+    ordered = key[order]
+    starts = np.concatenate([[True], (ordered[1:] != ordered[:-1]).any(axis=1)])
+    first = np.empty(key.shape[0], np.int64)
+    first[order] = order[starts][np.cumsum(starts) - 1]
+    return first
+
+
+def _wire_entries(wire: InterferenceWire, jobs: dict[str, int], members: np.ndarray,
+                  slowdown: np.ndarray) -> np.ndarray:
+    """Fill `members` and `slowdown` from the wire for the entries read there that are
+    valid as they stand (distinct known ids, 2 to 4, a finite slowdown > 0 each); those
+    entries."""
+    count = wire.unread.size
+    index = np.fromiter(map(jobs.get, wire.ids, itertools.repeat(-1)), np.int64,
+                        len(wire.ids))
+    read = np.flatnonzero(~wire.unread)
+    ids, slows = wire.id_count[read], wire.slowdown_count[read]
+    id_owner = np.repeat(read, ids)
+    id_place = np.arange(index.size) - np.repeat(np.cumsum(ids) - ids, ids)
+    slow_owner = np.repeat(read, slows)
+    slow_place = np.arange(wire.slowdown.size) - np.repeat(np.cumsum(slows) - slows, slows)
+    good = np.zeros(count, bool)
+    good[read] = (ids >= 2) & (ids <= MAX_GROUP_SIZE) & (slows == ids)
+    bad_id = index < 0
+    bad_slow = ~(np.isfinite(wire.slowdown) & (wire.slowdown > 0))
+    good[id_owner[bad_id | (id_place >= MAX_GROUP_SIZE)]] = False
+    good[slow_owner[bad_slow | (slow_place >= MAX_GROUP_SIZE)]] = False
+    fits = good[id_owner]
+    members[id_owner[fits], id_place[fits]] = index[fits]
+    fits = good[slow_owner]
+    slowdown[slow_owner[fits], slow_place[fits]] = wire.slowdown[fits]
+    rows = members[good]
+    twice = np.zeros(rows.shape[0], bool)
+    for a in range(MAX_GROUP_SIZE):
+        for b in range(a + 1, MAX_GROUP_SIZE):
+            twice |= (rows[:, a] >= 0) & (rows[:, a] == rows[:, b])
+    good[np.flatnonzero(good)[twice]] = False
+    members[~good] = -1
+    slowdown[~good] = 0.0
+    return good
+
+
+def _entry_row(entry: snapshot_pb.GroupInterference, p: str, jobs: dict[str, int],
+               configurations: Sequence[tuple[JobConfiguration, ...]],
+               violations: list[Violation]) -> GroupInterference | None:
+    """One entry from its message, if valid as it stands (no group twice and scale factors
+    are judged over all entries)."""
+    ids = list(entry.job_ids)
+    ok = True
+    if not 2 <= len(ids) <= MAX_GROUP_SIZE:
+        violations.append(Violation(f"{p}.job_ids", f"a group has 2 to {MAX_GROUP_SIZE} "
+                                                    f"jobs, got {len(ids)}"))
+        ok = False
+    members: list[int] = []
+    for n, job_id in enumerate(ids):
+        if job_id not in jobs:
+            violations.append(Violation(f"{p}.job_ids[{n}]", f"unknown job {job_id!r}"))
             ok = False
-        members: list[int] = []
-        for n, job_id in enumerate(ids):
-            if job_id not in jobs:
-                violations.append(Violation(f"{p}.job_ids[{n}]", f"unknown job {job_id!r}"))
-                ok = False
-            elif jobs[job_id] in members:
-                violations.append(Violation(f"{p}.job_ids[{n}]", f"job {job_id!r} listed twice"))
-                ok = False
-            else:
-                members.append(jobs[job_id])
-        if len(entry.slowdown) != len(ids):
-            violations.append(Violation(f"{p}.slowdown", f"needs one value per job "
-                                                         f"({len(ids)}), got "
-                                                         f"{len(entry.slowdown)}"))
+        elif jobs[job_id] in members:
+            violations.append(Violation(f"{p}.job_ids[{n}]", f"job {job_id!r} listed twice"))
             ok = False
-        for n, value in enumerate(entry.slowdown):
-            if not (_finite(value) and value > 0):
-                violations.append(Violation(f"{p}.slowdown[{n}]", f"must be finite and > 0, got "
-                                                                  f"{value}"))
-                ok = False
-        chosen: list[int] = []
-        if entry.configurations:
-            if len(entry.configurations) != len(ids):
-                violations.append(Violation(f"{p}.configurations", "needs one name per job"))
-                ok = False
-            else:
-                for n, name in enumerate(entry.configurations):
-                    own = configurations[members[n]] if ok and n < len(members) else ()
-                    names = [conf.name for conf in own]
-                    if name not in names:
-                        violations.append(Violation(
-                            f"{p}.configurations[{n}]",
-                            f"job {ids[n]!r} has no configuration {name!r}"))
-                        ok = False
-                    else:
-                        chosen.append(names.index(name))
-        if not ok:
-            continue
-        key = tuple(sorted(zip(members, chosen or [0] * len(members), strict=True)))
-        if key in seen:
-            violations.append(Violation(p, f"group listed twice (first at [{seen[key]}])"))
-            continue
-        seen[key] = k
-        if len({int(problem.jobs.scale_factor[i]) for i in members}) > 1:
-            violations.append(Violation(f"{p}.job_ids", "jobs sharing devices need equal "
-                                                        "scale factors"))
-            continue
-        out.append(GroupInterference(tuple(members), tuple(float(v) for v in entry.slowdown),
-                                     tuple(chosen)))
-    return tuple(out)
+        else:
+            members.append(jobs[job_id])
+    if len(entry.slowdown) != len(ids):
+        violations.append(Violation(f"{p}.slowdown", f"needs one value per job "
+                                                     f"({len(ids)}), got "
+                                                     f"{len(entry.slowdown)}"))
+        ok = False
+    for n, value in enumerate(entry.slowdown):
+        if not (_finite(value) and value > 0):
+            violations.append(Violation(f"{p}.slowdown[{n}]", f"must be finite and > 0, got "
+                                                              f"{value}"))
+            ok = False
+    chosen: list[int] = []
+    if entry.configurations:
+        if len(entry.configurations) != len(ids):
+            violations.append(Violation(f"{p}.configurations", "needs one name per job"))
+            ok = False
+        else:
+            for n, name in enumerate(entry.configurations):
+                own = configurations[members[n]] if ok and n < len(members) else ()
+                names = [conf.name for conf in own]
+                if name not in names:
+                    violations.append(Violation(
+                        f"{p}.configurations[{n}]",
+                        f"job {ids[n]!r} has no configuration {name!r}"))
+                    ok = False
+                else:
+                    chosen.append(names.index(name))
+    if not ok:
+        return None
+    return GroupInterference(tuple(members), tuple(float(v) for v in entry.slowdown),
+                             tuple(chosen))
 
 
 def sharing_problem(
@@ -523,21 +695,32 @@ def sharing_problem(
     problem: Problem,
     policy: PolicyRequest,
     violations: list[Violation],
+    serialized: bytes | None = None,
+    deadline: Deadline = NO_DEADLINE,
 ) -> Problem:
     """Add and validate the inputs the policy reads (unchanged problem for other policies).
     These policies do not read jobs[].throughput: convert's "no usable accelerator type"
-    error is withdrawn for them."""
+    error is withdrawn for them. `serialized`: the bytes `request` was parsed from, if at
+    hand (a request of WIRE_FROM jobs and entries or more is read at the wire level,
+    `apportion.server.sharing_wire`). Raises `DeadlineExpiredError` once `deadline` passes
+    (checked between the inputs read)."""
     caps = lookup(policy.name).capabilities
     if not (caps.reads_resource_profiles or caps.reads_stage_times or caps.reads_device_sharing):
         return problem
     snap = request.snapshot
     violations[:] = [v for v in violations if "no usable accelerator type" not in v.description]
     sharing = SharingInputs()
+    wire_jobs: JobSharingWire | None = None
+    wire_entries: InterferenceWire | None = None
+    if len(snap.jobs) + len(snap.interference) >= WIRE_FROM:
+        wire_jobs, wire_entries = read_sharing_wire(request, serialized, deadline)
+        deadline.check()
     if caps.reads_resource_profiles:
-        grids, cpus, memory = _grids(snap, problem, violations)
+        grids, cpus, memory = _grids(snap, problem, violations, wire_jobs)
         sharing = replace(sharing, resource_grid=grids, node_cpus=cpus, node_memory_gib=memory)
     if caps.reads_stage_times:
-        sharing = replace(sharing, stage_s=_stages(snap, violations))
+        sharing = replace(sharing, stage_s=_stages(snap, violations, wire_jobs))
+    deadline.check()
     if caps.reads_device_sharing:
         params = policy.parameters
         opportunistic = _opportunistic(problem)
@@ -546,9 +729,11 @@ def sharing_problem(
             limit = params.device_memory_gib
         else:
             default = float(getattr(params, "device_memory_gib", 0.0))
-            devices = _devices(snap, problem, opportunistic, default, violations)
+            devices = _devices(snap, problem, opportunistic, default, violations, wire_jobs)
             limit = float(devices.memory_gib.max(initial=0.0))
-        fields = _job_sharing(snap, limit, violations)
+        deadline.check()
+        fields = _job_sharing(snap, limit, violations, wire_jobs)
+        deadline.check()
         for i in np.nonzero(opportunistic & (problem.jobs.scale_factor > 1))[0].tolist():
             violations.append(Violation(f"snapshot.jobs[{i}].scale_factor",
                                         "an opportunistic job runs on one device"))
@@ -556,15 +741,16 @@ def sharing_problem(
             sharing,
             devices=devices,
             opportunistic=opportunistic,
-            interference=_interference(snap, problem, fields["configurations"], violations),
+            interference=_interference(snap, problem, fields["configurations"], violations,
+                                       wire_entries, deadline),
             **fields,
         )
     return replace(problem, sharing=sharing)
 
 
-def fill_sharing_response(plan: Plan, problem: Problem,
-                          response: service_pb.SolveResponse) -> None:
-    """Groups, per-job CPUs, memory, slowdown and group, and the heuristic's objective."""
+def fill_sharing_response(plan: Plan, response: service_pb.SolveResponse) -> None:
+    """The heuristic's objective (the groups and the per-job CPUs, memory, slowdown and group
+    are written by `response.plan_response`, `apportion.server.group_wire`)."""
     section = plan.groups
     if section is None:
         return
@@ -576,31 +762,3 @@ def fill_sharing_response(plan: Plan, problem: Problem,
             gap = relative_gap(plan.certificate.objective, section.heuristic_objective, 1.0)
             if gap is not None and math.isfinite(gap):
                 stats.heuristic_gap = gap
-    if not response.HasField("plan"):
-        return
-    out = response.plan
-    ids = problem.jobs.ids
-    names = problem.cluster.type_names
-    entries = list(out.jobs)
-    for g, group in enumerate(section.groups):
-        msg = out.groups.add()
-        msg.job_ids.extend(ids[i] for i in group.members)
-        msg.slowdown.extend(group.slowdown)
-        if group.type_index >= 0:
-            msg.accelerator_type = names[group.type_index]
-        msg.devices = group.devices
-        for node, devices in group.node_devices:
-            msg.node_devices[node] = msg.node_devices[node] + devices
-        msg.device_ids.extend(group.device_ids)
-        msg.period_s = group.period_s
-        msg.configurations.extend(group.configurations)
-        for member, slowdown in zip(group.members, group.slowdown, strict=True):
-            if member < len(entries):
-                entries[member].group = g
-                entries[member].slowdown = slowdown
-    for array, name in ((section.cpus, "cpus"), (section.memory_gib, "memory_gib")):
-        if array is None:
-            continue
-        for i, value in enumerate(array.tolist()):
-            if i < len(entries) and math.isfinite(value):
-                setattr(entries[i], name, value)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from apportion.server.job_wire import JobFields
+from apportion.server.job_wire import JobFields, all_jobs
 from apportion.solver.cluster_topology import build_topology, default_topology, topology_of
 from apportion.solver.errors import Violation
 from apportion.solver.model import Cluster, PolicyRequest, Problem
@@ -408,9 +408,10 @@ def _span_table(comm: snapshot_pb.Communication, p: str,
 
 def placement_inputs(
     msg: snapshot_pb.Snapshot, problem: Problem, topology: Topology,
-    violations: list[Violation],
+    violations: list[Violation], present: JobFields | None = None,
 ) -> PlacementInputs | None:
-    """The jobs' placement fields and the cell quotas (None when no job sets any)."""
+    """The jobs' placement fields and the cell quotas (None when no job sets any).
+    `present`: which `msg.jobs` may set the placement fields (None: any)."""
     m = problem.jobs.num_jobs
     jobs = PlacementJobs.defaults(m)
     domain_index = {name: k for k, name in enumerate(topology.domain_names)}
@@ -420,7 +421,8 @@ def placement_inputs(
     service = list(jobs.service_class)
     avoid: list[tuple[int, ...]] = [()] * m
     any_given = False
-    for i, job in enumerate(msg.jobs):
+    setting = (present or all_jobs(msg.jobs)).setting(*_PLACEMENT_FIELDS)
+    for i, job in setting:
         p = f"snapshot.jobs[{i}]"
         if job.HasField("communication"):
             any_given = True
@@ -618,6 +620,12 @@ def _regular(topology: Topology, j: int, level: DomainLevel, p: str,
     return True
 
 
+_PLACEMENT_FIELDS = (
+    snapshot_pb.Job.COMMUNICATION_FIELD_NUMBER, snapshot_pb.Job.PLACEMENT_FIELD_NUMBER,
+    snapshot_pb.Job.MIGRATION_FIELD_NUMBER, snapshot_pb.Job.SERVICE_CLASS_FIELD_NUMBER)
+"""The `Job` fields only placement reads."""
+
+
 def _placement_fields_given(msg: snapshot_pb.Snapshot, present: JobFields) -> bool:
     """Any job or history entry sets a field only placement reads, or the snapshot lists cell
     quotas (otherwise no per-device view of the cluster is built: a request that never places
@@ -626,9 +634,7 @@ def _placement_fields_given(msg: snapshot_pb.Snapshot, present: JobFields) -> bo
         return True
     if any(job.HasField("communication") or job.HasField("placement")
            or job.HasField("migration") or job.service_class
-           for _, job in present.setting(
-               snapshot_pb.Job.COMMUNICATION_FIELD_NUMBER, snapshot_pb.Job.PLACEMENT_FIELD_NUMBER,
-               snapshot_pb.Job.MIGRATION_FIELD_NUMBER, snapshot_pb.Job.SERVICE_CLASS_FIELD_NUMBER)):
+           for _, job in present.setting(*_PLACEMENT_FIELDS)):
         return True
     return any(entry.devices or entry.HasField("running_since_s") or entry.executed_time_s
                or entry.waiting_time_s for entry in msg.history.jobs)
@@ -641,7 +647,7 @@ def with_topology(msg: snapshot_pb.Snapshot, problem: Problem,
     topology = topology_from_message(msg.cluster, problem.cluster, violations)
     cluster = replace(problem.cluster, topology=topology) if topology is not None \
         else problem.cluster
-    inputs = (placement_inputs(msg, problem, topology_of(cluster), violations)
+    inputs = (placement_inputs(msg, problem, topology_of(cluster), violations, present)
               if topology is not None or _placement_fields_given(msg, present) else None)
     return replace(problem, cluster=cluster, placement=inputs)
 
