@@ -184,10 +184,23 @@ class Fields:
         self._add(size, put)
 
 
+FEW_STRINGS = 16
+"""A table of at most this many strings (type names) is written string by string."""
+
+
 def _put_strings(out: Bytes, at: Ints, table: Texts, which: Ints) -> None:
     """Write the length and bytes of table's strings `which` at offsets `at`."""
-    length = table.length[which]
-    copy_ranges(out, at + put_varints(out, at, length), table.data, table.start[which], length)
+    if table.length.size > FEW_STRINGS:
+        length = table.length[which]
+        copy_ranges(out, at + put_varints(out, at, length), table.data, table.start[which],
+                    length)
+        return
+    for j in range(table.length.size):  # each string's record bytes, a byte at a time
+        mine = at[which == j]
+        start, length = int(table.start[j]), int(table.length[j])
+        record = encode_varints(np.array([length])) + table.data[start:start + length].tobytes()
+        for k, byte in enumerate(record):
+            out[mine + k] = byte
 
 
 def records(number: int, fields: Fields) -> bytes:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from apportion.server.plan_wire import job_allocations
 from apportion.server.queue_wire import device_queue_records, job_queue_fields
-from apportion.server.wire_fields import records
+from apportion.server.wire_fields import FEW_STRINGS, records
 from apportion.solver.queue_plan import QueueSection
 from apportion.v1 import allocation_service_pb2 as service_pb
 from tests.server.test_plan_wire import DOUBLES, TEXT, built, numbered, plans, same
@@ -109,7 +109,9 @@ def sections(draw: st.DrawFn, m: int, n: int) -> QueueSection:
 
 @st.composite
 def queue_plans(draw: st.DrawFn) -> tuple[QueueSection, list[str], list[str]]:
-    m = draw(st.integers(0, 10))
+    """A section with its type names and job ids (a few, or more than `FEW_STRINGS`: the
+    ids are then copied as byte ranges)."""
+    m = draw(st.one_of(st.integers(0, 10), st.integers(FEW_STRINGS + 1, FEW_STRINGS + 4)))
     names = draw(st.lists(st.one_of(st.sampled_from(["v100", "k80", "é", "t" * 130]), TEXT),
                           max_size=3, unique=True))
     ids = draw(st.lists(TEXT, min_size=m, max_size=m))
