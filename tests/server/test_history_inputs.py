@@ -58,12 +58,13 @@ def test_every_bad_entry_is_named() -> None:
     bad = [
         {"jobId": "nope"},
         {"jobId": "j0"},  # a second entry of j0
-        {"jobId": "j3", "receivedTimeS": {"tpu": 1.0, "v100": 20.0, "k80": -1.0}},
+        {"jobId": "j3", "receivedTimeS": {"tpu": 1.0, "v100": 20.0, "k80": -1.0},
+         "current": {"acceleratorType": "k80", "nodes": ["zzz"]}},
         {"jobId": "j4", "previousTimeShare": {"tpu": 0.5}, "cumulativeIsolatedTimeS": "NaN",
          "restarts": -2},
         {"jobId": "j5", "current": {"acceleratorType": "v100", "devices": 2}},  # 3 + 2 > 4
         {"jobId": "j6", "current": {"acceleratorType": "k80", "busyUntilS": "Infinity"}},
-        {"jobId": "j7", "current": {"acceleratorType": "k80", "nodes": ["zzz", "a"]}},
+        {"jobId": "j7", "current": {"acceleratorType": "k80", "nodes": ["b", "a"]}},
     ]
     with pytest.raises(ValidationError) as info:
         request_to_model(request(GOOD + bad))
@@ -82,7 +83,7 @@ def test_every_bad_entry_is_named() -> None:
         f"{at}[7].current.devices":
             "running jobs would hold 5 devices of type 'v100', which has 4",
         f"{at}[8].current.busy_until_s": found[f"{at}[8].current.busy_until_s"],
-        f"{at}[9].current.nodes[0]": "unknown node 'zzz'",
+        f"{at}[5].current.nodes[0]": "unknown node 'zzz'",
         f"{at}[9].current.nodes[1]": "node 'a' holds no 'k80'",
     }
     assert found[f'{at}[5].received_time_s["k80"]'].endswith("got -1.0")
