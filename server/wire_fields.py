@@ -197,8 +197,8 @@ def _put_strings(out: Bytes, at: Ints, table: Texts, which: Ints) -> None:
         return
     for j in range(table.length.size):  # each string's record bytes, a byte at a time
         mine = at[which == j]
-        start, length = int(table.start[j]), int(table.length[j])
-        record = encode_varints(np.array([length])) + table.data[start:start + length].tobytes()
+        start, size = int(table.start[j]), int(table.length[j])
+        record = encode_varints(np.array([size])) + table.data[start:start + size].tobytes()
         for k, byte in enumerate(record):
             out[mine + k] = byte
 
