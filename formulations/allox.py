@@ -99,6 +99,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from apportion.solver.arrays import BoolArray
 from apportion.solver.backends.highs import (
     INFINITY,
     HighsSettings,
@@ -112,24 +113,23 @@ from apportion.solver.certificate import termination
 from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import Compat, FloatArray, IntArray, Problem, SolveOptions
 from apportion.solver.parameters import AlloxParameters
+from apportion.solver.queue_plan import take_rows
 from apportion.solver.result import (
     Certificate,
-    DeviceQueue,
     JobStatus,
     ModelSize,
     Plan,
-    QueueAssignment,
     QueueSection,
     relative_gap,
 )
 from apportion.solver.row_classes import identical_rows
 
 MAX_PRICING_ROUNDS = 64
-DECODE_S_PER_ITEM = 5e-6
-"""Time (s) the LP leaves, per matched job and per device, for the queue entries: decoding the
-matching into them (measured: 0.35 s of CPU for 70,000 matched jobs on 75,000 devices, most of
-it building one entry per job and per device) and the part of their conversion to a response
-beyond what the service holds back for any plan (0.75 s against 0.4 s at 100,000 jobs)."""
+DECODE_S_PER_ITEM = 1e-6
+"""Time (s) the LP leaves, per matched job and per device, to decode its matching into the
+plan's queue section (measured in process: 0.11 s for 67,702 matched jobs on 75,000 devices,
+0.8 us per item, at load average 7 on a 2-core machine). The response is the service's
+reserve (by plan kind), not this."""
 SAMPLE_CLASSES = 2000
 """When the whole LP cannot end in time, the LP over a sample of at most this many job classes
 (slot capacities scaled to the sample's share of the jobs) prices every job's slots (measured
@@ -536,8 +536,8 @@ class _Devices:
     """(G,) type of each device."""
     local: IntArray
     """(G,) index within its type."""
-    node: tuple[str, ...]
-    """(G,) node name or ""."""
+    node_index: IntArray
+    """(G,) node holding the device (index into the cluster's nodes), -1 = none given."""
     free_at: FloatArray
     """(G,) tau_g."""
     holder: IntArray
@@ -592,14 +592,12 @@ def _devices(problem: Problem) -> _Devices:
     G = int(counts.sum())
     local = np.arange(G, dtype=np.int64) - offsets[type_index]
     node_of_device, node_lo, node_hi = _device_nodes(problem, offsets)
-    names = np.array([*cluster.node_names, ""], dtype=object)
-    node: tuple[str, ...] = tuple(names[node_of_device].tolist())
     free_at = np.full(G, now, dtype=np.float64)
     holder = np.full(G, -1, np.int64)
     held: dict[int, list[int]] = {}
     running = np.flatnonzero(hist.running(jobs.num_jobs))
     if running.size == 0:
-        return _Devices(type_index, local, node, free_at, holder, held)
+        return _Devices(type_index, local, node_of_device, free_at, holder, held)
     remaining = jobs.remaining_steps[running]
     current = hist.current_type[running]
     thr = jobs.throughput[running, current]
@@ -628,13 +626,13 @@ def _devices(problem: Problem) -> _Devices:
         holder[mine] = i
         free_at[mine] = ends
         held[i] = mine
-    return _Devices(type_index, local, node, free_at, holder, held)
+    return _Devices(type_index, local, node_of_device, free_at, holder, held)
 
 
 def _select(
     problem: Problem, parameters: AlloxParameters, compat: Compat, free_devices: int
-) -> tuple[IntArray, list[JobStatus], list[str]]:
-    """(matched job indices, status per job, reason per job)."""
+) -> tuple[IntArray, list[JobStatus], list[str], BoolArray]:
+    """(matched job indices, status per job, reason per job, the finished jobs)."""
     jobs = problem.jobs
     m = jobs.num_jobs
     pending = ~problem.history.running(m)
@@ -677,7 +675,7 @@ def _select(
                f"{q} pending jobs")
         for i in order[keep:]:
             status[i], reason[i] = JobStatus.DEFERRED, why
-    return np.sort(order[:keep]).astype(np.int64), status, reason
+    return np.sort(order[:keep]).astype(np.int64), status, reason, finished
 
 
 def _groups(dev: _Devices) -> tuple[IntArray, IntArray, FloatArray, IntArray, IntArray]:
@@ -700,10 +698,10 @@ def _queues(
 ) -> tuple[QueueSection, FloatArray]:
     """The plan's queue section and time shares from each matched job's device: its position
     in the device's queue (by planned start, then job index), whether it starts now; the jobs
-    holding devices. Plain Python values are read once (a numpy scalar per field and job costs
-    more than the rest) and the per-device tuples are shared between jobs."""
+    holding devices."""
     jobs, now = problem.jobs, problem.time_s
     m, n = jobs.num_jobs, problem.cluster.num_types
+    G = dev.type_index.size
     time_share = np.zeros((m, n))
     rank = np.lexsort((matched, result.start, device))  # rows by device, start, job
     on = device[rank]
@@ -713,44 +711,44 @@ def _queues(
     position[rank] = np.arange(rank.size) - run_start + 1
     starts_now = (position == 1) & (dev.free_at[device] <= now)
     time_share[matched[starts_now], dev.type_index[device[starts_now]]] = 1.0
-    type_of, local_of = dev.type_index.tolist(), dev.local.tolist()
-    one_device = [(k,) for k in range(max(local_of, default=-1) + 1)]
-    one_node: dict[str, tuple[str, ...]] = {name: (name,) for name in set(dev.node)}
-    one_node[""] = ()
-    queue: list[QueueAssignment | None] = [None] * m
-    for i, g, pos, start, done, now_ in zip(
-        matched.tolist(), device.tolist(), position.tolist(), result.start.tolist(),
-        result.completion.tolist(), starts_now.tolist(), strict=True,
-    ):
-        queue[i] = QueueAssignment(type_of[g], one_device[local_of[g]], one_node[dev.node[g]],
-                                   pos, start, done, now_, False)
-    history = problem.history
-    for i, mine in dev.held.items():
-        t = int(history.current_type[i])
-        time_share[i, t] = 1.0
-        until = float(max(dev.free_at[g] for g in mine)) if mine else now
-        queue[i] = QueueAssignment(
-            t, tuple(local_of[g] for g in mine),
-            tuple(dict.fromkeys(dev.node[g] for g in mine if dev.node[g])),
-            0, now, until, False, True,
-        )
-    ordered = matched[rank].tolist()
-    jobs_on: list[tuple[int, ...]] = [()] * len(type_of)
-    begins = np.flatnonzero(first)
-    ends = np.r_[begins[1:], rank.size][: begins.size]
-    for g, b, e in zip(on[begins].tolist(), begins.tolist(), ends.tolist(), strict=True):
-        jobs_on[g] = tuple(ordered[b:e])
-    group_duals = [tuple(part.tolist()) for part in result.v]
-    H = int(g_group.max(initial=-1)) + 1
-    group_duals += [()] * (H - len(group_duals))
-    device_queues = [
-        DeviceQueue(t, k, name, free_at, holder, queued, group_duals[h])
-        for t, k, name, free_at, holder, queued, h in zip(
-            type_of, local_of, dev.node, dev.free_at.tolist(), dev.holder.tolist(), jobs_on,
-            g_group.tolist(), strict=True,
-        )
-    ]
-    return QueueSection(tuple(queue), tuple(device_queues)), time_share
+    type_index = np.full(m, -1, np.int64)
+    place = np.zeros(m, np.int64)
+    start, completion = np.zeros(m), np.zeros(m)
+    start_now, running = np.zeros(m, bool), np.zeros(m, bool)
+    type_index[matched] = dev.type_index[device]
+    place[matched] = position
+    start[matched], completion[matched] = result.start, result.completion
+    start_now[matched] = starts_now
+    held = np.fromiter(dev.held, np.int64, len(dev.held))
+    held_count = np.fromiter(map(len, dev.held.values()), np.int64, held.size)
+    held_devices = np.fromiter(
+        (g for mine in dev.held.values() for g in mine), np.int64, int(held_count.sum()))
+    if held.size:
+        current = problem.history.current_type[held].astype(np.int64)
+        type_index[held] = current
+        time_share[held, current] = 1.0
+        owner = np.repeat(np.arange(held.size), held_count)
+        until = np.full(held.size, now)
+        np.maximum.at(until, owner, dev.free_at[held_devices])
+        start[held], completion[held] = now, until
+        running[held] = True
+    count = np.zeros(m, np.int64)
+    count[matched] = 1
+    count[held] = held_count
+    job_offsets = np.r_[0, np.cumsum(count)].astype(np.int64)
+    job_devices = np.zeros(int(job_offsets[-1]), np.int64)
+    job_devices[job_offsets[matched]] = device
+    _, item = take_rows(job_offsets, held)
+    job_devices[item] = held_devices
+    duals = list(result.v) + [np.zeros(0)] * (int(g_group.max(initial=-1)) + 1 - len(result.v))
+    dual_offsets = np.r_[0, np.cumsum([part.size for part in duals])].astype(np.int64)
+    section = QueueSection(
+        type_index, place, start, completion, start_now, running, job_offsets, job_devices,
+        dev.type_index.astype(np.int64), dev.local, dev.node_index, problem.cluster.node_names,
+        dev.free_at, dev.holder, np.r_[0, np.cumsum(np.bincount(device, minlength=G))].astype(
+            np.int64), matched[rank].astype(np.int64), g_group,
+        dual_offsets, np.concatenate([np.zeros(0), *duals]).astype(np.float64))
+    return section, time_share
 
 
 def solve_policy(
@@ -767,7 +765,7 @@ def solve_policy(
     now = problem.time_s
     dev = _devices(problem)
     free_now = int(np.sum((dev.holder < 0) | (dev.free_at <= now)))
-    matched, status, reason = _select(problem, parameters, compat, free_now)
+    matched, status, reason, finished = _select(problem, parameters, compat, free_now)
     g_group, members, tau, W, group_type = _groups(dev)
     H = W.size
     thr = jobs.throughput[matched][:, group_type] if H else np.zeros((matched.size, 0))
@@ -785,7 +783,6 @@ def solve_policy(
     objective_value[matched] = result.completion - jobs.arrival_time_s[matched]
     job_dual = np.zeros(m)
     job_dual[matched] = result.u
-    finished = np.array([s is JobStatus.FINISHED for s in status], dtype=bool)
     objective_value[finished] = 0.0
 
     effective = np.einsum("ij,ij->i", jobs.throughput, time_share)

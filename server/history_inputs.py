@@ -18,7 +18,7 @@ from apportion.server.colocation_inputs import history_partners
 from apportion.server.market_inputs import reference_finish_times
 from apportion.solver import limits
 from apportion.solver.errors import Violation, echo, key, listing
-from apportion.solver.model import Cluster, History, Jobs
+from apportion.solver.model import Cluster, FloatArray, History, Jobs
 from apportion.solver.validation import (
     DURATION_RULE,
     RATE_RULE,
@@ -111,6 +111,55 @@ def _ftf_state(entry: snapshot_pb.JobHistory, path: str) -> tuple[float, float, 
     return float(iso), float(rem), []
 
 
+def _valid_placement(
+    cur: snapshot_pb.Placement,
+    busy_ok: bool,
+    scale_factor: int,
+    type_index: Mapping[str, int],
+    node_index: Mapping[str, int],
+    node_type: list[int],
+) -> CurrentPlacement | None:
+    """`read_placement`'s placement when the job runs and everything about it is valid
+    (`busy_ok`: its busy_until_s is), without building a violation; None otherwise (then
+    `read_placement` says what is wrong, or that the job is not running)."""
+    j = type_index.get(cur.accelerator_type) if cur.accelerator_type else None
+    if j is None or not busy_ok or not 0 <= cur.devices <= limits.MAX_DEVICES_PER_TYPE:
+        return None
+    nodes = [node_index.get(name, -1) for name in cur.nodes]
+    for node in nodes:
+        if node < 0 or node_type[node] != j:
+            return None
+    return CurrentPlacement(j, cur.devices or scale_factor, float(cur.busy_until_s),
+                            tuple(nodes))
+
+
+def _unknown_type(path: str, name: str) -> Violation:
+    """A map entry (at `path` + its key) naming a type the cluster does not have."""
+    return Violation(f"{path}{key(name)}", f"unknown accelerator type {echo(name)}")
+
+
+def _received(shares: list[tuple[int, int, float, int, str]], elapsed: float,
+              received: FloatArray, violations: list[Violation]) -> None:
+    """The received_time_s entries (row, type, value, history entry, type name) of known types
+    into `received` (s), checked as a column: each a duration, at most elapsed_since_reset_s."""
+    if not shares:
+        return
+    value = np.array([share[2] for share in shares], np.float64)
+    fits = value <= elapsed * (1 + 1e-9) + 1e-9
+    ok = duration_ok(value) & fits
+    for n in np.flatnonzero(~ok).tolist():
+        _, _, v, k, name = shares[n]
+        path = f"snapshot.history.jobs[{k}].received_time_s{key(name)}"
+        if not duration_ok(v):
+            violations.append(Violation(path, f"{DURATION_RULE}, got {v}"))
+        else:
+            violations.append(
+                Violation(path, f"{v} s is more than elapsed_since_reset_s ({elapsed} s)"))
+    rows = np.array([share[0] for share in shares], np.int64)
+    columns = np.array([share[1] for share in shares], np.int64)
+    received[rows[ok], columns[ok]] = value[ok]
+
+
 def history_to_model(
     msg: snapshot_pb.Snapshot, cluster: Cluster, jobs: Jobs, violations: list[Violation]
 ) -> History:
@@ -133,67 +182,86 @@ def history_to_model(
     busy_until, current_nodes = history.busy_until_s, list(history.current_nodes)
     prev_iso = history.previous_isolated_throughput
     prev_remaining = history.previous_remaining_steps
-    held = np.zeros(cluster.num_types, np.int64)
+    held = [0] * cluster.num_types
+    count, scale_factor = cluster.count.tolist(), jobs.scale_factor.tolist()
+    node_type = cluster.node_type.tolist()
     seen: dict[str, int] = {}
-    for k, entry in enumerate(hist.jobs):
-        p = f"snapshot.history.jobs[{k}]"
-        i = job_index.get(entry.job_id)
-        if i is None:
-            violations.append(Violation(f"{p}.job_id", f"unknown job {echo(entry.job_id)}"))
-            continue
-        if entry.job_id in seen:
+    entries = list(hist.jobs)
+    # the scalar fields of every entry checked as columns, the values gathered in lists and
+    # written at the end (a numpy call per value costs more than the rest of an entry)
+    isolated_ok = duration_ok(np.array([e.cumulative_isolated_time_s for e in entries],
+                                       np.float64)).tolist()
+    running = [e.current for e in entries if e.HasField("current")]
+    busy_ok = iter(time_ok(np.array([c.busy_until_s for c in running], np.float64)).tolist())
+    shares: list[tuple[int, int, float, int, str]] = []
+    """(row, type, value, entry, type name) of every received_time_s entry of a known type."""
+    isolated_at: list[tuple[int, float]] = []
+    restarts_at: list[tuple[int, int]] = []
+    placed_at: list[tuple[int, CurrentPlacement]] = []
+    for k, entry in enumerate(entries):
+        current = entry.current if entry.HasField("current") else None
+        current_ok = next(busy_ok) if current is not None else False
+        job_id = entry.job_id
+        i = job_index.get(job_id)
+        if i is None or job_id in seen:
             violations.append(Violation(
-                f"{p}.job_id",
-                f"duplicate entry for {echo(entry.job_id)} (first at [{seen[entry.job_id]}])",
-            ))
+                f"snapshot.history.jobs[{k}].job_id", f"unknown job {echo(job_id)}" if i is None
+                else f"duplicate entry for {echo(job_id)} (first at [{seen[job_id]}])"))
             continue
-        seen[entry.job_id] = k
+        seen[job_id] = k
         for name, value in entry.received_time_s.items():
-            fp = f"{p}.received_time_s{key(name)}"
-            if name not in type_index:
-                violations.append(Violation(fp, f"unknown accelerator type {echo(name)}"))
-            elif not duration_ok(value):
-                violations.append(Violation(fp, f"{DURATION_RULE}, got {value}"))
-            elif value > elapsed * (1 + 1e-9) + 1e-9:
-                violations.append(
-                    Violation(fp, f"{value} s is more than elapsed_since_reset_s ({elapsed} s)")
-                )
+            j = type_index.get(name)
+            if j is None:
+                violations.append(_unknown_type(f"snapshot.history.jobs[{k}].received_time_s",
+                                                name))
             else:
-                received[i, type_index[name]] = value
+                shares.append((i, j, value, k, name))
         for name in entry.previous_time_share:
             if name not in type_index:
-                violations.append(Violation(f"{p}.previous_time_share{key(name)}",
-                                            f"unknown accelerator type {echo(name)}"))
-        c = entry.cumulative_isolated_time_s
-        if not duration_ok(c):
-            violations.append(Violation(f"{p}.cumulative_isolated_time_s",
-                                        f"{DURATION_RULE}, got {c}"))
+                violations.append(_unknown_type(
+                    f"snapshot.history.jobs[{k}].previous_time_share", name))
+        if isolated_ok[k]:
+            isolated_at.append((i, entry.cumulative_isolated_time_s))
         else:
-            isolated[i] = c
-        if entry.restarts < 0:
-            violations.append(Violation(f"{p}.restarts", f"must be >= 0, got {entry.restarts}"))
+            violations.append(Violation(f"snapshot.history.jobs[{k}].cumulative_isolated_time_s",
+                                        f"{DURATION_RULE}, got {entry.cumulative_isolated_time_s}"))
+        if entry.restarts >= 0:
+            restarts_at.append((i, entry.restarts))
         else:
-            restarts[i] = entry.restarts
-        prev_iso[i], prev_remaining[i], found = _ftf_state(entry, p)
-        violations += found
-        if not entry.HasField("current"):
+            violations.append(Violation(f"snapshot.history.jobs[{k}].restarts",
+                                        f"must be >= 0, got {entry.restarts}"))
+        if entry.HasField("previous_isolated_throughput") or entry.HasField(
+                "previous_remaining_steps"):
+            prev_iso[i], prev_remaining[i], found = _ftf_state(entry, f"snapshot.history.jobs[{k}]")
+            violations += found
+        if current is None:
             continue
-        placed, found = read_placement(entry.current, f"{p}.current",
-                                       int(jobs.scale_factor[i]), cluster, node_index)
-        violations += found
+        placed = _valid_placement(current, current_ok, scale_factor[i], type_index, node_index,
+                                  node_type)
+        if placed is None:
+            placed, found = read_placement(current, f"snapshot.history.jobs[{k}].current",
+                                           scale_factor[i], cluster, node_index)
+            violations += found
         if placed is None:
             continue
         j = placed.type_index
-        if held[j] + placed.devices > cluster.count[j]:
+        if held[j] + placed.devices > count[j]:
             violations.append(Violation(
-                f"{p}.current.devices",
+                f"snapshot.history.jobs[{k}].current.devices",
                 f"running jobs would hold {held[j] + placed.devices} devices of type "
-                f"{echo(cluster.type_names[j])}, which has {int(cluster.count[j])}",
+                f"{echo(cluster.type_names[j])}, which has {count[j]}",
             ))
             continue
         held[j] += placed.devices
-        current_type[i], current_devices[i] = j, placed.devices
+        placed_at.append((i, placed))
+    for i, c in isolated_at:
+        isolated[i] = c
+    for i, r in restarts_at:
+        restarts[i] = r
+    for i, placed in placed_at:
+        current_type[i], current_devices[i] = placed.type_index, placed.devices
         busy_until[i], current_nodes[i] = placed.busy_until_s, placed.nodes
+    _received(shares, elapsed, received, violations)
     reference, state = reference_finish_times(msg, job_index, m, violations)
     return replace(
         history,

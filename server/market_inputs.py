@@ -201,15 +201,17 @@ def reference_finish_times(
     """Shockwave's reference finish times F*_i and their state from `history.jobs[]`, aligned
     with the jobs (`index`: job id -> row)."""
     reference = np.zeros(m)
-    for k, entry in enumerate(msg.history.jobs):
-        row = index.get(entry.job_id)
-        value = entry.reference_finish_time_s
-        if not time_ok(value):
-            violations.append(Violation(
-                f"snapshot.history.jobs[{k}].reference_finish_time_s", f"{TIME_RULE}, got {value}"
-            ))
-        elif row is not None:
-            reference[row] = value
+    entries = msg.history.jobs
+    values = [entry.reference_finish_time_s for entry in entries]
+    ok = time_ok(np.array(values, np.float64))
+    for k in np.flatnonzero(~ok).tolist():
+        violations.append(Violation(
+            f"snapshot.history.jobs[{k}].reference_finish_time_s", f"{TIME_RULE}, got {values[k]}"
+        ))
+    for k in np.flatnonzero(ok & (np.array(values, np.float64) != 0)).tolist():
+        row = index.get(entries[k].job_id)
+        if row is not None:
+            reference[row] = values[k]
     return reference, _reference_state(msg, index, m, violations)
 
 

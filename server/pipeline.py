@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 from apportion.server.convert import request_to_model
 from apportion.server.response import WireResponse, plan_response
@@ -26,12 +28,22 @@ from apportion.solver.result import Plan
 from apportion.solver.solve import solve
 from apportion.v1 import allocation_service_pb2 as service_pb
 
-RESPONSE_S_PER_JOB = 4e-6
-"""Time (s) reserved per job for converting the plan to a response (measured: about 3 µs per
-job at 100,000 jobs on a 2-core machine)."""
-RESPONSE_S_PER_JOB_GROUPS = 1e-5
-"""The same for a plan of co-location groups, whose group messages cost more (measured: 0.7-0.85 s
-for 39,503 groups of 100,000 IADeep jobs on a loaded 2-core machine)."""
+RESPONSE_RESERVE: Mapping[PlanKind, float] = MappingProxyType({
+    PlanKind.TIME_SHARE: 1e-6,
+    PlanKind.QUEUE: 3e-6,
+    PlanKind.MARKET: 5e-6,
+    PlanKind.CONFIGURATION: 1e-5,
+    PlanKind.WINDOW: 4e-6,
+    PlanKind.GROUPS: 1e-5,
+})
+"""Time (s) per job held back from the solve to convert the plan to a response and serialize
+it, by plan kind: the CPU time `benchmarks/response_cost.py` measured in process at 100,000
+jobs (best of 3; 2026-12-02, 2-core machine), with room for a busy machine: time shares
+(weighted max-min fairness, records written as bytes) 0.5 us, queues (allox, the places and
+device queues written as bytes) 2.3 us, market plans (the Fisher market: a spending per job
+message) 2.4 us, configurations (Optimus: a configuration message per job) 13.6 us wall at
+load average 6, groups (IADeep) 4.4 us. Planning windows (Shockwave, 8,192 jobs at most)
+keep the former single figure."""
 RESPONSE_MAX_SHARE = 0.5
 """The response reserve never takes more than this share of the time left before the solve."""
 
@@ -108,8 +120,7 @@ def solve_request_typed(
     if effective.expired():
         response = _no_time_left(policy.name, limit_s, arrived)
         return SolvedRequest(problem, policy, options, None, WireResponse(response))
-    groups = lookup(policy.name).capabilities.plan_kind is PlanKind.GROUPS
-    per_job = RESPONSE_S_PER_JOB_GROUPS if groups else RESPONSE_S_PER_JOB
+    per_job = RESPONSE_RESERVE[lookup(policy.name).capabilities.plan_kind]
     solver_deadline = effective.leaving(per_job * problem.jobs.num_jobs, RESPONSE_MAX_SHARE)
     # the request's own limit is in `solver_deadline` already (counted from the arrival)
     plan = solve(problem, policy, replace(options, time_limit_s=0.0), solver_deadline)

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from apportion.server.packed_fields import encode_varints
 from apportion.server.record_writer import utf8
+from apportion.server.wire_fields import Fields
 from apportion.server.wire_records import (
     I64,
     LEN,
@@ -75,15 +76,17 @@ def job_allocations(
     type_names: Sequence[str],
     doubles: Sequence[NDArray[np.float64]],
     optional: Sequence[tuple[int, NDArray[np.float64]]] = (),
+    further: Fields | None = None,
     tail: tuple[NDArray[np.uint8], Ints] | None = None,
 ) -> bytes:
     """The serialized `Plan.jobs` records of m jobs: ids, `JobStatus` values, reasons ("" =
     none), the (m, n) time shares over `type_names` (entries for shares > 0), the effective
     throughput, normalized throughput, objective value and dual (m each), and `optional`
     double fields as (field number, m values; NaN = unset), in increasing numbers above the
-    dual's; `tail`: more serialized fields of each job, numbered above those (the bytes of
-    all jobs one after another, and each job's length in them), written at its record's
-    end."""
+    dual's; `further` (None = none): fields of the m jobs numbered between the dual's and
+    the optional ones' (the queue place); `tail`: more serialized fields of each job,
+    numbered above all those (the bytes of all jobs one after another, and each job's length
+    in them), written at its record's end (the group fields)."""
     m = len(ids)
     if not m:
         return b""
@@ -112,6 +115,8 @@ def job_allocations(
     body = id_size + status_size + reason_size + share_size
     for (tag, _), write in zip(scalars, written, strict=True):
         body += (len(tag) + 8) * write
+    if further is not None:
+        body += further.size
     if tail is not None:
         body += tail[1]
     head = 1 + varint_sizes(body)
@@ -141,13 +146,20 @@ def job_allocations(
             as_word[cell_at[mine] + 8 * k] = word
         as_double[cell_at[mine] + len(prefix)] = time_share[job[mine], j]
     here += share_size
-    for (tag, value), write in zip(scalars, written, strict=True):
+    doubles_end = len(_DOUBLE_NUMBERS)  # the optional doubles come after `further`
+    for k, ((tag, value), write) in enumerate(zip(scalars, written, strict=True)):
+        if k == doubles_end and further is not None:
+            further.write(out, here)
+            here += further.size
         every = bool(write.all())
         at_tag, values = (here, value) if every else (here[write], value[write])
-        for k, byte in enumerate(tag):
-            out[at_tag + k] = byte
+        for b, byte in enumerate(tag):
+            out[at_tag + b] = byte
         as_double[at_tag + len(tag)] = values
         here += len(tag) + 8 if every else (len(tag) + 8) * write
+    if len(scalars) == doubles_end and further is not None:
+        further.write(out, here)
+        here += further.size
     if tail is not None:
         copy_ranges(out, here, tail[0], np.cumsum(tail[1]) - tail[1], tail[1])
     return out[:-8].tobytes()

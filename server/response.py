@@ -14,6 +14,7 @@ from apportion.server.fairness_inputs import fill_fairness_response
 from apportion.server.group_wire import GroupWire
 from apportion.server.packed_fields import encode_varints, write_packed
 from apportion.server.plan_wire import job_allocations
+from apportion.server.queue_wire import device_queue_records, job_queue_fields
 from apportion.server.sharing_inputs import fill_sharing_response
 from apportion.server.topology_inputs import fill_placement_response
 from apportion.solver.model import FloatArray, PolicyRequest, Problem
@@ -53,45 +54,67 @@ def plan_to_response(
 
 
 class WireResponse:
-    """A `SolveResponse` as `plan_response` builds it: the message, and, for a plan whose
-    `JobAllocation`s hold only the core fields (and the groups' ones), those allocations as
-    serialized bytes kept beside it, and a plan's co-location groups likewise (`serialize`
-    writes them without ever building their messages)."""
+    """A `SolveResponse` as `plan_response` builds it: the message, and `Plan` records kept
+    serialized beside it: the `JobAllocation`s of a plan whose allocations hold only what
+    `job_allocation_bytes` writes, a queue plan's device queues, a plan's co-location groups
+    (`serialize` writes them without ever building their messages)."""
 
     def __init__(self, message: service_pb.SolveResponse, jobs: bytes = b"",
-                 groups: bytes = b"") -> None:
+                 device_queues: bytes = b"", groups: bytes = b"") -> None:
         self._message = message
-        self._jobs = jobs
-        """Serialized `Plan.jobs` records not yet in the message (b"" = none)."""
-        self._groups = groups
-        """Serialized `Plan.groups` records not yet in the message (b"" = none); the plan
-        has no field numbered above them."""
+        self._kept = [(number, records) for number, records in (
+            (service_pb.Plan.JOBS_FIELD_NUMBER, jobs),
+            (service_pb.Plan.DEVICE_QUEUES_FIELD_NUMBER, device_queues),
+            (service_pb.Plan.GROUPS_FIELD_NUMBER, groups)) if records]
+        """Serialized `Plan` records not yet in the message, by increasing field number."""
 
     @property
     def stats(self) -> service_pb.SolveStats:
         return self._message.stats
 
     def message(self) -> service_pb.SolveResponse:
-        """The whole response (the kept allocations parsed into it, once)."""
-        if self._jobs or self._groups:
-            self._message.plan.MergeFromString(self._jobs + self._groups)
-            self._jobs = self._groups = b""
+        """The whole response (the kept records parsed into it, once)."""
+        if self._kept:
+            self._message.plan.MergeFromString(b"".join(records for _, records in self._kept))
+            self._kept = []
         return self._message
 
     def serialize(self) -> bytes:
         """The serialized response, as `message().SerializeToString()` would write it (the
         fields in number order; map entries in any order, as the runtime's)."""
-        if not (self._jobs or self._groups):
+        if not self._kept:
             return self._message.SerializeToString()
         rest = service_pb.SolveResponse()
         rest.CopyFrom(self._message)
-        rest.ClearField("plan")  # written first (field 1): the allocations, then the rest
-        plan = self._message.plan.SerializeToString()  # fields 2 to 69
-        size = len(self._jobs) + len(plan) + len(self._groups)
-        return b"".join([_PLAN_TAG, encode_varints(np.array([size])), self._jobs, plan,
-                         self._groups, rest.SerializeToString()])
+        rest.ClearField("plan")  # written first (field 1): its records, then the rest
+        pieces = []
+        below = 0
+        for number, records in [*self._kept, (_NO_FIELD, b"")]:
+            pieces.append(_plan_fields(self._message.plan, below, number))
+            pieces.append(records)
+            below = number
+        plan = b"".join(pieces)
+        return b"".join([_PLAN_TAG, encode_varints(np.array([len(plan)])), plan,
+                         rest.SerializeToString()])
 
 
+def _plan_fields(plan: service_pb.Plan, above: int, below: int) -> bytes:
+    """The plan's fields numbered in (above, below), serialized."""
+    inside = [field.name for field, _ in plan.ListFields() if above < field.number < below]
+    if not inside:
+        return b""
+    if len(inside) == len(plan.ListFields()):
+        return plan.SerializeToString()
+    part = service_pb.Plan()
+    part.CopyFrom(plan)
+    for field, _ in plan.ListFields():
+        if field.name not in inside:
+            part.ClearField(field.name)  # type: ignore[arg-type]  # a name of the plan's
+    return part.SerializeToString()
+
+
+_NO_FIELD = 1 << 29
+"""Above every field number."""
 _PLAN_TAG = bytes([service_pb.SolveResponse.PLAN_FIELD_NUMBER << 3 | 2])
 
 
@@ -124,29 +147,22 @@ def plan_response(
                 out.MergeFromString(jobs)
             jobs = b""
     fill_share_response(plan, problem, out)
-    fill_queue_response(plan, problem, out)
+    device_queues = device_queue_bytes(plan, problem)
     fill_market_response(plan, problem, out)
     fill_configuration_response(plan, problem, out)
     fill_elastic_response(plan, problem, response)
     fill_fairness_response(plan, problem, out)
     fill_placement_response(plan, problem, out)  # after the rounds: it adds their devices
     fill_sharing_response(plan, response)
-    if groups is None:
-        return WireResponse(response, jobs)
-    records = groups.records(problem.jobs.ids, problem.cluster.type_names)
-    if any(field.number > _GROUPS_NUMBER for field, _ in out.ListFields()):
-        out.MergeFromString(records)  # kept aside only when they are the plan's last field
-        records = b""
-    return WireResponse(response, jobs, records)
+    group_records = (b"" if groups is None
+                     else groups.records(problem.jobs.ids, problem.cluster.type_names))
+    return WireResponse(response, jobs, device_queues, group_records)
 
 
-_GROUPS_NUMBER = service_pb.Plan.GROUPS_FIELD_NUMBER
-
-
-_JOB_SECTIONS = ("queues", "configurations", "market", "window", "auction", "stride", "usage",
+_JOB_SECTIONS = ("configurations", "market", "window", "auction", "stride", "usage",
                  "placement", "admission")
-"""Plan sections that write into the `JobAllocation`s (the groups' fields are written with the
-core ones)."""
+"""Plan sections that write into the `JobAllocation`s (the queue places and the groups' fields
+are written with the allocations' records, `job_allocation_bytes`)."""
 
 
 def _core_only(plan: Plan) -> bool:
@@ -218,20 +234,22 @@ def fill_prices(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
 def job_allocation_bytes(plan: Plan, problem: Problem, groups: GroupWire | None = None
                          ) -> bytes:
     """Every job's core allocation as serialized `Plan.jobs` records: status, reason, time
-    shares (positive cells only), throughputs, objective term and dual, the
-    finish-time-fairness and SLO state (NaN slo_shortfall = the job has no SLO), and in a
-    plan of co-location groups (`groups`, gathered from `plan.groups`) each job's group
-    fields."""
+    shares (positive cells only), throughputs, objective term and dual, the queue place of a
+    queue plan, the finish-time-fairness and SLO state (NaN slo_shortfall = the job has no
+    SLO), and in a plan of co-location groups (`groups`, gathered from `plan.groups`) each
+    job's group fields."""
     m = problem.jobs.num_jobs
     state = [(service_pb.JobAllocation.DESCRIPTOR.fields_by_name[name].number, values)
              for name, values in _share_state(plan)]
     if groups is None and plan.groups is not None:
         groups = GroupWire(plan.groups)
+    names = problem.cluster.type_names
+    places = job_queue_fields(plan.queues, names) if plan.queues is not None else None
     return job_allocations(
         problem.jobs.ids, _statuses(plan, m), plan.job_reason or ("",) * m, plan.time_share,
-        problem.cluster.type_names,
+        names,
         (plan.effective_throughput, plan.normalized_throughput, plan.objective_value,
-         plan.job_dual), state,
+         plan.job_dual), state, places,
         groups.member_fields(m) if groups is not None else None,
     )
 
@@ -298,33 +316,12 @@ def fill_share_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> N
             )
 
 
-def fill_queue_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
-    """Queue plans (allox): each job's place in a device queue, and every device's queue."""
-    queues = plan.queues
-    if queues is None:
-        return
-    names, ids = problem.cluster.type_names, problem.jobs.ids
-    for entry, placed in zip(out.jobs, queues.job_queue, strict=False):
-        if placed is None:
-            continue
-        queue = entry.queue
-        queue.accelerator_type = names[placed.type_index]
-        queue.devices.extend(placed.devices)
-        queue.nodes.extend(placed.nodes)
-        queue.position = placed.position
-        queue.start_time_s = placed.start_time_s
-        queue.completion_time_s = placed.completion_time_s
-        queue.start_now = placed.start_now
-        queue.running = placed.running
-    for device in queues.device_queues:
-        dq = out.device_queues.add()
-        dq.accelerator_type = names[device.type_index]
-        dq.device = device.device
-        dq.node = device.node
-        dq.free_at_s = device.free_at_s
-        dq.running_job_id = ids[device.running_job] if device.running_job >= 0 else ""
-        dq.job_ids.extend(ids[i] for i in device.jobs)
-        dq.position_duals.extend(device.position_duals)
+def device_queue_bytes(plan: Plan, problem: Problem) -> bytes:
+    """Queue plans (allox): every device's queue as serialized `Plan.device_queues` records
+    (b"" for other plans)."""
+    if plan.queues is None:
+        return b""
+    return device_queue_records(plan.queues, problem.cluster.type_names, problem.jobs.ids)
 
 
 def fill_market_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:

@@ -62,20 +62,26 @@ def _cluster(msg: snapshot_pb.Cluster, violations: list[Violation]) -> Cluster:
     violations += duplicates(names, lambda j: f"{path}[{j}].name", "name")
     first = {name: j for j, name in reversed(list(enumerate(names)))}
     nodes = msg.nodes
-    for k, node in enumerate(nodes):
-        if node.accelerator_type not in first:
+    node_names = [n.name for n in nodes]
+    type_of = [n.accelerator_type for n in nodes]
+    node_type = np.fromiter((first.get(name, -1) for name in type_of), np.int64, len(nodes))
+    sizes = {fname: np.array([getattr(n, fname) for n in nodes], np.float64)
+             for fname in ("cpus", "memory_gib")}
+    wrong = {fname: ~(np.isfinite(values) & (values >= 0)
+                      & (values <= limits.MAX_MODEL_PARAMETER))
+             for fname, values in sizes.items()}
+    for k in np.flatnonzero((node_type < 0) | wrong["cpus"] | wrong["memory_gib"]).tolist():
+        if node_type[k] < 0:
             violations.append(Violation(f"snapshot.cluster.nodes[{k}].accelerator_type",
-                                        f"unknown accelerator type {echo(node.accelerator_type)}"))
-        for fname in ("cpus", "memory_gib"):
-            value = getattr(node, fname)
-            if not (np.isfinite(value) and 0 <= value <= limits.MAX_MODEL_PARAMETER):
+                                        f"unknown accelerator type {echo(type_of[k])}"))
+        for fname, values in sizes.items():
+            if wrong[fname][k]:
                 violations.append(Violation(
                     f"snapshot.cluster.nodes[{k}].{fname}",
-                    f"must be in [0, {limits.MAX_MODEL_PARAMETER:g}], got {value}",
+                    f"must be in [0, {limits.MAX_MODEL_PARAMETER:g}], got {float(values[k])}",
                 ))
-    violations += duplicates([n.name for n in nodes], lambda k: f"snapshot.cluster.nodes[{k}]",
-                             "node")
-    node_type = np.array([first.get(n.accelerator_type, 0) for n in nodes], np.int64)
+    violations += duplicates(node_names, lambda k: f"snapshot.cluster.nodes[{k}]", "node")
+    node_type = np.maximum(node_type, 0)
     node_devices = np.array([n.devices for n in nodes], np.int64)
     count = np.array([t.count for t in types], np.int64)
     if len(nodes):
@@ -93,7 +99,7 @@ def _cluster(msg: snapshot_pb.Cluster, violations: list[Violation]) -> Cluster:
         cost_per_hour=np.array(
             [t.cost_per_hour if t.HasField("cost_per_hour") else 1.0 for t in types], np.float64
         ),
-        node_names=tuple(n.name for n in nodes),
+        node_names=tuple(node_names),
         node_type=node_type,
         node_devices=node_devices,
     )

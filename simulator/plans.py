@@ -202,8 +202,11 @@ def decision_from_plan(plan: Plan, problem: Problem, kind: PlanKind) -> Decision
         return replace(base, planned=planned)
     if kind is PlanKind.QUEUE:
         starts = []
-        for i, placed in enumerate(plan.queues.job_queue if plan.queues is not None else ()):
-            if placed is not None and placed.start_now and not placed.running:
+        queues = plan.queues
+        if queues is not None:
+            for i in np.flatnonzero(queues.start_now & ~queues.running).tolist():
+                placed = queues.assignment(i)
+                assert placed is not None
                 starts.append(
                     Start(
                         i, placed.type_index, len(placed.devices), _count_nodes(placed.nodes, nodes)

@@ -13,6 +13,9 @@ from numpy.typing import NDArray
 from apportion.solver.model import FloatArray, ReferenceFinishState
 from apportion.solver.outcome import ModelSize as ModelSize  # re-exported
 from apportion.solver.outcome import Termination as Termination  # re-exported
+from apportion.solver.queue_plan import DeviceQueue as DeviceQueue  # re-exported
+from apportion.solver.queue_plan import QueueAssignment as QueueAssignment  # re-exported
+from apportion.solver.queue_plan import QueueSection as QueueSection  # re-exported
 
 if TYPE_CHECKING:
     from apportion.solver.fairness_result import AuctionSection, StrideSection, UsageSection
@@ -76,47 +79,6 @@ class Certificate:
     def gap(self) -> float | None:
         """`relative_gap(objective, bound, gap_scale)`."""
         return relative_gap(self.objective, self.bound, self.gap_scale)
-
-
-@dataclass(frozen=True)
-class QueueAssignment:
-    """Where a job sits in a non-preemptive per-device queue (allox). Times absolute (s)."""
-
-    type_index: int
-    """Accelerator type (column index)."""
-    devices: tuple[int, ...]
-    """Device indices within the type (0-based; node order when nodes are given)."""
-    nodes: tuple[str, ...]
-    """Nodes holding those devices ("" entries / empty when no nodes are given)."""
-    position: int
-    """0 = running now (kept, not preempted); 1 = the first pending job of the device; ..."""
-    start_time_s: float
-    """Planned start (the snapshot time for a running job)."""
-    completion_time_s: float
-    """Predicted completion."""
-    start_now: bool
-    """A pending job that should be started now (head of the queue of a device free now)."""
-    running: bool
-    """Already running (from the history); keeps its devices."""
-
-
-@dataclass(frozen=True)
-class DeviceQueue:
-    """One device's queue (allox): the job holding it, then pending jobs in run order."""
-
-    type_index: int
-    device: int
-    """Index within the type (0-based; node order when nodes are given)."""
-    node: str
-    """Node holding the device ("" when no nodes are given)."""
-    free_at_s: float
-    """When the device can take its first pending job (snapshot time if free now)."""
-    running_job: int
-    """Job index holding the device now, -1 = free."""
-    jobs: tuple[int, ...]
-    """Pending job indices in run order (first runs first)."""
-    position_duals: tuple[float, ...] = ()
-    """Dual v[k-1] <= 0 of slot "k-th from last on this device" (certificate); 0 beyond."""
 
 
 @dataclass(frozen=True)
@@ -219,16 +181,6 @@ class ShareSection:
     partition: PartitionReport | None = None
     """POP: how the partitioned solve went (`SolveOptions.partitions`); None = not
     partitioned."""
-
-
-@dataclass(frozen=True)
-class QueueSection:
-    """Queue plans (matching policies such as allox)."""
-
-    job_queue: tuple[QueueAssignment | None, ...]
-    """Per job, its place in a device queue; None = not queued (finished, deferred, ...)."""
-    device_queues: tuple[DeviceQueue, ...]
-    """Per device, its queue."""
 
 
 @dataclass(frozen=True)

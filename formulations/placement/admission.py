@@ -21,10 +21,8 @@ from apportion.solver.fairness_result import AuctionOutcome
 from apportion.solver.model import Colocations, IntArray, PolicyRequest, Problem, SolveOptions
 from apportion.solver.result import (
     ConfigurationSection,
-    DeviceQueue,
     JobStatus,
     Plan,
-    QueueSection,
     ScheduledRound,
     WindowSection,
 )
@@ -132,8 +130,7 @@ def expand_plan(plan: Plan, index: IntArray, m: int, reason: str) -> Plan:
     )
     queues = plan.queues
     if queues is not None:
-        queues = QueueSection(per_job(queues.job_queue, None),
-                              tuple(_queue(q, back) for q in queues.device_queues))
+        queues = queues.expanded(back, m)
     configurations = plan.configurations
     if configurations is not None:
         elastic = configurations.elastic
@@ -190,11 +187,6 @@ def expand_plan(plan: Plan, index: IntArray, m: int, reason: str) -> Plan:
         stride=stride,
         usage=usage,
     )
-
-
-def _queue(queue: DeviceQueue, back: IntArray) -> DeviceQueue:
-    return replace(queue, running_job=int(back[queue.running_job]) if queue.running_job >= 0
-                   else -1, jobs=tuple(int(back[i]) for i in queue.jobs))
 
 
 def admit_and_solve(

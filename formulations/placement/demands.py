@@ -53,9 +53,10 @@ def plan_grants(problem: Problem, plan: Plan, kind: PlanKind) -> list[Grant]:
     scale = problem.jobs.scale_factor
     out: list[Grant] = []
     if kind is PlanKind.QUEUE and plan.queues is not None:
-        for i, entry in enumerate(plan.queues.job_queue):
-            if entry is not None and (entry.running or entry.start_now):
-                out.append(Grant((i,), entry.type_index, max(1, len(entry.devices))))
+        queues = plan.queues
+        devices = np.maximum(queues.device_counts(), 1).tolist()
+        for i in np.flatnonzero(queues.running | queues.start_now).tolist():
+            out.append(Grant((i,), int(queues.type_index[i]), devices[i]))
     elif kind is PlanKind.CONFIGURATION and plan.configurations is not None:
         for i, choice in enumerate(plan.configurations.choices):
             if choice is not None and choice.devices > 0:

@@ -268,7 +268,7 @@ def check_allox_plan(prob: Problem, plan: Plan) -> None:
     assert cert.termination is Termination.OPTIMAL, cert
     assert cert.objective is not None and cert.bound is not None
     remaining = jobs.remaining_steps
-    queue = plan.queues.job_queue
+    queue = plan.queues.assignments()
     matched = [i for i, q in enumerate(queue) if q is not None and not q.running]
     # matching cost = sum of predicted completion times (minus arrivals)
     total = sum(queue[i].completion_time_s - jobs.arrival_time_s[i] for i in matched)  # type: ignore[union-attr]
@@ -276,19 +276,19 @@ def check_allox_plan(prob: Problem, plan: Plan) -> None:
     assert_rel(float(plan.objective_value[matched].sum()), cert.objective)
     slot_cost_total = 0.0
     seen: set[int] = set()
-    for dq in plan.queues.device_queues:
+    for dq in plan.queues.device_queues():
         t = dq.type_index
         clock = dq.free_at_s
         assert clock >= now
         if dq.running_job >= 0:
-            q = plan.queues.job_queue[dq.running_job]
+            q = plan.queues.assignments()[dq.running_job]
             assert q is not None and q.running and dq.device in q.devices and q.type_index == t
         else:
             assert clock == now
         K = len(dq.jobs)
         previous = -math.inf
         for pos, i in enumerate(dq.jobs, start=1):
-            q = plan.queues.job_queue[i]
+            q = plan.queues.assignments()[i]
             assert q is not None and not q.running
             assert (q.type_index, q.devices, q.position) == (t, (dq.device,), pos)
             assert i not in seen
@@ -309,7 +309,7 @@ def check_allox_plan(prob: Problem, plan: Plan) -> None:
     N = len(matched)
     bound = float(u[matched].sum())
     scale = max(abs(cert.objective), 1.0)
-    for dq in plan.queues.device_queues:
+    for dq in plan.queues.device_queues():
         v = np.zeros(N + 1)
         duals = np.array(dq.position_duals[: N + 1])
         v[: duals.size] = duals
@@ -325,7 +325,7 @@ def check_allox_plan(prob: Problem, plan: Plan) -> None:
     assert_rel(bound, cert.bound, what="recomputed bound")
     assert_rel(bound, cert.objective, what="bound vs objective")
     for i in range(jobs.num_jobs):  # time shares: running jobs and jobs starting now
-        q = plan.queues.job_queue[i]
+        q = plan.queues.assignments()[i]
         if q is not None and (q.running or q.start_now):
             assert plan.time_share[i, q.type_index] == 1.0 and plan.time_share[i].sum() == 1.0
         else:
@@ -386,14 +386,14 @@ def test_running_jobs_are_not_preempted_and_delay_their_device() -> None:
     )
     plan = run(prob)
     check_allox_plan(prob, plan)
-    q0 = plan.queues.job_queue[0]
+    q0 = plan.queues.assignments()[0]
     assert q0 is not None and q0.running and q0.completion_time_s == 100.0
-    dq = {d.device: d for d in plan.queues.device_queues}
+    dq = {d.device: d for d in plan.queues.device_queues()}
     assert dq[0].running_job == 0 and dq[0].free_at_s == 100.0
     # device 1 is free: 10, 20 then 30 there (C = 10, 30, 60) beats waiting for device 0
     assert [prob.jobs.ids[i] for i in dq[1].jobs] == ["job1", "job2", "job3"]
     assert plan.certificate.objective == pytest.approx(10 + 30 + 60)
-    starts = [i for i, q in enumerate(plan.queues.job_queue) if q is not None and q.start_now]
+    starts = [i for i, q in enumerate(plan.queues.assignments()) if q is not None and q.start_now]
     assert starts == [1]
 
 
@@ -466,18 +466,18 @@ def test_running_jobs_keep_the_devices_the_rule_gives(prob: Problem) -> None:
     assert plan.queues is not None
     expected = reference_holders(prob)
     for i, (t, devices, nodes) in expected.items():
-        q = plan.queues.job_queue[i]
+        q = plan.queues.assignments()[i]
         assert q is not None and q.running
         assert (q.type_index, q.devices, q.nodes) == (t, devices, nodes)
     holder = {(t, d): i for i, (t, devices, _) in expected.items() for d in devices}
-    for dq in plan.queues.device_queues:
+    for dq in plan.queues.device_queues():
         assert dq.running_job == holder.get((dq.type_index, dq.device), -1)
 
 
 def test_busy_until_estimated_from_remaining_work() -> None:
     prob = with_running(problem([[2.0], [1.0]], [1], [300, 10], now=5.0), {0: (0, 1, 0.0)})
     plan = run(prob)
-    q0, q1 = plan.queues.job_queue
+    q0, q1 = plan.queues.assignments()
     assert q0 is not None and q0.completion_time_s == pytest.approx(5.0 + 150.0)
     assert q1 is not None and q1.start_time_s == pytest.approx(155.0) and not q1.start_now
 
@@ -488,7 +488,7 @@ def test_alpha_keeps_the_longest_waiting_jobs() -> None:
     kept = [i for i, s in enumerate(plan.job_status) if s is JobStatus.ALLOCATED]
     assert kept == [3, 4, 5]  # the three earliest arrivals
     assert all(plan.job_status[i] is JobStatus.DEFERRED for i in (0, 1, 2))
-    assert all(plan.queues.job_queue[i] is None for i in (0, 1, 2))
+    assert all(plan.queues.assignments()[i] is None for i in (0, 1, 2))
     gavel = run(prob, alpha=0.4, compat=Compat.GAVEL)  # floor(2.4) = 2
     assert sum(s is JobStatus.ALLOCATED for s in gavel.job_status) == 2
     assert sum(s is JobStatus.ALLOCATED for s in run(prob, alpha=0.4).job_status) == 3
@@ -519,7 +519,7 @@ def test_cpu_and_gpu_types_are_just_types() -> None:
     prob = problem([[1.0, 4.0], [3.0, 1.0]], [1, 1], [12.0, 12.0])
     plan = run(prob)
     check_allox_plan(prob, plan)
-    assert [q.type_index for q in plan.queues.job_queue if q is not None] == [1, 0]
+    assert [q.type_index for q in plan.queues.assignments() if q is not None] == [1, 0]
     assert plan.certificate.objective == pytest.approx(3.0 + 4.0)
 
 

@@ -171,8 +171,8 @@ def test_the_policy_says_its_lp_was_not_started() -> None:
     assert cert.bound <= solved.certificate.objective <= cert.objective
     # the reported duals certify the reported bound (u per job, v per device position)
     assert plan.queues is not None
-    matched = [i for i, q in enumerate(plan.queues.job_queue) if q is not None]
-    duals = float(sum(sum(q.position_duals, 0.0) for q in plan.queues.device_queues))
+    matched = [i for i, q in enumerate(plan.queues.assignments()) if q is not None]
+    duals = float(sum(sum(q.position_duals, 0.0) for q in plan.queues.device_queues()))
     assert_rel(float(plan.job_dual[matched].sum()) + duals, cert.bound)
     assert replace(cert, detail="") != replace(solved.certificate, detail="")
 

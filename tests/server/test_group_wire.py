@@ -58,7 +58,7 @@ def written(section: GroupSection, ids: list[str], names: list[str]) -> service_
     zeros = np.zeros(m)
     wire = GroupWire(section)
     jobs = job_allocations(ids, np.zeros(m, np.int32), [""] * m, np.zeros((m, 0)), [],
-                           [zeros] * 4, (), wire.member_fields(m))
+                           [zeros] * 4, (), tail=wire.member_fields(m))
     return service_pb.Plan.FromString(jobs + wire.records(ids, names))
 
 

@@ -90,6 +90,29 @@ def test_node_devices_are_bounded() -> None:
     assert "snapshot.cluster.nodes[0].devices" in fields(data)
 
 
+def test_each_wrong_node_field_is_named() -> None:
+    """The nodes' types, CPUs and memory are checked as columns; each offender has its path
+    and value, the good nodes none."""
+    data = four_jobs("allox")
+    data["snapshot"]["cluster"]["acceleratorTypes"] = [{"name": "v100", "count": 4}]
+    data["snapshot"]["cluster"]["nodes"] = [
+        {"name": "n0", "acceleratorType": "v100", "devices": 1, "cpus": 8},
+        {"name": "n1", "acceleratorType": "tpu", "devices": 1, "cpus": -1},
+        {"name": "n2", "acceleratorType": "v100", "devices": 1, "memoryGib": "NaN"},
+        {"name": "n3", "acceleratorType": "v100", "devices": 1, "cpus": 1e308},
+    ]
+    with pytest.raises(ValidationError) as info:
+        request_to_model(request(data))
+    found = {v.field: v.description for v in info.value.violations}
+    assert set(found) >= {"snapshot.cluster.nodes[1].accelerator_type",
+                          "snapshot.cluster.nodes[1].cpus", "snapshot.cluster.nodes[2].memory_gib",
+                          "snapshot.cluster.nodes[3].cpus"}
+    assert not any(path.startswith("snapshot.cluster.nodes[0]") for path in found)
+    assert "unknown accelerator type" in found["snapshot.cluster.nodes[1].accelerator_type"]
+    assert found["snapshot.cluster.nodes[1].cpus"].endswith("got -1.0")
+    assert found["snapshot.cluster.nodes[2].memory_gib"].endswith("got nan")
+
+
 def test_schedule_rounds_are_bounded() -> None:
     data = four_jobs("weighted_max_min_fairness", options={"scheduleRounds": 2147483647})
     assert fields(data) == {"options.schedule_rounds"}

@@ -189,3 +189,24 @@ def test_a_response_without_kept_allocations_is_the_message() -> None:
     wire = WireResponse(message)
     assert wire.serialize() == message.SerializeToString()
     assert wire.message() is message
+
+
+def test_kept_records_go_between_the_plans_fields() -> None:
+    """Allocations and device queues kept as bytes are written in field-number order among
+    the plan's own fields (before, between and after them)."""
+    kept = service_pb.Plan()
+    kept.jobs.add(job_id="a", dual=1.5)
+    kept.jobs.add(job_id="b")
+    kept.device_queues.add(accelerator_type="v100", device=1, job_ids=["a"])
+    message = service_pb.SolveResponse()
+    message.stats.detail = "x"
+    message.plan.accelerator_prices["v100"] = 2.0
+    message.plan.rounds.add(index=3)
+    message.plan.placement.placer = "exact"
+    jobs = b"".join(service_pb.Plan(jobs=[job]).SerializeToString() for job in kept.jobs)
+    queues = service_pb.Plan(device_queues=kept.device_queues).SerializeToString()
+    wire = WireResponse(message, jobs, queues)
+    data = wire.serialize()
+    assert data == wire.message().SerializeToString()
+    assert list(wire.message().plan.jobs) == list(kept.jobs)
+    assert list(wire.message().plan.device_queues) == list(kept.device_queues)

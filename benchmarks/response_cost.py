@@ -1,0 +1,119 @@
+"""What writing a plan's response costs per job, by plan kind (the figures behind the service's
+response reserve, `server/pipeline.py` RESPONSE_RESERVE).
+
+    python benchmarks/response_cost.py [--jobs 100000] [--kinds queue time_share ...]
+
+For one policy of each plan kind: the time_limits benchmark's seeded snapshot (smaller where
+that benchmark builds it smaller), solved in process with a time limit (`POLICY`), then the response
+written as the service writes it (`plan_response(...).serialize()`), best of 3; for the queue
+plan also as it was written before (a message per queue entry), the reference. Printed: the
+wall seconds, wall and CPU microseconds per job (the CPU time does not grow when other work
+shares the cores) and, as the reference in the same run, the per-job reserve the pipeline
+holds back for that kind and the ratio of the wall time to it (above 1 = the reserve is
+short at this load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+from time_limits import snapshot
+
+from apportion.server.convert import request_to_model
+from apportion.server.pipeline import RESPONSE_RESERVE
+from apportion.server.response import plan_response
+from apportion.solver.capabilities import PlanKind
+from apportion.solver.deadline import NO_DEADLINE, Deadline
+from apportion.solver.model import PolicyRequest, Problem
+from apportion.solver.registry import lookup
+from apportion.solver.result import Plan
+from apportion.solver.solve import solve
+
+POLICY = {
+    PlanKind.TIME_SHARE: ("weighted_max_min_fairness", 100_000, 3.0),
+    PlanKind.QUEUE: ("allox", 100_000, 3.0),
+    PlanKind.MARKET: ("fisher_market", 100_000, 3.0),
+    PlanKind.CONFIGURATION: ("optimus", 100_000, 3.0),
+    PlanKind.WINDOW: ("shockwave", 8_192, 30.0),
+    PlanKind.GROUPS: ("iadeep", 100_000, 3.0),
+}
+"""A policy of each kind, its size (the time_limits benchmark's) and the solve's limit (s):
+Shockwave's window needs longer to have a plan."""
+
+
+def measure(kind: PlanKind, jobs: int | None) -> None:
+    name, size, limit_s = POLICY[kind]
+    size = jobs if jobs is not None else size
+    spec = lookup(name)
+    request = snapshot(spec, size)
+    serialized = request.SerializeToString()
+    problem, policy, options = request_to_model(request, NO_DEADLINE, serialized)
+    spec.load()
+    plan = solve(problem, policy, replace(options, time_limit_s=0.0), Deadline.after(limit_s))
+    wall = cpu = float("inf")
+    for _ in range(3):
+        started, started_cpu = time.perf_counter(), time.process_time()
+        plan_response(plan, problem, policy, 0.0, limit_s).serialize()
+        wall = min(wall, time.perf_counter() - started)
+        cpu = min(cpu, time.process_time() - started_cpu)
+    reserve = RESPONSE_RESERVE[kind]
+    print(f"{kind.value:<14} {name:<26} {size:>7} jobs  wall {wall:6.3f} s"
+          f" {wall / size * 1e6:5.2f} us/job  cpu {cpu / size * 1e6:5.2f} us/job"
+          f"  reserve {reserve * 1e6:5.2f} us/job  wall/reserve {wall / size / reserve:4.2f}"
+          f"  ({plan.certificate.termination.value})", flush=True)
+    if kind is PlanKind.QUEUE and plan.queues is not None:
+        wall = min(_queue_messages(plan, problem, policy, limit_s) for _ in range(3))
+        print(f"{'':<14} {'(a message per entry)':<26} {size:>7} jobs  wall {wall:6.3f} s"
+              f" {wall / size * 1e6:5.2f} us/job", flush=True)
+
+
+def _queue_messages(plan: Plan, problem: Problem, policy: PolicyRequest, limit_s: float
+                    ) -> float:
+    """The wall time of the queue plan's response written the way it was before its records
+    were written as bytes: a `QueueAssignment` message per job and a `DeviceQueue` per device
+    (the entry objects are built before the clock starts)."""
+    queues = plan.queues
+    assert queues is not None
+    places, devices = queues.assignments(), queues.device_queues()
+    names, ids = problem.cluster.type_names, problem.jobs.ids
+    started = time.perf_counter()
+    message = plan_response(replace(plan, queues=None), problem, policy, 0.0, limit_s).message()
+    out = message.plan
+    for entry, placed in zip(out.jobs, places, strict=True):
+        if placed is None:
+            continue
+        queue = entry.queue
+        queue.accelerator_type = names[placed.type_index]
+        queue.devices.extend(placed.devices)
+        queue.nodes.extend(placed.nodes)
+        queue.position = placed.position
+        queue.start_time_s = placed.start_time_s
+        queue.completion_time_s = placed.completion_time_s
+        queue.start_now = placed.start_now
+        queue.running = placed.running
+    for device in devices:
+        dq = out.device_queues.add()
+        dq.accelerator_type = names[device.type_index]
+        dq.device = device.device
+        dq.node = device.node
+        dq.free_at_s = device.free_at_s
+        dq.running_job_id = ids[device.running_job] if device.running_job >= 0 else ""
+        dq.job_ids.extend(ids[i] for i in device.jobs)
+        dq.position_duals.extend(device.position_duals)
+    message.SerializeToString()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=None, help="every kind at this size")
+    parser.add_argument("--kinds", nargs="*", default=[kind.value for kind in POLICY])
+    args = parser.parse_args()
+    for kind in args.kinds:
+        measure(PlanKind(kind), args.jobs)
+
+
+if __name__ == "__main__":
+    main()

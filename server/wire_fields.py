@@ -1,0 +1,217 @@
+"""Many messages of one type serialized field by field from columns (numpy arrays).
+
+`Fields` lays out k messages: each `add`-style call appends a field (in increasing field
+numbers, as the runtime writes them) with every message's size for it, and `write` places
+the fields of all messages at once at their offsets of one output buffer. A field is written
+as the runtime writes it: a proto3 scalar unless it is zero (a double unless its bits are
+all zero: -0.0 is written), a string unless empty, a repeated string as one record per item,
+a repeated number packed (omitted when empty), a message field where present (also when
+empty). `records` writes each message as a record of a repeated message field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from apportion.server.packed_fields import encode_varints
+from apportion.server.record_writer import utf8
+from apportion.server.wire_records import (
+    I64,
+    LEN,
+    VARINT,
+    Bytes,
+    Ints,
+    copy_ranges,
+    put_varints,
+    varint_sizes,
+)
+
+Writer = Callable[[Bytes, Ints], None]
+"""Writes a field of every message at the given offsets (one per message) of a buffer."""
+
+SPARE = 8
+"""Bytes a buffer `Fields.write` writes into needs after the messages (8-byte writes)."""
+
+
+def _tag(number: int, wire_type: int) -> bytes:
+    return encode_varints(np.array([number << 3 | wire_type]))
+
+
+def _put_tag(out: Bytes, at: Ints, tag: bytes) -> Ints:
+    """Write the tag bytes at every offset; the offsets after them."""
+    for k, byte in enumerate(tag):
+        out[at + k] = byte
+    return at + len(tag)
+
+
+def _doubles(out: Bytes) -> NDArray[np.float64]:
+    """`out` read as little-endian doubles at every byte offset (the last SPARE - 1 bytes
+    cannot start one)."""
+    return np.ndarray((out.size - 7,), "<f8", out, 0, (1,))
+
+
+class Texts:
+    """A table of strings as UTF-8 bytes (`data`), each one's start and length in bytes."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.data, self.length = utf8(texts)
+        self.start = np.cumsum(self.length) - self.length
+
+
+def item_offsets(offsets: Ints, size: Ints) -> Ints:
+    """Where each CSR item (message r's items are offsets[r]:offsets[r + 1]) starts from its
+    message's first item, given every item's size."""
+    before = np.cumsum(size) - size
+    count = np.diff(offsets)
+    return before - np.repeat(before[offsets[:-1][count > 0]], count[count > 0])
+
+
+class Fields:
+    """The fields of `count` messages of one type, added in increasing field numbers."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.size: Ints = np.zeros(count, np.int64)
+        """Each message's size so far (bytes)."""
+        self._fields: list[tuple[Ints, Writer]] = []
+
+    def _add(self, size: Ints, writer: Writer) -> None:
+        self._fields.append((self.size.copy(), writer))
+        self.size += size
+
+    def write(self, out: Bytes, at: Ints) -> None:
+        """Write every message's fields, message k from offset at[k] on (`out` holds SPARE
+        bytes after the last message)."""
+        for before, writer in self._fields:
+            writer(out, at + before)
+
+    def varint(self, number: int, values: NDArray[np.integer] | NDArray[np.bool_]) -> None:
+        """An integer, enum or bool field (negative values as 10-byte varints)."""
+        values = np.asarray(values).astype(np.int64)
+        tag = _tag(number, VARINT)
+        write = values != 0
+        size = np.where(write, len(tag) + varint_sizes(values), 0)
+
+        def put(out: Bytes, at: Ints) -> None:
+            put_varints(out, _put_tag(out, at[write], tag), values[write])
+
+        self._add(size, put)
+
+    def double(self, number: int, values: NDArray[np.float64]) -> None:
+        """A double field (written unless all its bits are zero)."""
+        values = np.asarray(values, np.float64)
+        tag = _tag(number, I64)
+        write = values.view(np.uint64) != 0
+
+        def put(out: Bytes, at: Ints) -> None:
+            _doubles(out)[_put_tag(out, at[write], tag)] = values[write]
+
+        self._add((len(tag) + 8) * write, put)
+
+    def string(self, number: int, table: Texts, which: Ints) -> None:
+        """A string field: message k's string is table's `which[k]` (-1 = none)."""
+        tag = _tag(number, LEN)
+        length = np.zeros(self.count, np.int64)
+        length[which >= 0] = table.length[which[which >= 0]]
+        write = length > 0
+        size = np.where(write, len(tag) + varint_sizes(length) + length, 0)
+
+        def put(out: Bytes, at: Ints) -> None:
+            _put_strings(out, _put_tag(out, at[write], tag), table, which[write])
+
+        self._add(size, put)
+
+    def strings(self, number: int, table: Texts, offsets: Ints, which: Ints) -> None:
+        """A repeated string field: message k's strings are table's `which[offsets[k]:
+        offsets[k + 1]]`, a record each."""
+        tag = _tag(number, LEN)
+        length = table.length[which]
+        item_size = len(tag) + varint_sizes(length) + length
+        owner = np.repeat(np.arange(self.count), np.diff(offsets))
+        within = item_offsets(offsets, item_size)
+
+        def put(out: Bytes, at: Ints) -> None:
+            _put_strings(out, _put_tag(out, at[owner] + within, tag), table, which)
+
+        self._add(np.bincount(owner, item_size, self.count).astype(np.int64), put)
+
+    def packed_varints(self, number: int, offsets: Ints, values: NDArray[np.integer]) -> None:
+        """A repeated integer field, packed: message k's values[offsets[k]:offsets[k + 1]]."""
+        values = np.asarray(values).astype(np.int64)
+        item_size = varint_sizes(values)
+
+        def put(out: Bytes, at: Ints) -> None:
+            put_varints(out, at, values)
+
+        self._packed(number, offsets, item_size, put)
+
+    def packed_doubles(self, number: int, offsets: Ints, values: NDArray[np.float64]) -> None:
+        """A repeated double field, packed: message k's values[offsets[k]:offsets[k + 1]]."""
+
+        def put(out: Bytes, at: Ints) -> None:
+            _doubles(out)[at] = values
+
+        self._packed(number, offsets, np.full(values.size, 8, np.int64), put)
+
+    def _packed(self, number: int, offsets: Ints, item_size: Ints, put_items: Writer) -> None:
+        tag = _tag(number, LEN)
+        owner = np.repeat(np.arange(self.count), np.diff(offsets))
+        payload = np.bincount(owner, item_size, self.count).astype(np.int64)
+        write = payload > 0
+        head = len(tag) + varint_sizes(payload)
+        within = item_offsets(offsets, item_size)
+
+        def put(out: Bytes, at: Ints) -> None:
+            put_varints(out, _put_tag(out, at[write], tag), payload[write])
+            put_items(out, (at + head)[owner] + within)
+
+        self._add(np.where(write, head + payload, 0), put)
+
+    def message(self, number: int, present: NDArray[np.bool_], inner: Fields) -> None:
+        """A message field, set for the messages `present`; `inner` holds their values (its
+        message k is the k-th present one)."""
+        tag = _tag(number, LEN)
+        size = np.zeros(self.count, np.int64)
+        size[present] = len(tag) + varint_sizes(inner.size) + inner.size
+
+        def put(out: Bytes, at: Ints) -> None:
+            here = _put_tag(out, at[present], tag)
+            inner.write(out, here + put_varints(out, here, inner.size))
+
+        self._add(size, put)
+
+
+FEW_STRINGS = 16
+"""A table of at most this many strings (type names) is written string by string."""
+
+
+def _put_strings(out: Bytes, at: Ints, table: Texts, which: Ints) -> None:
+    """Write the length and bytes of table's strings `which` at offsets `at`."""
+    if table.length.size > FEW_STRINGS:
+        length = table.length[which]
+        copy_ranges(out, at + put_varints(out, at, length), table.data, table.start[which],
+                    length)
+        return
+    for j in range(table.length.size):  # each string's record bytes, a byte at a time
+        mine = at[which == j]
+        start, size = int(table.start[j]), int(table.length[j])
+        record = encode_varints(np.array([size])) + table.data[start:start + size].tobytes()
+        for k, byte in enumerate(record):
+            out[mine + k] = byte
+
+
+def records(number: int, fields: Fields) -> bytes:
+    """The messages as records of a repeated message field `number`, one after another."""
+    if not fields.count:
+        return b""
+    tag = _tag(number, LEN)
+    head = len(tag) + varint_sizes(fields.size)
+    total = head + fields.size
+    at = np.cumsum(total) - total
+    out = np.zeros(int(total.sum()) + SPARE, np.uint8)
+    here = _put_tag(out, at, tag)
+    fields.write(out, here + put_varints(out, here, fields.size))
+    return out[:-SPARE].tobytes()
