@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from apportion.server.record_writer import utf8
 from apportion.server.wire_records import (
     I64,
     LEN,
@@ -32,6 +31,7 @@ from apportion.server.wire_records import (
     collection_paused,
     copy_ranges,
     put_varints,
+    utf8,
     varint_sizes,
 )
 from apportion.solver.groups import GroupSection

@@ -19,7 +19,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from apportion.server.packed_fields import encode_varints
-from apportion.server.record_writer import utf8
 from apportion.server.wire_fields import Fields
 from apportion.server.wire_records import (
     I64,
@@ -28,6 +27,7 @@ from apportion.server.wire_records import (
     Ints,
     copy_ranges,
     put_varints,
+    utf8,
     varint_sizes,
 )
 from apportion.v1 import allocation_service_pb2 as service_pb

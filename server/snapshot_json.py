@@ -2,7 +2,7 @@
 
 `json_format.Parse` walks every value in Python; for a file of 100,000 jobs that is most of
 what `apportion solve` spends. `parse_request` decodes with orjson, gathers each job field
-as a column and writes the jobs' serialized records from the columns (`MessageColumns`), so
+as a column and writes the jobs' serialized records from the columns (`wire_fields.Fields`), so
 no `Job` message is built one by one (the rest of the request, small, still goes through
 `json_format`; the runtime parses the whole request from the bytes), for
 jobs that use the plain fields only (id, scale factor, weight, tenant, arrival, throughput,
@@ -14,7 +14,6 @@ construction; the fast route gives a message equal to `json_format`'s (tested).
 
 from __future__ import annotations
 
-import gc
 from itertools import chain
 from typing import Any
 
@@ -23,7 +22,9 @@ import orjson
 from google.protobuf import json_format
 from numpy.typing import NDArray
 
-from apportion.server.record_writer import MessageColumns
+from apportion.server.packed_fields import encode_varints
+from apportion.server.wire_fields import Fields, Texts, records
+from apportion.server.wire_records import LEN, collection_paused
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
 
@@ -58,15 +59,11 @@ def parse_request_serialized(text: str | bytes) -> tuple[service_pb.SolveRequest
     """`parse_request`, with the serialized bytes the request was parsed from when the fast
     route read it (None otherwise): the pipeline decodes the jobs from them."""
     data = text.encode("utf-8") if isinstance(text, str) else text
-    collecting = gc.isenabled()
-    gc.disable()  # the decoded tree is acyclic: tracing it again and again buys nothing
     try:
-        return _fast_serialized(data)
+        with collection_paused():  # the decoded tree is acyclic: tracing it again buys nothing
+            return _fast_serialized(data)
     except _Slow:
         pass
-    finally:
-        if collecting:
-            gc.enable()
     request = json_format.Parse(data.decode("utf-8"), service_pb.SolveRequest(),
                                 ignore_unknown_fields=False)
     return request, None
@@ -77,8 +74,8 @@ def _fast(data: bytes) -> service_pb.SolveRequest:
 
 
 def _fast_serialized(data: bytes) -> tuple[service_pb.SolveRequest, bytes]:
-    """The request, and serialized bytes it parses from (the jobs written as columns by
-    `MessageColumns`, never as one message each)."""
+    """The request, and serialized bytes it parses from (the jobs written from columns by
+    `Fields`, never as one message each)."""
     try:
         tree = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -103,11 +100,9 @@ def _fast_serialized(data: bytes) -> tuple[service_pb.SolveRequest, bytes]:
     except json_format.ParseError as exc:
         raise _Slow from exc
     # a second `snapshot` record merges into the first: its jobs are appended
-    wrapper = MessageColumns(1)
-    body = np.frombuffer(job_records, np.uint8)
-    wrapper.bytes_field(service_pb.SolveRequest.SNAPSHOT_FIELD_NUMBER, body,
-                        np.zeros(1, np.int64), np.array([body.size]), np.ones(1, bool))
-    serialized = request.SerializeToString() + wrapper.serialize()[0].tobytes()
+    tag = service_pb.SolveRequest.SNAPSHOT_FIELD_NUMBER << 3 | LEN
+    serialized = b"".join([request.SerializeToString(), encode_varints(np.array([tag])),
+                           encode_varints(np.array([len(job_records)])), job_records])
     return service_pb.SolveRequest.FromString(serialized), serialized
 
 
@@ -164,8 +159,8 @@ def _job_records(jobs: list[Any], keys: list[int]) -> bytes:
     m = len(jobs)
     by_field = _layouts(jobs, _JOB_FIELDS)
     keys[0] += sum(map(len, jobs))
-    columns = MessageColumns(m)
-    for field in snapshot_pb.Job.DESCRIPTOR.fields:  # in field-number order, as the runtime
+    columns = Fields(m)
+    for field in sorted(snapshot_pb.Job.DESCRIPTOR.fields, key=lambda f: f.number):
         if field.name not in by_field:
             continue
         at, values = by_field[field.name]
@@ -177,29 +172,23 @@ def _job_records(jobs: list[Any], keys: list[int]) -> bytes:
             for i, text in zip(at.tolist(), _checked(_STR, values), strict=True):
                 texts[i] = text
             keys[1] += "".join(texts).count(":")
-            columns.string(field.number, texts)
+            columns.string(field.number, Texts(texts), np.arange(m))
         elif kind == _THROUGHPUT:
             _throughput(columns, field.number, at, values, keys)
         elif kind == _PROGRESS:
-            body, length = _progress(values, keys)
-            start = np.zeros(m, np.int64)
-            start[at] = np.cumsum(length) - length
-            full = np.zeros(m, np.int64)
-            full[at] = length
-            columns.bytes_field(field.number, body, start, full, present)
+            columns.message(field.number, present, _progress(values, keys))
         else:
-            column = np.zeros(m, np.float64 if kind == _DOUBLE else np.int64)
+            column: NDArray[Any] = np.zeros(m, np.float64 if kind == _DOUBLE else np.int64)
             column[at] = _checked(kind, values)
-            if not field.has_presence:  # proto3 implicit: a zero (all bits) is not written
-                present &= column.view(np.int64) != 0
+            explicit = present if field.has_presence else None  # else zeros are not written
             if kind == _DOUBLE:
-                columns.double(field.number, column, present)
+                columns.double(field.number, column, explicit)
             else:
-                columns.varint(field.number, column, present)
-    return columns.repeated(snapshot_pb.Snapshot.JOBS_FIELD_NUMBER)
+                columns.varint(field.number, column, explicit)
+    return records(snapshot_pb.Snapshot.JOBS_FIELD_NUMBER, columns)
 
 
-def _throughput(columns: MessageColumns, number: int, at: NDArray[np.int64],
+def _throughput(columns: Fields, number: int, at: NDArray[np.int64],
                 maps: list[Any], keys: list[int]) -> None:
     """The throughput maps of the jobs `at`."""
     if any(type(value) is not dict for value in maps):
@@ -210,29 +199,32 @@ def _throughput(columns: MessageColumns, number: int, at: NDArray[np.int64],
     value = _checked(_DOUBLE, list(chain.from_iterable(map(dict.values, maps))))
     index = {name: k for k, name in enumerate(dict.fromkeys(names))}
     key = np.fromiter(map(index.__getitem__, names), np.int64, len(names))
-    owner = np.repeat(at, np.fromiter(map(len, maps), np.int64, len(maps)))
-    columns.string_double_map(number, owner, key, list(index), np.asarray(value))
+    count = np.zeros(columns.count, np.int64)
+    count[at] = np.fromiter(map(len, maps), np.int64, len(maps))
+    entries = Fields(len(names))
+    entries.string(1, Texts(list(index)), key)  # map entries: the key, then the value
+    entries.double(2, np.asarray(value), np.ones(len(names), bool))
+    columns.messages(number, np.concatenate([[0], np.cumsum(count)]), entries)
 
 
-def _progress(trees: list[Any], keys: list[int]) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
-    """Serialized `Progress` messages of the given objects, and their lengths."""
+def _progress(trees: list[Any], keys: list[int]) -> Fields:
+    """The `Progress` messages of the given objects."""
     by_field = _layouts(trees, _PROGRESS_FIELDS)
     keys[0] += sum(map(len, trees))
     n = len(trees)
-    columns = MessageColumns(n)
-    for field in snapshot_pb.Progress.DESCRIPTOR.fields:
+    columns = Fields(n)
+    for field in sorted(snapshot_pb.Progress.DESCRIPTOR.fields, key=lambda f: f.number):
         if field.name not in by_field:
             continue
         at, values = by_field[field.name]
         kind = _PROGRESS_FIELDS[field.name][1]
-        column = np.zeros(n, np.float64 if kind == _DOUBLE else np.int64)
+        column: NDArray[Any] = np.zeros(n, np.float64 if kind == _DOUBLE else np.int64)
         column[at] = _checked(kind, values)
-        present = column.view(np.int64) != 0  # implicit presence: zeros are not written
-        if kind == _DOUBLE:
-            columns.double(field.number, column, present)
+        if kind == _DOUBLE:  # implicit presence: zeros are not written
+            columns.double(field.number, column)
         else:
-            columns.varint(field.number, column, present)
-    return columns.serialize()
+            columns.varint(field.number, column)
+    return columns
 
 
 def _count_keys(tree: Any, keys: list[int]) -> None:

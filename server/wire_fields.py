@@ -17,7 +17,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from apportion.server.packed_fields import encode_varints
-from apportion.server.record_writer import utf8
 from apportion.server.wire_records import (
     I64,
     LEN,
@@ -26,6 +25,7 @@ from apportion.server.wire_records import (
     Ints,
     copy_ranges,
     put_varints,
+    utf8,
     varint_sizes,
 )
 
@@ -88,11 +88,13 @@ class Fields:
         for before, writer in self._fields:
             writer(out, at + before)
 
-    def varint(self, number: int, values: NDArray[np.integer] | NDArray[np.bool_]) -> None:
-        """An integer, enum or bool field (negative values as 10-byte varints)."""
+    def varint(self, number: int, values: NDArray[np.integer] | NDArray[np.bool_],
+               present: NDArray[np.bool_] | None = None) -> None:
+        """An integer, enum or bool field (negative values as 10-byte varints); written
+        unless zero, or where `present` for a field with explicit presence."""
         values = np.asarray(values).astype(np.int64)
         tag = _tag(number, VARINT)
-        write = values != 0
+        write = values != 0 if present is None else present
         size = np.where(write, len(tag) + varint_sizes(values), 0)
 
         def put(out: Bytes, at: Ints) -> None:
@@ -100,11 +102,13 @@ class Fields:
 
         self._add(size, put)
 
-    def double(self, number: int, values: NDArray[np.float64]) -> None:
-        """A double field (written unless all its bits are zero)."""
+    def double(self, number: int, values: NDArray[np.float64],
+               present: NDArray[np.bool_] | None = None) -> None:
+        """A double field, written unless all its bits are zero, or where `present` for a
+        field with explicit presence."""
         values = np.asarray(values, np.float64)
         tag = _tag(number, I64)
-        write = values.view(np.uint64) != 0
+        write = values.view(np.uint64) != 0 if present is None else present
 
         def put(out: Bytes, at: Ints) -> None:
             _doubles(out)[_put_tag(out, at[write], tag)] = values[write]
@@ -182,6 +186,20 @@ class Fields:
             inner.write(out, here + put_varints(out, here, inner.size))
 
         self._add(size, put)
+
+    def messages(self, number: int, offsets: Ints, inner: Fields) -> None:
+        """A repeated message field (a map is one: its entries are messages of a key and a
+        value): message k's items are inner's messages offsets[k]:offsets[k + 1]."""
+        tag = _tag(number, LEN)
+        item_size = len(tag) + varint_sizes(inner.size) + inner.size
+        owner = np.repeat(np.arange(self.count), np.diff(offsets))
+        within = item_offsets(offsets, item_size)
+
+        def put(out: Bytes, at: Ints) -> None:
+            here = _put_tag(out, at[owner] + within, tag)
+            inner.write(out, here + put_varints(out, here, inner.size))
+
+        self._add(np.bincount(owner, item_size, self.count).astype(np.int64), put)
 
 
 FEW_STRINGS = 16

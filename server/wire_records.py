@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,3 +284,14 @@ def collection_paused() -> Iterator[None]:
     finally:
         if collecting:
             gc.enable()
+
+
+def utf8(texts: Sequence[str]) -> tuple[Bytes, Ints]:
+    """The UTF-8 bytes of `texts` one after another, and each one's length in bytes."""
+    joined = "".join(texts)
+    data = joined.encode()
+    if len(data) == len(joined):  # ASCII: a byte per character
+        length = np.fromiter(map(len, texts), np.int64, len(texts))
+    else:
+        length = np.fromiter(map(len, map(str.encode, texts)), np.int64, len(texts))
+    return np.frombuffer(data, np.uint8), length
