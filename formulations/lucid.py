@@ -59,13 +59,15 @@ from apportion.solver.sharing import SharingInputs
 
 BoolArray = NDArray[np.bool_]
 
-PAIRS_PER_CHUNK = 1 << 20
+PAIRS_PER_CHUNK = 1 << 18
 """Candidate pairs whose rules and speeds are computed together, with a look at the deadline
 before each chunk (and a bound on the temporary arrays)."""
 FIRST_FIT_BATCH = 256
 """Waiting jobs of Lucid's first fit whose rules are checked together (one deadline look)."""
-FIRST_FIT_WINDOW = 1024
+FIRST_FIT_WINDOW = 128
 """Free running jobs (in order) each batch of the first fit checks first."""
+FIRST_FIT_SCAN = 1024
+"""Running jobs in the first chunk of a scan beyond the window (doubling after)."""
 PLAN_S_PER_JOB = 1e-5
 """Time (s) the pairing leaves, per job, for placing the groups and building the plan."""
 PLACE_CHECK_EVERY = 512
@@ -126,7 +128,20 @@ def pair_type(inst: LucidInstance, a: IntArray, b: IntArray) -> IntArray:
 
 
 def allowed(inst: LucidInstance, a: IntArray, b: IntArray) -> BoolArray:
-    """The pairs (a, b) (broadcast) that obey Lucid's rules (module docstring); symmetric."""
+    """The pairs (a, b) (broadcast) that obey Lucid's rules (module docstring); symmetric. The
+    pair's type is looked at only for pairs that pass the other rules."""
+    a, b = np.broadcast_arrays(a, b)
+    ok = _member_rules(inst, a, b)
+    pa, pb = a[ok], b[ok]
+    t = pair_type(inst, pa, pb)
+    safe = np.maximum(t, 0)
+    ok[ok] = (t >= 0) & inst.usable[pa, safe] & inst.usable[pb, safe]
+    return ok
+
+
+def _member_rules(inst: LucidInstance, a: IntArray, b: IntArray) -> BoolArray:
+    """Every rule but the shared type: kind (a waiting job with one running alone, or two
+    waiting jobs with `pair_pending`), GPU count, memory, scores, priority values."""
     pending_first = inst.pending[a] & inst.running[b]
     running_first = inst.running[a] & inst.pending[b]
     pp = inst.pending[a] & inst.pending[b] if inst.pair_pending else False
@@ -142,10 +157,7 @@ def allowed(inst: LucidInstance, a: IntArray, b: IntArray) -> BoolArray:
         rule_rp = running_first & (pb <= 2 * pa)
         rule_pp = np.fmax(pa, pb) <= 2 * np.fmin(pa, pb)
     prio = unknown | rule_pr | rule_rp | (pp & rule_pp)
-    t = pair_type(inst, a, b)
-    safe = np.maximum(t, 0)
-    on_type = (t >= 0) & inst.usable[a, safe] & inst.usable[b, safe]
-    return np.asarray(kind & same & memory & score & prio & on_type & (a != b))
+    return np.asarray(kind & same & memory & score & prio & (a != b))
 
 
 def pair_speed(inst: LucidInstance, a: IntArray, b: IntArray) -> FloatArray:
@@ -250,16 +262,17 @@ def first_fit(inst: LucidInstance, deadline: Deadline = NO_DEADLINE) -> FirstFit
     (in job order) still alone that obeys the rules. GPU counts are independent; within one,
     the waiting jobs are checked in batches against a window of the first free running jobs
     (the first free one that fits is in the window when any in it fits), the rest scanned in
-    chunks only for a job that fits none of the window."""
+    chunks only for a job that fits none of the window and that some free running job could
+    fit rule by rule (`_FreeRunners`). The deadline is read before each batch."""
     m = inst.num_jobs
     mate = np.full(m, -1, np.int64)
     waiting = _priority_order(inst, np.nonzero(inst.pending)[0])
     runners = np.nonzero(inst.running)[0]
     for g in np.unique(inst.gpus[waiting]).tolist():
-        runs = runners[inst.gpus[runners] == g]
-        if not runs.size:
+        runs = _Runners(inst, runners[inst.gpus[runners] == g])
+        if not runs.jobs.size:
             continue
-        free = np.ones(runs.size, bool)
+        free = np.ones(runs.jobs.size, bool)
         queue = waiting[inst.gpus[waiting] == g]
         for first in range(0, queue.size, FIRST_FIT_BATCH):
             if deadline.expired():
@@ -267,8 +280,9 @@ def first_fit(inst: LucidInstance, deadline: Deadline = NO_DEADLINE) -> FirstFit
             window = np.flatnonzero(free)[:FIRST_FIT_WINDOW]
             if not window.size:
                 break
+            may_fit = _FreeRunners(inst, runs.jobs[free])
             batch = queue[first:first + FIRST_FIT_BATCH]
-            fits = allowed(inst, batch[:, None], runs[window][None, :])
+            fits = runs.fits(batch, window)
             open_ = np.ones(window.size, bool)
             for row, p in enumerate(batch.tolist()):
                 hits = np.flatnonzero(fits[row] & open_)
@@ -276,29 +290,89 @@ def first_fit(inst: LucidInstance, deadline: Deadline = NO_DEADLINE) -> FirstFit
                     k = int(hits[0])
                     open_[k] = False
                     at = int(window[k])
+                elif not may_fit.any_for(p):
+                    continue
                 else:
-                    at = _scan_after(inst, p, runs, free, int(window[-1]) + 1)
+                    at = runs.first_after(p, free, int(window[-1]) + 1)
                     if at < 0:
                         continue
                 free[at] = False
-                mate[p], mate[runs[at]] = runs[at], p
+                r = int(runs.jobs[at])
+                mate[p], mate[r] = r, p
     return FirstFit(mate)
 
 
-def _scan_after(inst: LucidInstance, p: int, runs: IntArray, free: BoolArray,
-                start: int) -> int:
-    """Position (in `runs`) of the first free running job from `start` that fits `p`, -1 =
-    none (chunks of doubling size)."""
-    size = FIRST_FIT_WINDOW
-    while start < runs.size:
-        stop = min(runs.size, start + size)
-        where = start + np.flatnonzero(free[start:stop])
-        if where.size:
-            ok = np.flatnonzero(allowed(inst, np.full(where.size, p), runs[where]))
-            if ok.size:
-                return int(where[ok[0]])
-        start, size = stop, 2 * size
-    return -1
+class _Runners:
+    """The running jobs alone of one GPU count (in job order) with what the rules read of them,
+    for the pairs of waiting jobs with them: `fits` is `allowed` on those pairs (a waiting job
+    and a running one alone share the running job's type)."""
+
+    def __init__(self, inst: LucidInstance, jobs: IntArray) -> None:
+        self.inst = inst
+        self.jobs = jobs
+        self.memory = inst.memory_gib[jobs]
+        self.scores = inst.scores[jobs]
+        self.priority = inst.priority[jobs]
+        held = inst.current_type[jobs]
+        self.held = np.maximum(held, 0)
+        self.on_own_type = (held >= 0) & inst.usable[jobs, self.held]
+
+    def fits(self, waiting: IntArray, at: IntArray) -> BoolArray:
+        """(len(waiting), len(at)) the rules of the waiting jobs with the running jobs at
+        positions `at`."""
+        inst = self.inst
+        memory = inst.memory_gib[waiting][:, None] + self.memory[at] < inst.device_memory_gib
+        s, sr = inst.scores[waiting][:, None], self.scores[at]
+        score = (s < 0) | (sr < 0) | (s + sr <= inst.max_score_sum)
+        p, pr = inst.priority[waiting][:, None], self.priority[at]
+        with np.errstate(invalid="ignore"):
+            prio = np.isnan(p) | np.isnan(pr) | (p <= 2 * pr)
+        typed = self.on_own_type[at] & inst.usable[waiting[:, None], self.held[at]]
+        return np.asarray(memory & score & prio & typed)
+
+    def first_after(self, p: int, free: BoolArray, start: int) -> int:
+        """Position of the first free running job from `start` that fits `p`, -1 = none
+        (chunks of doubling size)."""
+        size = FIRST_FIT_SCAN
+        one = np.array([p])
+        while start < self.jobs.size:
+            stop = min(self.jobs.size, start + size)
+            where = start + np.flatnonzero(free[start:stop])
+            if where.size:
+                ok = np.flatnonzero(self.fits(one, where)[0])
+                if ok.size:
+                    return int(where[ok[0]])
+            start, size = stop, 2 * size
+        return -1
+
+
+class _FreeRunners:
+    """What the free running jobs of a GPU count offer, rule by rule: a waiting job that no
+    free running job fits on one rule fits none (and fewer free jobs fit no more)."""
+
+    def __init__(self, inst: LucidInstance, free: IntArray) -> None:
+        self.inst = inst
+        priority = inst.priority[free]
+        self.max_priority = float("inf") if np.isnan(priority).any() or not free.size \
+            else float(priority.max())
+        self.min_memory = float(inst.memory_gib[free].min(initial=np.inf))
+        scores = inst.scores[free]
+        self.min_score = float("-inf") if (scores < 0).any() else float(scores.min(initial=0))
+        held = inst.current_type[free]
+        self.types = np.zeros(inst.usable.shape[1], bool)
+        ok = (held >= 0) & inst.usable[free, np.maximum(held, 0)]
+        self.types[held[ok]] = True
+
+    def any_for(self, p: int) -> bool:
+        inst = self.inst
+        priority = float(inst.priority[p])
+        score = int(inst.scores[p])
+        return bool(
+            (math.isnan(priority) or priority <= 2 * self.max_priority)
+            and float(inst.memory_gib[p]) + self.min_memory < inst.device_memory_gib
+            and (score < 0 or score + self.min_score <= inst.max_score_sum)
+            and (inst.usable[p] & self.types).any()
+        )
 
 
 # The exact pairing in blocks ------------------------------------------------------------------
@@ -650,7 +724,6 @@ def _groups(
     status = [JobStatus.ALLOCATED] * m
     reasons = [""] * m
     groups: list[ColocationGroup] = []
-    done = np.zeros(m, bool)
     partner = inst.partner
     other = np.where(partner >= 0, partner, mate)
     paired = np.nonzero(other >= 0)[0]
@@ -659,22 +732,24 @@ def _groups(
     speed_to[paired] = _valid(pair_speed(inst, paired, other[paired]))
     speed_from[paired] = _valid(pair_speed(inst, other[paired], paired))
     slow_to, slow_from = 1 / speed_to, 1 / speed_from
-    holding = (inst.running | (partner >= 0)) & (hist.current_type >= 0)
+    holding = np.nonzero((inst.running | (partner >= 0)) & (hist.current_type >= 0))[0]
     devices_held = np.where(hist.current_devices > 0, hist.current_devices, jobs.scale_factor)
-    for a in np.nonzero(holding)[0].tolist():
-        if done[a]:
+    placed_nodes = bool(hist.current_nodes)
+    taken = [False] * m
+    for a, b, j, devices in zip(holding.tolist(), other[holding].tolist(),
+                                hist.current_type[holding].tolist(),
+                                devices_held[holding].tolist(), strict=True):
+        if taken[a]:
             continue
-        b = int(other[a])
-        j = int(hist.current_type[a])
-        devices = int(devices_held[a])
-        nodes = current_nodes(problem, a)
+        nodes = current_nodes(problem, a) if placed_nodes else ()
         if b >= 0:
             groups.append(ColocationGroup((a, b), (float(slow_to[a]), float(slow_from[a])), j,
                                           devices, nodes))
-            done[[a, b]] = True
+            taken[a] = taken[b] = True
         else:
             groups.append(solo(a, j, devices, nodes))
-            done[a] = True
+            taken[a] = True
+    done = np.array(taken, bool)
     free = free_devices(problem)
     waiting = _priority_order(inst, np.nonzero(inst.pending & ~done)[0])
     shared = np.full(m, -1, np.int64)
@@ -686,13 +761,12 @@ def _groups(
     for count, p in enumerate(waiting.tolist()):
         if count % PLACE_CHECK_EVERY == 0 and deadline.expired():
             rest = waiting[count:]
-            rest = rest[~done[rest]]
-            for i in rest.tolist():
-                for k in (i, int(mate[i])):
-                    if k >= 0 and not done[k]:
-                        status[k], reasons[k] = JobStatus.DEFERRED, LATE
-                        done[k] = True
-                        late += 1
+            rest = np.concatenate([rest, mate[rest][mate[rest] >= 0]])
+            rest = np.unique(rest[~done[rest]])
+            for k in rest.tolist():
+                status[k], reasons[k] = JobStatus.DEFERRED, LATE
+            done[rest] = True
+            late = int(rest.size)
             break
         if done[p]:
             continue

@@ -57,7 +57,10 @@ def rich_lucid_problem(seed: int, m: int, types: int = 2, colocations: bool = Tr
     type_a, type_b = ["resnet", "resnet", "bert", "gpt"], ["bert", "resnet", "gpt", "resnet"]
     pairs = max(1, m // 4)
     first = rng.integers(0, m, pairs)
-    second = np.array([int(rng.choice(np.nonzero(gpus == gpus[a])[0])) for a in first])
+    second = np.zeros(pairs, np.int64)
+    for g in np.unique(gpus[first]).tolist():  # a partner of the same GPU count
+        same, which = np.nonzero(gpus == g)[0], np.nonzero(gpus[first] == g)[0]
+        second[which] = same[rng.integers(0, same.size, which.size)]
     keep = first != second
     first, second = first[keep], second[keep]
     first = np.concatenate([first, first[:2]])  # a pair given twice: the last one counts
