@@ -552,14 +552,16 @@ def blocked_bound(inst: LucidInstance, blocks: list[Block], block_bounds: list[f
 
 
 def match_blocks(inst: LucidInstance, deadline: Deadline = NO_DEADLINE, threads: int = 0,
-                 fallback: IntArray | None = None) -> BlockedPairing:
+                 fallback: IntArray | None = None, blocks: list[Block] | None = None
+                 ) -> BlockedPairing:
     """The maximum-weight matching of each block (module docstring), the blocks' pairs, and
     `blocked_bound`. A block is not matched once the deadline has passed or when its matching
     could not start and stop in the time left; `fallback` (a pairing, e.g. the first fit)
-    replaces the blocks' pairs of a GPU count whose benefit it beats."""
+    replaces the blocks' pairs of a GPU count whose benefit it beats. `blocks`: the
+    `candidate_blocks` of `inst` when already known."""
     m = inst.num_jobs
     mate = np.full(m, -1, np.int64)
-    blocks = candidate_blocks(inst)
+    blocks = candidate_blocks(inst) if blocks is None else blocks
     beta = best_benefit_bounds(inst)
     bounds: list[float] = []
     matchings: list[Matching] = []
@@ -676,9 +678,11 @@ def solve_policy(
     before_plan = deadline.leaving(PLAN_S_PER_JOB * m, PLAN_SHARE)
     inst = instance(problem, params)
     heuristic = FirstFit(np.full(m, -1, np.int64))
-    if params.sharing:
-        share = before_plan if compat is Compat.LUCID else before_plan.child(0.5)
-        heuristic = first_fit(inst, share)
+    blocks = candidate_blocks(inst) if params.sharing and compat is not Compat.LUCID else []
+    if params.sharing:  # half the time for the first fit when a block's matching could start
+        smallest = min((block.jobs.size for block in blocks), default=0)
+        matchable = blocks and can_start(before_plan, DENSE_MATCHING, ModelSize(smallest))
+        heuristic = first_fit(inst, before_plan.child(0.5) if matchable else before_plan)
     heuristic_value = benefit_of(inst, heuristic.mate)
     notes = ["time limit: Lucid's first fit stopped before every waiting job was looked at"
              ] if heuristic.cut else []
@@ -686,7 +690,7 @@ def solve_policy(
     mate = heuristic.mate
     if compat is not Compat.LUCID:
         if params.sharing:
-            pairing = match_blocks(inst, before_plan, options.threads, heuristic.mate)
+            pairing = match_blocks(inst, before_plan, options.threads, heuristic.mate, blocks)
         else:
             pairing = BlockedPairing(
                 np.full(m, -1, np.int64), 0.0, 0.0, SolverStatus.OPTIMAL, 0, None, (),
