@@ -18,6 +18,26 @@ automatic labels put mean co-located speeds below 0.85 at 2 and below 0.95 at 1)
 summing above 2 get no default."""
 
 
+def type_pair_rates(problem: Problem) -> tuple[FloatArray, IntArray] | None:
+    """((C, C, n) throughput of a job of job type c while sharing with one of job type d, on
+    each accelerator type (steps/s, NaN = not given), (m,) each job's job type code c (-1 =
+    none)) from `type_colocations` (a pair of one job type: the mean of its two rates); None
+    without type pairs or job types."""
+    coloc, jobs = problem.colocations, problem.jobs
+    if coloc is None or not coloc.type_a or not jobs.job_type:
+        return None
+    names = sorted(set(coloc.type_a) | set(coloc.type_b))
+    code = {name: c for c, name in enumerate(names)}
+    table = np.full((len(names), len(names), problem.cluster.num_types), np.nan)
+    for q, (ta, tb) in enumerate(zip(coloc.type_a, coloc.type_b, strict=True)):
+        ra, rb = coloc.type_throughput_a[q], coloc.type_throughput_b[q]
+        if ta == tb:
+            ra = rb = (ra + rb) / 2
+        table[code[ta], code[tb]] = ra
+        table[code[tb], code[ta]] = rb
+    return table, np.array([code.get(t, -1) for t in jobs.job_type], np.int64)
+
+
 def pair_speeds(problem: Problem, pair_type: IntArray, scores: IntArray) -> FloatArray:
     """(m, m) speed[a, b] (module docstring); NaN = unknown. `pair_type` (m, m) type index of
     each pair (-1 = none); `scores` (m,) sharing scores (-1 = none)."""
@@ -36,18 +56,9 @@ def pair_speeds(problem: Problem, pair_type: IntArray, scores: IntArray) -> Floa
     safe_type = np.maximum(pair_type, 0)
     rows = np.arange(m)[:, None]
     alone = jobs.throughput[rows, safe_type]
-    if coloc.type_a and jobs.job_type:
-        names = sorted(set(coloc.type_a) | set(coloc.type_b))
-        code = {name: c for c, name in enumerate(names)}
-        n = problem.cluster.num_types
-        table = np.full((len(names), len(names), n), np.nan)
-        for q, (ta, tb) in enumerate(zip(coloc.type_a, coloc.type_b, strict=True)):
-            ra, rb = coloc.type_throughput_a[q], coloc.type_throughput_b[q]
-            if ta == tb:
-                ra = rb = (ra + rb) / 2
-            table[code[ta], code[tb]] = ra
-            table[code[tb], code[ta]] = rb
-        job_code = np.array([code.get(t, -1) for t in jobs.job_type], np.int64)
+    typed = type_pair_rates(problem)
+    if typed is not None:
+        table, job_code = typed
         has = (job_code[:, None] >= 0) & (job_code[None, :] >= 0)
         a_code = np.maximum(job_code, 0)
         rate = table[a_code[:, None], a_code[None, :], safe_type]
@@ -84,18 +95,9 @@ class PairSpeeds:
         """(keys, n) a's throughput on each type while sharing with b (steps/s)."""
         if coloc is None:
             return
-        if coloc.type_a and jobs.job_type:
-            names = sorted(set(coloc.type_a) | set(coloc.type_b))
-            code = {name: c for c, name in enumerate(names)}
-            table = np.full((len(names), len(names), problem.cluster.num_types), np.nan)
-            for q, (ta, tb) in enumerate(zip(coloc.type_a, coloc.type_b, strict=True)):
-                ra, rb = coloc.type_throughput_a[q], coloc.type_throughput_b[q]
-                if ta == tb:
-                    ra = rb = (ra + rb) / 2
-                table[code[ta], code[tb]] = ra
-                table[code[tb], code[ta]] = rb
-            self.table = table
-            self.job_code = np.array([code.get(t, -1) for t in jobs.job_type], np.int64)
+        typed = type_pair_rates(problem)
+        if typed is not None:
+            self.table, self.job_code = typed
         m = self.num_jobs
         first = np.asarray(coloc.job_a, np.int64)
         if first.size == 0:
