@@ -696,9 +696,8 @@ def solve_policy(
                 np.full(m, -1, np.int64), 0.0, 0.0, SolverStatus.OPTIMAL, 0, None, (),
                 "matching: 0 LP runs, 0 odd-set cuts, 0 edges priced in, no edge")
         mate = pairing.mate
-        single = pairing.single
         formulation = "maximum-weight matching (degree LP + odd-set cuts, HiGHS)"
-        if single is None and pairing.blocks:
+        if m > MAX_VERTICES and pairing.blocks:
             formulation = ("maximum-weight matching per GPU count in blocks (degree LP + "
                            "odd-set cuts, HiGHS)")
         exact = ExactRun(
