@@ -821,24 +821,29 @@ class _Pools:
     a placement costs a bisection instead of a scan of every node."""
 
     def __init__(self, problem: Problem) -> None:
-        cluster = problem.cluster
-        free = free_devices(problem)
-        self.names = cluster.node_names
-        self.node_free = free.per_node.tolist()
-        self.pools: list[NodePool] = []
-        for j in range(cluster.num_types):
-            nodes = np.flatnonzero(cluster.node_type == j) if self.names else \
+        self.cluster = problem.cluster
+        self.free = free_devices(problem)
+        self.names = self.cluster.node_names
+        self.node_free = self.free.per_node.tolist()
+        self.pools: dict[int, NodePool] = {}
+        """Each type's pool, made when a group first asks for the type."""
+
+    def pool(self, j: int) -> NodePool:
+        if j not in self.pools:
+            free = self.free
+            nodes = np.flatnonzero(self.cluster.node_type == j) if self.names else \
                 np.zeros(0, np.int64)
             total = int(free.per_type[j])
             if self.names:  # a type needs the devices free both in total and on its nodes
                 total = min(total, int(free.per_node[nodes].sum()))
-            self.pools.append(NodePool(nodes.tolist(), free.per_node[nodes].tolist(), total))
+            self.pools[j] = NodePool(nodes.tolist(), free.per_node[nodes].tolist(), total)
+        return self.pools[j]
 
     def place(self, types: IntArray, devices: int
               ) -> tuple[int, tuple[tuple[str, int], ...]] | None:
         """The first type in `types` with `devices` free and the (node, devices) taken."""
         for j in types.tolist():
-            taken = self.pools[j].take(devices)
+            taken = self.pool(j).take(devices)
             if taken is None:
                 continue
             pieces = []
