@@ -64,3 +64,10 @@ def can_start(deadline: Deadline, cost: StartupCost, size: ModelSize) -> bool:
     """Whether HiGHS can reach its first look at the time limit before `deadline` on a program
     of `size` (always without a deadline)."""
     return not deadline.expired() and deadline.remaining() >= cost.seconds(size)
+
+DENSE_MATCHING = StartupCost(per_column_pair_s=6e-7)
+"""The exact maximum-weight matching of a dense weight matrix (`formulations.matching`;
+variables = vertices): its copies of the weights, twin classes, bipartition, assignment and
+first edges before the LP first reads the deadline grow with the square of the vertices
+(measured on bipartite blocks with 30% of the pairs as edges, on a loaded 2-core machine:
+2.6 s for 2,048 vertices, 10.4 s for 4,096, 70 s for 8,192)."""

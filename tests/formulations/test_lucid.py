@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from apportion.formulations.lucid import (
     LucidInstance,
-    allowed_pairs,
+    allowed,
+    benefit,
     benefit_of,
     first_fit,
     instance,
-    pair_benefit,
 )
 from apportion.formulations.matching import is_matching, max_weight_matching
 from apportion.solver.model import (
@@ -51,6 +51,13 @@ def lucid_problem(seed: int, m: int, running: int, devices: int = 8) -> Problem:
     return replace(problem, jobs=jobs, history=history, sharing=sharing)
 
 
+def dense_rules(inst: LucidInstance) -> tuple[np.ndarray, np.ndarray]:
+    """(m, m) allowed pairs and their benefits, every pair at once (small instances)."""
+    every = np.arange(inst.num_jobs)
+    ok = allowed(inst, every[:, None], every[None, :])
+    return ok, benefit(inst, every[:, None], every[None, :], ok)
+
+
 def rules_hold(inst: LucidInstance, a: int, b: int, params: LucidParameters) -> bool:
     """Lucid's four rules, one pair at a time (the pending job first)."""
     p, r = (a, b) if inst.pending[a] else (b, a)
@@ -61,6 +68,8 @@ def rules_hold(inst: LucidInstance, a: int, b: int, params: LucidParameters) -> 
     if inst.scores[p] >= 0 and inst.scores[r] >= 0 and \
             inst.scores[p] + inst.scores[r] > params.max_score_sum:
         return False
+    if np.isnan(inst.priority[p]) or np.isnan(inst.priority[r]):
+        return True  # unknown remaining work: the priority rule does not apply
     if inst.running[r]:
         return bool(inst.priority[p] <= 2 * inst.priority[r])
     return bool(max(inst.priority[p], inst.priority[r])
@@ -73,20 +82,20 @@ def test_exact_pairing_is_maximum_and_obeys_the_rules(seed: int, m: int, running
     running = min(running, m)
     problem = lucid_problem(seed, m, running)
     params = LucidParameters(pair_pending=pending_pairs)
-    inst, _ = instance(problem, params)
-    allowed = allowed_pairs(inst)
-    benefit = pair_benefit(inst, allowed)
-    found = max_weight_matching(benefit)
-    assert abs(found.objective - brute_force(benefit)) <= 1e-9
-    assert abs(found.objective - reference(benefit)) <= 1e-9
+    inst = instance(problem, params)
+    ok, weight = dense_rules(inst)
+    found = max_weight_matching(weight)
+    assert abs(found.objective - brute_force(weight)) <= 1e-9
+    assert abs(found.objective - reference(weight)) <= 1e-9
     for a, b in found.pairs().tolist():
         assert rules_hold(inst, a, b, params)
         assert inst.running[a] ^ inst.running[b] or (pending_pairs and inst.pending[a]
                                                      and inst.pending[b])
-    heuristic = first_fit(inst, allowed, np.nonzero(inst.running)[0])
+    heuristic = first_fit(inst).mate
     assert is_matching(heuristic)
     assert benefit_of(inst, heuristic) <= found.objective + 1e-9
-    for a, b in zip(*np.nonzero(allowed), strict=True):
+    assert np.array_equal(ok, ok.T)
+    for a, b in zip(*np.nonzero(ok), strict=True):
         assert rules_hold(inst, int(a), int(b), params)
 
 
@@ -120,7 +129,7 @@ def test_sharing_off_places_waiting_jobs_alone_in_priority_order() -> None:
     assert groups is not None
     assert all(len(g.members) == 1 for g in groups.groups)
     assert plan.certificate.objective == 0
-    inst, _ = instance(problem, LucidParameters())
+    inst = instance(problem, LucidParameters())
     waiting = np.nonzero(inst.pending)[0]
     order = waiting[np.argsort(inst.priority[waiting], kind="stable")]
     started = [i for i in order if plan.job_status[i] is JobStatus.ALLOCATED]
