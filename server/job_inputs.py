@@ -245,10 +245,11 @@ costs less than the decoder's fixed cost (about 0.4 ms)."""
 def read_jobs(
     msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation],
     serialized: bytes | None = None,
-) -> tuple[MainColumns, JobPaths, JobFields]:
+) -> tuple[MainColumns, JobPaths, JobFields, list[bytes]]:
     """Every job's main columns (the `jobs` entries, then the `job_columns` ids), their field
-    paths and which jobs may set which other fields. `serialized`: the `SolveRequest` bytes
-    `msg` was parsed from (its jobs are decoded from them), or None (`msg` is serialized for
+    paths, which jobs may set which other fields and the serialized `jobs` entries (empty
+    when they were read from their messages). `serialized`: the `SolveRequest` bytes `msg`
+    was parsed from (its jobs are decoded from them), or None (`msg` is serialized for
     it)."""
     jobs = msg.jobs
     spans = job_spans(msg, serialized) if len(jobs) >= DECODE_FROM_JOBS else None
@@ -256,10 +257,10 @@ def read_jobs(
         wire = WireJobs.decode_spans(spans, cluster.type_names)
         present = JobFields(jobs, wire.others, wire.unread)
     else:  # few jobs, or bytes of another request: read the messages
-        wire, present = None, all_jobs(jobs)
+        wire, present, encoded = None, all_jobs(jobs), []
     rows = read_rows(jobs, cluster, violations, wire)
     if not msg.HasField("job_columns"):
-        return rows, JobPaths(len(jobs), (), cluster.type_names), present
+        return rows, JobPaths(len(jobs), (), cluster.type_names), present, encoded
     columns = read_columns(msg.job_columns, cluster, violations)
     paths = JobPaths(len(jobs), tuple(msg.job_columns.throughput_types), cluster.type_names)
-    return rows.concatenate(columns), paths, present
+    return rows.concatenate(columns), paths, present, encoded
