@@ -348,9 +348,19 @@ def plan_from_result(
     status: list[JobStatus] = []
     reasons: list[str] = []
     chosen: list[ConfigurationChoice | None] = []
-    servable = np.asarray(instance.allowed.any(axis=1), dtype=bool)
-    for i in range(m):
-        c = int(choice[i])
+    servable = np.asarray(instance.allowed.any(axis=1), dtype=bool).tolist()
+    rows = np.flatnonzero(choice >= 0)
+    picked = choice[rows]
+    share[rows, np.array([c.type_index for c in table.configs], np.int64)[picked]] = 1.0
+    goodput[rows], norm[rows] = table.raw[rows, picked], normalized[rows, picked]
+    term[rows] = instance.weight[rows] * instance.coefficient[rows, picked]
+    raw = dict(zip(rows.tolist(), table.raw[rows, picked].tolist(), strict=True))
+    scaled = dict(zip(rows.tolist(), normalized[rows, picked].tolist(), strict=True))
+    atomic = dict(zip(rows.tolist(), table.atomic_batch[rows, picked].tolist(), strict=True))
+    steps = dict(zip(rows.tolist(), table.accumulation[rows, picked].tolist(), strict=True))
+    restarts, was = restart.tolist(), current.tolist()
+    names, types = table.layout.names, problem.cluster.type_names
+    for i, c in enumerate(choice.tolist()):
         if c < 0:
             chosen.append(None)
             if not servable[i]:
@@ -370,16 +380,11 @@ def plan_from_result(
                 )
             continue
         conf = table.configs[c]
-        share[i, conf.type_index] = 1.0
-        goodput[i] = table.raw[i, c]
-        norm[i] = normalized[i, c]
-        term[i] = instance.weight[i] * instance.coefficient[i, c]
-        names = table.layout.names
         pairs = tuple((names[v], d) for v, d in placement.nodes[i] if names[v])
         detail = ""
         if i in failed:
             detail = (
-                f"no {conf.nodes} node(s) of type {problem.cluster.type_names[conf.type_index]} "
+                f"no {conf.nodes} node(s) of type {types[conf.type_index]} "
                 f"with {conf.devices // conf.nodes} free GPUs each left after placing "
                 "larger configurations"
             )
@@ -390,15 +395,15 @@ def plan_from_result(
                 type_index=conf.type_index,
                 nodes=conf.nodes,
                 devices=conf.devices,
-                goodput=float(table.raw[i, c]),
-                normalized_goodput=float(normalized[i, c]),
-                restart_factor=float(restart[i]),
-                unchanged=bool(current[i] == c),
+                goodput=raw[i],
+                normalized_goodput=scaled[i],
+                restart_factor=restarts[i],
+                unchanged=was[i] == c,
                 node_devices=() if i in failed else pairs,
                 placed=i not in failed,
                 placement_detail=detail,
-                atomic_batch_size=int(table.atomic_batch[i, c]),
-                accumulation_steps=int(table.accumulation[i, c]),
+                atomic_batch_size=atomic[i],
+                accumulation_steps=steps[i],
             )
         )
     gap = relative_gap(result.objective, result.bound)

@@ -126,6 +126,11 @@ class _TypeNodes:
     """Free GPUs of one type's nodes, kept sorted by (free GPUs, node index) as well, so that
     the best fit is a bisection instead of a scan of every node."""
 
+    # Not `node_pool.NodePool`, whose rule differs (A5.6 here): a multi-node shape takes whole
+    # free nodes of its per-node size (NodePool spreads a gang over the largest nodes), and a
+    # previous node is preferred among those that fit (NodePool keeps a gang on its previous
+    # nodes only when they hold all of it).
+
     def __init__(self, nodes: list[int], free: list[int], size: list[int]) -> None:
         self.free = dict(zip(nodes, free, strict=True))
         self.size = dict(zip(nodes, size, strict=True))

@@ -161,12 +161,24 @@ class GivenGoodputs:
     __hash__ = None  # type: ignore[assignment]
 
     def __getitem__(self, i: int) -> tuple[GivenGoodput, ...]:
+        return tuple(GivenGoodput(*entry) for entry in self.entries(i))
+
+    def entries(self, i: int) -> list[tuple[int, int, int, float]]:
+        """Job i's entries as (type index, nodes, devices, goodput)."""
         if not -len(self) <= i < len(self):
             raise IndexError(i)
+        start, type_index, nodes, devices, goodput = self._lists
         i %= len(self)
-        span = slice(int(self.start[i]), int(self.start[i + 1]))
-        return tuple(map(GivenGoodput, self.type_index[span].tolist(), self.nodes[span].tolist(),
-                         self.devices[span].tolist(), self.goodput[span].tolist()))
+        span = slice(start[i], start[i + 1])
+        return list(zip(type_index[span], nodes[span], devices[span], goodput[span],
+                        strict=True))
+
+    @cached_property
+    def _lists(self) -> tuple[list[int], list[int], list[int], list[int], list[float]]:
+        """The columns as Python lists, made once (per-job reads from arrays cost a numpy
+        call each)."""
+        return (self.start.tolist(), self.type_index.tolist(), self.nodes.tolist(),
+                self.devices.tolist(), self.goodput.tolist())
 
     @property
     def counts(self) -> IntArray:
