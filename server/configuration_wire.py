@@ -34,6 +34,7 @@ from apportion.server.wire_records import (
     int32_of,
     records,
 )
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.v1 import snapshot_pb2 as snapshot_pb
 
 _CONFIGURATION = snapshot_pb.ConfigurationGoodput.DESCRIPTOR.fields_by_name
@@ -61,18 +62,22 @@ class WireConfigurations:
     goodput: NDArray[np.float64]
 
 
-def read_configurations(jobs: Sequence[bytes], type_names: Sequence[str]) -> WireConfigurations:
-    """The `configurations` of the serialized jobs `jobs` (type names: the cluster's)."""
+def read_configurations(jobs: Sequence[bytes], type_names: Sequence[str],
+                        deadline: Deadline = NO_DEADLINE) -> WireConfigurations:
+    """The `configurations` of the serialized jobs `jobs` (type names: the cluster's). Raises
+    `DeadlineExpiredError` once `deadline` passes (checked between the array stages)."""
     m = len(jobs)
     length = np.fromiter(map(len, jobs), np.int64, m)
     buf = WireBuffer(b"".join([*jobs, PADDING]))
     end = np.cumsum(length)
     unread = np.zeros(m, bool)
     fields = records(buf, end - length, end, MAX_JOB_RECORDS, unread)
+    deadline.check()
     entry = fields.select(np.flatnonzero(fields.tag == _CONFIGURATIONS_TAG))
     order = np.argsort(entry.owner, kind="stable")  # job by job, in record order
     job, start, stop = entry.owner[order], entry.start[order], entry.end[order]
     plain, columns = _plain_layout(buf, start, stop)
+    deadline.check()
     odd = ~plain
     if odd.any():  # written another way: walk their records
         other = np.flatnonzero(odd)

@@ -291,6 +291,7 @@ _OTHER_INPUTS = (snapshot_pb.Job.POLLUX_FIELD_NUMBER, snapshot_pb.Job.ELASTICITY
 
 def _plain_configurations(
     jobs: JobFields, encoded: Sequence[bytes], cluster: Cluster, shapes: dict[str, _TypeShape],
+    deadline: Deadline = NO_DEADLINE,
 ) -> tuple[NDArray[np.bool_], GivenGoodputs] | None:
     """The jobs whose configurations are read from their bytes `encoded` (and every entry
     valid: a job with an invalid one is read from its message, which names the violation),
@@ -305,7 +306,8 @@ def _plain_configurations(
         candidate[jobs.others.get(number, np.zeros(0, np.int64))] = False
     candidate[jobs.unread] = False
     picked = np.flatnonzero(candidate)
-    wire = read_configurations([encoded[i] for i in picked.tolist()], cluster.type_names)
+    wire = read_configurations([encoded[i] for i in picked.tolist()], cluster.type_names,
+                               deadline)
     n = cluster.num_types
     type_nodes, per_node = np.zeros(n, np.int64), np.zeros(n, np.int64)
     for shape in shapes.values():
@@ -340,7 +342,7 @@ def configuration_columns(
     unit = np.ones((m, n), np.int64)
     top = limits.MAX_DEVICES_PER_TYPE
     deadline.check()
-    plain = _plain_configurations(jobs, encoded, cluster, shapes)
+    plain = _plain_configurations(jobs, encoded, cluster, shapes, deadline)
     deadline.check()
     visit: Iterable[tuple[int, snapshot_pb.Job]] = jobs.setting(
         _CONFIGURATIONS, *_OTHER_INPUTS)

@@ -18,10 +18,12 @@ from hypothesis import strategies as st
 from apportion.server import job_inputs
 from apportion.server.configuration_wire import read_configurations
 from apportion.server.convert import request_to_model
+from apportion.solver.deadline import DeadlineExpiredError
 from apportion.solver.errors import ValidationError
 from apportion.solver.model import GivenGoodput, GivenGoodputs
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
+from tests.countdown import CountdownDeadline
 from tests.server.test_job_wire import (
     DOUBLES,
     I32,
@@ -211,3 +213,11 @@ def test_given_goodputs_take_and_append_keep_each_jobs_entries() -> None:
                                           np.array([2, 1, 1]), np.array([8, 1, 2]),
                                           np.array([3.0, 1.0, 2.0]))
     assert shuffled == given and GivenGoodputs.none(3) != given
+
+
+def test_the_wire_reader_stops_at_the_deadline() -> None:
+    jobs = [plain(b"v100", 1, 1, 2.5)] * 3
+    for checks in (0, 1):
+        with pytest.raises(DeadlineExpiredError):
+            read_configurations(jobs, ["v100"], CountdownDeadline(checks=checks))
+    assert read_configurations(jobs, ["v100"], CountdownDeadline(checks=2)).job.size == 3
