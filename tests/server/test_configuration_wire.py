@@ -7,7 +7,6 @@ any values (unknown types, nodes and devices out of range, goodputs NaN, negativ
 from __future__ import annotations
 
 import struct
-from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -17,9 +16,7 @@ from hypothesis import strategies as st
 
 from apportion.server import job_inputs
 from apportion.server.configuration_wire import read_configurations
-from apportion.server.convert import request_to_model
 from apportion.solver.deadline import DeadlineExpiredError
-from apportion.solver.errors import ValidationError
 from apportion.solver.model import GivenGoodput, GivenGoodputs
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
@@ -34,6 +31,7 @@ from tests.server.test_job_wire import (
     TYPES,
     VARINT,
     VARINTS,
+    outcome,
     record,
     varint,
 )
@@ -105,13 +103,6 @@ def requests(draw: st.DrawFn) -> tuple[bytes, service_pb.SolveRequest]:
     data = record(1, LEN, record(2, LEN, cluster.SerializeToString()) + b"".join(jobs))
     data += record(2, LEN, record(1, LEN, b"sia"))
     return data, service_pb.SolveRequest.FromString(data)
-
-
-def outcome(request: service_pb.SolveRequest, data: bytes | None) -> Any:
-    try:
-        return request_to_model(request, serialized=data)[0]
-    except ValidationError as error:
-        return [(v.field, v.description) for v in error.violations]
 
 
 @given(requests())
