@@ -26,7 +26,6 @@ from apportion.server.job_wire import MAX_JOB_RECORDS
 from apportion.server.wire_records import (
     I64,
     LEN,
-    PADDING,
     VARINT,
     Ints,
     WireBuffer,
@@ -62,16 +61,13 @@ class WireConfigurations:
     goodput: NDArray[np.float64]
 
 
-def read_configurations(jobs: Sequence[bytes], type_names: Sequence[str],
+def read_configurations(buf: WireBuffer, first: Ints, end: Ints, type_names: Sequence[str],
                         deadline: Deadline = NO_DEADLINE) -> WireConfigurations:
-    """The `configurations` of the serialized jobs `jobs` (type names: the cluster's). Raises
-    `DeadlineExpiredError` once `deadline` passes (checked between the array stages)."""
-    m = len(jobs)
-    length = np.fromiter(map(len, jobs), np.int64, m)
-    buf = WireBuffer(b"".join([*jobs, PADDING]))
-    end = np.cumsum(length)
-    unread = np.zeros(m, bool)
-    fields = records(buf, end - length, end, MAX_JOB_RECORDS, unread)
+    """The `configurations` of the serialized jobs `buf[first[k]:end[k]]` (type names: the
+    cluster's). Raises `DeadlineExpiredError` once `deadline` passes (checked between the
+    array stages)."""
+    unread = np.zeros(first.size, bool)
+    fields = records(buf, first.astype(np.int64), end.astype(np.int64), MAX_JOB_RECORDS, unread)
     deadline.check()
     entry = fields.select(np.flatnonzero(fields.tag == _CONFIGURATIONS_TAG))
     order = np.argsort(entry.owner, kind="stable")  # job by job, in record order

@@ -12,7 +12,7 @@ Every problem becomes `Violation(field_path, description)`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from apportion.server.configuration_wire import read_configurations
-from apportion.server.job_wire import JobFields
+from apportion.server.job_wire import JobFields, JobSpans
 from apportion.server.request_context import RequestContext
 from apportion.solver import limits
 from apportion.solver.deadline import NO_DEADLINE, Deadline
@@ -290,15 +290,16 @@ _OTHER_INPUTS = (snapshot_pb.Job.POLLUX_FIELD_NUMBER, snapshot_pb.Job.ELASTICITY
 
 
 def _plain_configurations(
-    jobs: JobFields, encoded: Sequence[bytes], cluster: Cluster, shapes: dict[str, _TypeShape],
+    jobs: JobFields, spans: JobSpans | None, cluster: Cluster, shapes: dict[str, _TypeShape],
     deadline: Deadline = NO_DEADLINE,
 ) -> tuple[NDArray[np.bool_], GivenGoodputs] | None:
-    """The jobs whose configurations are read from their bytes `encoded` (and every entry
+    """The jobs whose configurations are read from their bytes `spans` (and every entry
     valid: a job with an invalid one is read from its message, which names the violation),
     and their entries with goodput > 0; None without bytes. Jobs that also set `pollux` or
     `elasticity`, or that the main decoder left unread, are read from their messages."""
     m = len(jobs.jobs)
-    if jobs.others is None or len(encoded) != m or _CONFIGURATIONS not in jobs.others:
+    if (jobs.others is None or spans is None or spans.count != m
+            or _CONFIGURATIONS not in jobs.others):
         return None
     candidate = np.zeros(m, bool)
     candidate[jobs.others[_CONFIGURATIONS]] = True
@@ -306,8 +307,8 @@ def _plain_configurations(
         candidate[jobs.others.get(number, np.zeros(0, np.int64))] = False
     candidate[jobs.unread] = False
     picked = np.flatnonzero(candidate)
-    wire = read_configurations([encoded[i] for i in picked.tolist()], cluster.type_names,
-                               deadline)
+    wire = read_configurations(spans.buf, spans.start[picked], spans.end[picked],
+                               cluster.type_names, deadline)
     n = cluster.num_types
     type_nodes, per_node = np.zeros(n, np.int64), np.zeros(n, np.int64)
     for shape in shapes.values():
@@ -326,11 +327,11 @@ def _plain_configurations(
 
 def configuration_columns(
     jobs: JobFields, m: int, cluster: Cluster, violations: list[Violation],
-    deadline: Deadline = NO_DEADLINE, encoded: Sequence[bytes] = (),
+    deadline: Deadline = NO_DEADLINE, spans: JobSpans | None = None,
 ) -> ConfigurationColumns:
     """Per-configuration goodput, Pollux models and elasticity of every job (m >= the `jobs`
-    messages: jobs beyond them, the columnar ones, have the defaults). `encoded`: the
-    serialized `jobs` entries when at hand (plain configurations are read from them). Raises
+    messages: jobs beyond them, the columnar ones, have the defaults). `spans`: where the
+    serialized `jobs` entries are, when at hand (plain configurations are read from them). Raises
     `DeadlineExpiredError` once `deadline` passes."""
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
     n = cluster.num_types
@@ -342,7 +343,7 @@ def configuration_columns(
     unit = np.ones((m, n), np.int64)
     top = limits.MAX_DEVICES_PER_TYPE
     deadline.check()
-    plain = _plain_configurations(jobs, encoded, cluster, shapes, deadline)
+    plain = _plain_configurations(jobs, spans, cluster, shapes, deadline)
     deadline.check()
     visit: Iterable[tuple[int, snapshot_pb.Job]] = jobs.setting(
         _CONFIGURATIONS, *_OTHER_INPUTS)

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from numpy.typing import NDArray
 
 from apportion.server import job_inputs
 from apportion.server.configuration_wire import read_configurations
+from apportion.server.wire_records import PADDING, WireBuffer
 from apportion.solver.deadline import DeadlineExpiredError
 from apportion.solver.model import GivenGoodput, GivenGoodputs
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -172,6 +174,13 @@ def test_each_rule_names_the_offending_entry_on_the_wire_route(rule: str) -> Non
     assert wire[0][1].startswith(start), wire
 
 
+def spans_of(jobs: list[bytes]) -> tuple[WireBuffer, NDArray[np.int64], NDArray[np.int64]]:
+    """The serialized jobs one after the other in a buffer, and where each is."""
+    length = np.array([len(job) for job in jobs], np.int64)
+    end = np.cumsum(length)
+    return WireBuffer(b"".join([*jobs, PADDING])), end - length, end
+
+
 def test_plain_configurations_are_read_from_the_wire_and_odd_ones_are_not() -> None:
     """Which jobs the wire reader leaves to their messages (not only that the answers
     agree): a job of plain configurations is read; a job with an unknown field, a field
@@ -184,7 +193,7 @@ def test_plain_configurations_are_read_from_the_wire_and_odd_ones_are_not() -> N
         conf(b"h100", 1, 1, 2.0),
         conf(b"v100", 1, 200, 3.0),  # a two-byte varint: read by walking its records
     ]
-    wire = read_configurations(jobs, ["v100", "p100", "k80"])
+    wire = read_configurations(*spans_of(jobs), ["v100", "p100", "k80"])
     assert wire.unread.tolist() == [False, True, True, True, False]
     assert wire.job.tolist() == [0, 0, 4]
     assert wire.type_index.tolist() == [0, 2, 0]
@@ -210,5 +219,6 @@ def test_the_wire_reader_stops_at_the_deadline() -> None:
     jobs = [plain(b"v100", 1, 1, 2.5)] * 3
     for checks in (0, 1):
         with pytest.raises(DeadlineExpiredError):
-            read_configurations(jobs, ["v100"], CountdownDeadline(checks=checks))
-    assert read_configurations(jobs, ["v100"], CountdownDeadline(checks=2)).job.size == 3
+            read_configurations(*spans_of(jobs), ["v100"], CountdownDeadline(checks=checks))
+    assert read_configurations(*spans_of(jobs), ["v100"],
+                               CountdownDeadline(checks=2)).job.size == 3
