@@ -88,6 +88,7 @@ from apportion.solver.model import (
     Cluster,
     Compat,
     GivenGoodput,
+    GivenGoodputs,
     PolicyRequest,
     Problem,
     SolveOptions,
@@ -430,7 +431,7 @@ def elastic_problem(num_jobs: int, family: str, seed: int = 0, loaned_share: flo
                 speeds[1:3] *= 0.5
             goodput.append(tuple(GivenGoodput(0, 1 if d <= GPUS_PER_NODE else 2, d, float(v))
                                  for d, v in zip((1, 2, 4, 8, 16), speeds, strict=True)))
-        jobs = replace(jobs, given_goodput=tuple(goodput))
+        jobs = replace(jobs, given_goodput=GivenGoodputs.of(goodput))
     steps = np.linspace(0.0, 2000.0, 12)
     histories = tuple(LossHistory(steps, 0.1 + a / (steps + b)) for a, b in zip(
         rng.uniform(1.0, 50.0, m), rng.uniform(50.0, 3000.0, m), strict=True))

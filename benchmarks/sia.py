@@ -60,6 +60,7 @@ from apportion.solver.model import (
     Cluster,
     Compat,
     GivenGoodput,
+    GivenGoodputs,
     PerfParams,
     PolicyRequest,
     Problem,
@@ -153,7 +154,7 @@ def sia_problem(num_jobs: int, seed: int = 0, rows: GoodputRow | None = None) ->
             current_type[i], current_devices[i] = c.type_index, c.devices
     jobs = replace(
         base.jobs,
-        given_goodput=tuple(given),
+        given_goodput=GivenGoodputs.of(given),
         arrival_time_s=-rng.uniform(0, 3 * 3600, num_jobs),
         restart_penalty_s=np.full(num_jobs, 30.0),
     )

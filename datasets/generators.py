@@ -283,14 +283,29 @@ def sia_goodputs(
     """Sia-style goodput table of one job: (type, nodes, gpus, goodput samples/s) for gpus
     = 1, 2, 4, ... up to `max_gpus` and the type's count; sub-linear scaling, a penalty for
     spanning nodes and a statistical-efficiency factor that falls with the batch size."""
-    rng = np.random.default_rng(seed)
+    return goodput_rows(cluster.types, cluster.counts, node_devices_per_type(cluster),
+                        seed=seed, max_gpus=max_gpus, base=base)
+
+
+def node_devices_per_type(cluster: ClusterSpec) -> dict[str, int]:
+    """Devices of each type's largest node (8 for a type without nodes)."""
     per_node = {t: 0 for t in cluster.types}
     for node in cluster.nodes:
         per_node[node.accelerator_type] = max(node.devices, per_node[node.accelerator_type])
-    per_node = {t: n or 8 for t, n in per_node.items()}
+    return {t: n or 8 for t, n in per_node.items()}
+
+
+def goodput_rows(
+    types: Sequence[str], counts: Sequence[int], per_node: Mapping[str, int], *,
+    seed: int = 0, max_gpus: int = 16, base: float | None = None,
+) -> list[tuple[str, int, int, float]]:
+    """`sia_goodputs` of a cluster with `types`, their `counts` and devices per node
+    `per_node` (`node_devices_per_type`): a snapshot builder computes these once for all
+    its jobs."""
+    rng = np.random.default_rng(seed)
     rate = base if base is not None else float(rng.lognormal(math.log(200.0), 0.5))
     out = []
-    for t, count in zip(cluster.types, cluster.counts, strict=True):
+    for t, count in zip(types, counts, strict=True):
         speed = type_speed(t) ** 0.8 * float(rng.lognormal(0.0, 0.2))
         gpus = 1
         while gpus <= min(max_gpus, count):

@@ -61,7 +61,12 @@ from pathlib import Path
 import numpy as np
 
 from apportion.datasets.cluster import ClusterSpec, NodeSpec
-from apportion.datasets.generators import reference_throughput, shockwave_profiles, sia_goodputs
+from apportion.datasets.generators import (
+    goodput_rows,
+    node_devices_per_type,
+    reference_throughput,
+    shockwave_profiles,
+)
 from apportion.datasets.shockwave import EpochProfile
 from apportion.datasets.snapshot_modes import GPU_MODES, START_MODES
 from apportion.datasets.table import JobTable
@@ -229,7 +234,7 @@ def build_request(
                 node.devices,
             )
             msg.cpus, msg.memory_gib = node.cpus, node.memory_gib
-    layout = node_sizes(cluster, include_nodes)
+    layout = node_shapes(node_sizes(cluster, include_nodes))
     seen: set[str] = set()
     keys_present: dict[JobKey, str] = {}
     for k in idx:
@@ -422,15 +427,22 @@ def node_sizes(cluster: ClusterSpec, include_nodes: bool = True) -> dict[str, li
     return sizes
 
 
-def configuration_fits(row: GoodputRow, layout: Mapping[str, list[int]]) -> bool:
-    """`row` is a configuration the snapshot's validation accepts on `layout`."""
+def node_shapes(sizes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, int]]:
+    """Per type of `sizes` (`node_sizes`) with nodes: (its nodes, the largest node's
+    devices), what `configuration_fits` checks a row against."""
+    return {t: (len(devices), max(devices)) for t, devices in sizes.items() if devices}
+
+
+def configuration_fits(row: GoodputRow, shapes: Mapping[str, tuple[int, int]]) -> bool:
+    """`row` is a configuration the snapshot's validation accepts on the node layout
+    `shapes` (`node_shapes`)."""
     acc_type, nodes, devices, goodput = row
-    sizes = layout.get(acc_type)
-    if not sizes:
+    shape = shapes.get(acc_type)
+    if shape is None:
         return False
     return (
-        1 <= nodes <= len(sizes)
-        and nodes <= devices <= nodes * max(sizes)
+        1 <= nodes <= shape[0]
+        and nodes <= devices <= nodes * shape[1]
         and math.isfinite(goodput)
         and goodput > 0
     )
@@ -464,11 +476,12 @@ def builtin_goodputs(
     nodes = tuple(
         NodeSpec(f"{t}-{n}", t, d) for t, ds in sizes.items() for n, d in enumerate(ds)
     )
-    layout = ClusterSpec(cluster.types, cluster.counts, nodes)
+    per_node = node_devices_per_type(ClusterSpec(cluster.types, cluster.counts, nodes))
 
     def source(job_id: str, job_type: str) -> list[GoodputRow]:
         job_seed = zlib.crc32(f"{seed}/{job_id}".encode())
-        return sia_goodputs(layout, seed=job_seed, max_gpus=max_gpus)
+        return goodput_rows(cluster.types, cluster.counts, per_node, seed=job_seed,
+                            max_gpus=max_gpus)
 
     return source
 

@@ -244,15 +244,17 @@ class Admission:
 
 def admit(
     problem: Problem,
-    candidates: Sequence[Sequence[TypeOptions]],
+    options_of: Callable[[int], Sequence[TypeOptions]],
     order: IntArray,
     current_type: IntArray,
     placement: Placement,
     skip: Callable[[int], str] | None = None,
     deadline: Deadline | None = None,
 ) -> Admission:
-    """Phase 1 (module docstring). `skip(i)` returns a reason to leave a job out as FINISHED
-    (e.g. no remaining work), "" to consider it. Past the deadline the remaining jobs wait."""
+    """Phase 1 (module docstring): `options_of(i)` job i's states on every type it can use,
+    asked when its turn comes. `skip(i)` returns a reason to leave a job out as FINISHED
+    (e.g. no remaining work), "" to consider it. Past the deadline the remaining jobs wait
+    (their states are never worked out)."""
     m = problem.jobs.num_jobs
     status = [JobStatus.DEFERRED] * m
     reason = [""] * m
@@ -269,12 +271,13 @@ def admit(
         if why:
             status[i], reason[i] = JobStatus.FINISHED, why
             continue
-        if not candidates[i]:
+        candidates = options_of(i)
+        if not candidates:
             status[i] = JobStatus.UNSERVABLE
             reason[i] = ("no accelerator type offers it an allocation (no speed model, "
                          "configuration or usable throughput within its elasticity range)")
             continue
-        ranked = sorted(candidates[i], key=lambda o: (o.type_index != int(current_type[i]),
+        ranked = sorted(candidates, key=lambda o: (o.type_index != int(current_type[i]),
                                                       -o.speed[0], o.type_index))
         for o in ranked:
             ledger = place_base(placement, i, o)
@@ -409,9 +412,8 @@ def run_phases(
     value each admitted job's states (`value_of(i, options)`), solve by `method`. `current`
     (m,) current type per job (-1 = pending; default the history's)."""
     current = current_types(problem) if current is None else current
-    candidates = [job_options(problem, i, default_max) for i in range(problem.jobs.num_jobs)]
-    admission = admit(problem, candidates, admission_order(problem, current >= 0), current,
-                      placement, skip, deadline)
+    admission = admit(problem, lambda i: job_options(problem, i, default_max),
+                      admission_order(problem, current >= 0), current, placement, skip, deadline)
     admission = _within_cell_limit(admission, problem.cluster.num_types)
     values = tuple(np.asarray(value_of(int(i), o), np.float64)
                    for i, o in zip(admission.order, admission.options, strict=True))

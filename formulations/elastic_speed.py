@@ -127,15 +127,15 @@ def type_options(problem: Problem, i: int, j: int, default_max: int) -> TypeOpti
             j, w_grid * unit, w_grid, p_grid, model.parameter_server_type, ps_devices,
             optimus_speed(model, p_grid, w_grid), unit, workers.size, "speed model",
         )
-    given = problem.jobs.given_goodput[i] if problem.jobs.given_goodput else ()
-    rows = [g for g in given if g.type_index == j and lo <= g.devices <= hi
-            and g.devices % unit == 0 and g.goodput > 0]
+    rows = [(nodes, gpus, goodput)
+            for t, nodes, gpus, goodput in problem.jobs.given_goodput.entries(i)
+            if t == j and lo <= gpus <= hi and gpus % unit == 0 and goodput > 0]
     if rows:
         best: dict[int, tuple[int, float]] = {}
-        for g in rows:
-            held = best.get(g.devices)
-            if held is None or g.nodes < held[0]:
-                best[g.devices] = (g.nodes, g.goodput)
+        for nodes, gpus, goodput in rows:
+            held = best.get(gpus)
+            if held is None or nodes < held[0]:
+                best[gpus] = (nodes, goodput)
         devices = np.array(sorted(best), np.int64)[:MAX_WORKER_STATES]
         speed = np.array([best[int(d)][1] for d in devices], np.float64)
         zeros = np.zeros_like(devices)

@@ -59,6 +59,7 @@ from apportion.solver.deadline import Deadline
 from apportion.solver.model import (
     Compat,
     FloatArray,
+    GivenGoodputs,
     IntArray,
     PerfParams,
     PolluxJobModel,
@@ -119,25 +120,26 @@ def goodput_table(
     configs = configuration_set(layout, n, max_gpus, max_nodes_per_type=max_nodes_per_type)
     c_type = np.asarray([c.type_index for c in configs], np.int64)
     c_dev = np.asarray([c.devices for c in configs], np.int64)
-    index = {(c.type_index, c.nodes, c.devices): k for k, c in enumerate(configs)}
     raw = np.zeros((m, len(configs)))
     atomic = np.zeros((m, len(configs)), np.int64)
     accum = np.zeros((m, len(configs)), np.int64)
     unit = jobs.scale_unit[:, c_type].astype(np.float64) if configs else np.zeros((m, 0))
-    unused, example = 0, ""
-    for i in range(m):
-        given, model = jobs.given_goodput[i], jobs.pollux[i]
-        if given:
-            for entry in given:
-                k = index.get((entry.type_index, entry.nodes, entry.devices))
-                if k is not None:
-                    raw[i, k] = entry.goodput
-                    continue
-                unused += 1
-                example = example or (
-                    f"job {jobs.ids[i]}: {cluster.type_names[entry.type_index]}, "
-                    f"{entry.nodes} node(s), {entry.devices} GPUs")
-        elif model is not None:
+    given = jobs.given_goodput
+    outside = _fill_given(raw, given, configs)
+    example = ""
+    if outside.size:
+        at = int(outside[0])
+        example = (f"job {jobs.ids[int(given.job[at])]}: "
+                   f"{cluster.type_names[int(given.type_index[at])]}, "
+                   f"{int(given.nodes[at])} node(s), {int(given.devices[at])} GPUs")
+    has_given = given.counts > 0
+    rigid = ~has_given & np.array([model is None for model in jobs.pollux], bool)
+    if rigid.any() and configs:  # a rigid job: its throughput at exactly scale_factor GPUs
+        exact = c_dev[None, :] == jobs.scale_factor[rigid, None]
+        raw[rigid] = np.where(exact, jobs.throughput[rigid][:, c_type], 0.0)
+    for i in np.flatnonzero(~has_given & ~rigid).tolist():
+        model = jobs.pollux[i]
+        if model is not None:
             grad, limits = job_inputs(model)
             source = bootstrap_sources(model)
             for k, conf in enumerate(configs):
@@ -158,18 +160,42 @@ def goodput_table(
                     continue
                 raw[i, k] = best.goodput
                 atomic[i, k], accum[i, k] = best.atomic_batch, best.accumulation_steps
-        else:
-            s = int(jobs.scale_factor[i])
-            for k, conf in enumerate(configs):
-                if conf.devices == s:
-                    raw[i, k] = jobs.throughput[i, conf.type_index]
     lo, hi = jobs.min_devices, jobs.max_devices
     fits = (c_dev[None, :] >= np.maximum(lo, 1)[:, None]) & (
         (hi[:, None] <= 0) | (c_dev[None, :] <= hi[:, None])
     )
     multiple = (c_dev[None, :] % np.maximum(unit, 1).astype(np.int64)) == 0
     raw = np.where(fits & multiple & np.isfinite(raw) & (raw > 0), raw, 0.0)
-    return GoodputTable(configs, layout, raw, unit, atomic, accum, unused, example)
+    return GoodputTable(configs, layout, raw, unit, atomic, accum, int(outside.size), example)
+
+
+def _config_index(given: GivenGoodputs, configs: tuple[Configuration, ...]) -> IntArray:
+    """Each given entry's index in `configs` (the same type, nodes and devices), -1 when it is
+    not one of them."""
+    if not configs or not given.goodput.size:
+        return np.full(given.goodput.size, -1, np.int64)
+    shape = np.array([(c.type_index, c.nodes, c.devices) for c in configs], np.int64)
+    top = int(shape.max()) + 1
+    entries = np.stack([given.type_index, given.nodes, given.devices], axis=1)
+    possible = ((entries >= 0) & (entries < top)).all(axis=1)
+    scale = np.array([top * top, top, 1], np.int64)
+    known, wanted = shape @ scale, np.where(possible, entries @ scale, -1)
+    order = np.argsort(known, kind="stable")
+    at = np.maximum(np.searchsorted(known[order], wanted, side="right") - 1, 0)
+    return np.where(known[order][at] == wanted, order[at], -1)  # the last of equal shapes
+
+
+def _fill_given(raw: FloatArray, given: GivenGoodputs, configs: tuple[Configuration, ...]
+                ) -> IntArray:
+    """raw[i, k] = job i's given goodput on configuration k (the last of entries naming one
+    configuration twice); returns the entries outside `configs`."""
+    k = _config_index(given, configs)
+    inside = np.flatnonzero(k >= 0)
+    cell = given.job[inside] * raw.shape[1] + k[inside]
+    _, last = np.unique(cell[::-1], return_index=True)  # the last entry of a cell wins
+    keep = inside[inside.size - 1 - last]
+    raw.reshape(-1)[cell[inside.size - 1 - last]] = given.goodput[keep]
+    return np.flatnonzero(k < 0)
 
 
 def bootstrap_sources(model: PolluxJobModel) -> IntArray:
@@ -199,10 +225,8 @@ def current_configuration(
     out = np.full(m, -1, np.int64)
     hist = problem.history
     index = {(c.type_index, c.nodes, c.devices): k for k, c in enumerate(configs)}
-    for i in range(m):
+    for i in np.flatnonzero(hist.current_type >= 0).tolist():
         t = int(hist.current_type[i])
-        if t < 0:
-            continue
         devices = int(hist.current_devices[i]) or int(problem.jobs.scale_factor[i])
         nodes = len(hist.current_nodes[i])
         if nodes == 0:
@@ -324,9 +348,19 @@ def plan_from_result(
     status: list[JobStatus] = []
     reasons: list[str] = []
     chosen: list[ConfigurationChoice | None] = []
-    servable = np.asarray(instance.allowed.any(axis=1), dtype=bool)
-    for i in range(m):
-        c = int(choice[i])
+    servable = np.asarray(instance.allowed.any(axis=1), dtype=bool).tolist()
+    rows = np.flatnonzero(choice >= 0)
+    picked = choice[rows]
+    share[rows, np.array([c.type_index for c in table.configs], np.int64)[picked]] = 1.0
+    goodput[rows], norm[rows] = table.raw[rows, picked], normalized[rows, picked]
+    term[rows] = instance.weight[rows] * instance.coefficient[rows, picked]
+    raw = dict(zip(rows.tolist(), table.raw[rows, picked].tolist(), strict=True))
+    scaled = dict(zip(rows.tolist(), normalized[rows, picked].tolist(), strict=True))
+    atomic = dict(zip(rows.tolist(), table.atomic_batch[rows, picked].tolist(), strict=True))
+    steps = dict(zip(rows.tolist(), table.accumulation[rows, picked].tolist(), strict=True))
+    restarts, was = restart.tolist(), current.tolist()
+    names, types = table.layout.names, problem.cluster.type_names
+    for i, c in enumerate(choice.tolist()):
         if c < 0:
             chosen.append(None)
             if not servable[i]:
@@ -346,16 +380,11 @@ def plan_from_result(
                 )
             continue
         conf = table.configs[c]
-        share[i, conf.type_index] = 1.0
-        goodput[i] = table.raw[i, c]
-        norm[i] = normalized[i, c]
-        term[i] = instance.weight[i] * instance.coefficient[i, c]
-        names = table.layout.names
         pairs = tuple((names[v], d) for v, d in placement.nodes[i] if names[v])
         detail = ""
         if i in failed:
             detail = (
-                f"no {conf.nodes} node(s) of type {problem.cluster.type_names[conf.type_index]} "
+                f"no {conf.nodes} node(s) of type {types[conf.type_index]} "
                 f"with {conf.devices // conf.nodes} free GPUs each left after placing "
                 "larger configurations"
             )
@@ -366,15 +395,15 @@ def plan_from_result(
                 type_index=conf.type_index,
                 nodes=conf.nodes,
                 devices=conf.devices,
-                goodput=float(table.raw[i, c]),
-                normalized_goodput=float(normalized[i, c]),
-                restart_factor=float(restart[i]),
-                unchanged=bool(current[i] == c),
+                goodput=raw[i],
+                normalized_goodput=scaled[i],
+                restart_factor=restarts[i],
+                unchanged=was[i] == c,
                 node_devices=() if i in failed else pairs,
                 placed=i not in failed,
                 placement_detail=detail,
-                atomic_batch_size=int(table.atomic_batch[i, c]),
-                accumulation_steps=int(table.accumulation[i, c]),
+                atomic_batch_size=atomic[i],
+                accumulation_steps=steps[i],
             )
         )
     gap = relative_gap(result.objective, result.bound)

@@ -4,6 +4,7 @@ on concrete nodes (A5.6). Pure Python/numpy; devices are GPUs.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -121,6 +122,49 @@ class PlacementResult:
     configuration were placed again without that preference (they may move nodes)."""
 
 
+class _TypeNodes:
+    """Free GPUs of one type's nodes, kept sorted by (free GPUs, node index) as well, so that
+    the best fit is a bisection instead of a scan of every node."""
+
+    # Not `node_pool.NodePool`, whose rule differs (A5.6 here): a multi-node shape takes whole
+    # free nodes of its per-node size (NodePool spreads a gang over the largest nodes), and a
+    # previous node is preferred among those that fit (NodePool keeps a gang on its previous
+    # nodes only when they hold all of it).
+
+    def __init__(self, nodes: list[int], free: list[int], size: list[int]) -> None:
+        self.free = dict(zip(nodes, free, strict=True))
+        self.size = dict(zip(nodes, size, strict=True))
+        self.by_free = sorted(zip(free, nodes, strict=True))
+
+    def use(self, node: int, devices: int) -> None:
+        old = self.free[node]
+        del self.by_free[bisect_left(self.by_free, (old, node))]
+        self.free[node] = old - devices
+        insort(self.by_free, (old - devices, node))
+
+    def best_fit(self, devices: int, previous: list[int]) -> int | None:
+        """The node with the fewest free GPUs (then the lowest index) holding `devices`, among
+        the `previous` nodes first."""
+        held = [(self.free[v], v) for v in previous if self.free[v] >= devices]
+        if held:
+            return min(held)[1]
+        at = bisect_left(self.by_free, (devices, -1))
+        return self.by_free[at][1] if at < len(self.by_free) else None
+
+    def whole(self, count: int, per: int, previous: list[int]) -> list[int] | None:
+        """`count` whole free nodes of `per` GPUs: the `previous` ones, then by index."""
+        mine = sorted(v for v in set(previous) if self.free[v] == self.size[v] == per)
+        picked = mine[:count]
+        at = bisect_left(self.by_free, (per, -1))
+        chosen = set(picked)
+        while len(picked) < count and at < len(self.by_free) and self.by_free[at][0] == per:
+            v = self.by_free[at][1]
+            if self.size[v] == per and v not in chosen:
+                picked.append(v)
+            at += 1
+        return picked if len(picked) == count else None
+
+
 def _place(
     layout: NodeLayout,
     configs: tuple[Configuration, ...],
@@ -130,42 +174,44 @@ def _place(
     free_devices: IntArray | None = None,
 ) -> PlacementResult:
     free = (layout.node_devices if free_devices is None else free_devices).astype(np.int64)
-    free = free.copy()
-    size = layout.node_devices
     result: list[tuple[tuple[int, int], ...]] = [()] * len(choice)
     failed: list[int] = []
-    order = sorted(
-        (i for i in range(len(choice)) if choice[i] >= 0),
-        key=lambda i: (-configs[choice[i]].devices, -configs[choice[i]].nodes, not keep[i], i),
-    )
-    nodes_of: dict[int, IntArray] = {}  # each type's nodes, ascending, found once
-    for i in order:
-        conf = configs[choice[i]]
-        of_type = nodes_of.get(conf.type_index)
-        if of_type is None:
-            of_type = nodes_of[conf.type_index] = np.nonzero(
-                layout.node_type == conf.type_index)[0]
-        prev = [v for v in previous[i] if v in set(of_type.tolist())] if keep[i] else []
-        # candidates as arrays (ascending node index); previous nodes first, then as stated
-        if conf.nodes > 1:
-            per = conf.devices // conf.nodes
-            whole = of_type[(free[of_type] == size[of_type]) & (size[of_type] == per)]
-            whole = whole[np.argsort(~np.isin(whole, prev), kind="stable")]
-            if whole.size < conf.nodes:
+    chosen = np.flatnonzero(np.asarray(choice) >= 0)
+    c_nodes = np.array([c.nodes for c in configs] or [0], np.int64)
+    c_devices = np.array([c.devices for c in configs] or [0], np.int64)
+    c_type = np.array([c.type_index for c in configs] or [0], np.int64)
+    picked = np.asarray(choice)[chosen]
+    # largest configurations first, then the most nodes, jobs keeping theirs, the job's index
+    order = chosen[np.lexsort((chosen, ~np.asarray(keep, bool)[chosen], -c_nodes[picked],
+                               -c_devices[picked]))]
+    pools: dict[int, _TypeNodes] = {}
+    node_type, free_list, size_list = layout.node_type, free.tolist(), layout.node_devices.tolist()
+    choice_list, keep_list = np.asarray(choice).tolist(), np.asarray(keep, bool).tolist()
+    for i in order.tolist():
+        c = choice_list[i]
+        t, nodes, devices = int(c_type[c]), int(c_nodes[c]), int(c_devices[c])
+        pool = pools.get(t)
+        if pool is None:
+            of_type = np.flatnonzero(node_type == t).tolist()
+            pool = pools[t] = _TypeNodes(of_type, [free_list[v] for v in of_type],
+                                         [size_list[v] for v in of_type])
+        prev = [v for v in previous[i] if v in pool.free] if keep_list[i] else []
+        if nodes > 1:
+            per = devices // nodes
+            whole = pool.whole(nodes, per, prev)
+            if whole is None:
                 failed.append(i)
                 continue
-            picked = whole[: conf.nodes]
-            free[picked] = 0
-            result[i] = tuple((int(v), int(per)) for v in picked)
+            for v in whole:
+                pool.use(v, pool.free[v])
+            result[i] = tuple((v, per) for v in whole)
         else:
-            fits = of_type[free[of_type] >= conf.devices]
-            if fits.size == 0:
+            best = pool.best_fit(devices, prev)
+            if best is None:
                 failed.append(i)
                 continue
-            # min over (not previous, free devices, node index)
-            best = int(fits[np.lexsort((fits, free[fits], ~np.isin(fits, prev)))[0]])
-            free[best] -= conf.devices
-            result[i] = ((best, conf.devices),)
+            pool.use(best, devices)
+            result[i] = ((best, devices),)
     return PlacementResult(tuple(result), tuple(failed))
 
 

@@ -421,8 +421,11 @@ def round_relaxation(instance: SiaInstance, fractional: FloatArray) -> IntArray:
 def _lagrangian_try(
     instance: SiaInstance, gap_tolerance: float, started: float, deadline: Deadline
 ) -> IlpResult | None:
-    """The Lagrangian route of `solve_exact`; None when it does not close the gap."""
-    dual = lagrangian_bound(instance, tolerance=max(gap_tolerance, 1e-9) / 10, deadline=deadline)
+    """The Lagrangian route of `solve_exact`; None when it does not close the gap (with time
+    left for the LP and MIP routes). At the deadline: the best plan read off the prices, with
+    the bound so far (`TIME_LIMIT`)."""
+    dual = lagrangian_bound(instance, tolerance=max(gap_tolerance, 1e-9) / 10,
+                            deadline=deadline.child(LAGRANGIAN_SHARE))
     if dual is None:
         return None
     value, prices, dense = dual
@@ -443,14 +446,14 @@ def _lagrangian_try(
         return gap_between(obj, bound)
 
     choice, obj, how = _priced_plan(instance, prices, dense, gap_tolerance, gap_of, deadline)
-    if choice is None:
+    if choice is None or (gap_of(obj) > gap_tolerance and not deadline.expired()):
         return None
     bound = max(dual_bound, obj) if instance.maximize else min(dual_bound, obj)
     gap = gap_of(obj)
     k = int(instance.allowed.sum())
     size = ModelSize(k, instance.num_jobs + instance.capacity.size, 2 * k, k)
     return IlpResult(
-        SolverStatus.OPTIMAL,
+        SolverStatus.OPTIMAL if gap <= gap_tolerance else SolverStatus.TIME_LIMIT,
         choice,
         obj,
         bound,
@@ -459,10 +462,13 @@ def _lagrangian_try(
         time.perf_counter() - started,
         size,
         f"Lagrangian bound with type prices {np.round(prices, 6).tolist()}; plan by {how}; "
-        f"gap {gap:.2e}",
+        f"gap {gap:.2e}" + ("" if gap <= gap_tolerance else "; stopped at the time limit"),
     )
 
 
+LAGRANGIAN_SHARE = 0.5
+"""The Lagrangian bound's cutting planes stop at this share of the time left, leaving the
+rest to the plans read off its prices."""
 RESTRICTED_MIP_LIMIT_S = 5.0
 """The restricted MIP of `_priced_plan` stops after this many seconds (the full MIP follows)."""
 TIE_BAND = 1e-3
@@ -482,7 +488,8 @@ def _priced_plan(
     off the prices (`lagrangian_plan`, `regret_plan`); the LP over the near-tied columns
     (jobs indifferent at the prices split as the capacity requires), rounded on those columns
     and on all; that restricted problem as a MIP. Every plan is feasible for the full ILP, so
-    the Lagrangian bound certifies it. Returns (plan, objective, how) or (None, nan, "")."""
+    the Lagrangian bound certifies it. Returns (plan, objective, how) of the first plan within
+    the gap, else of the best plan (None, nan, "" without one); stops at `deadline`."""
     best: tuple[IntArray | None, float, str] = (None, float("nan"), "")
 
     def consider(choice: IntArray | None, how: str) -> bool:
@@ -494,9 +501,11 @@ def _priced_plan(
             best = (choice, obj, how)
         return gap_of(best[1]) <= gap_tolerance
 
-    if consider(lagrangian_plan(instance, prices, dense), "price plan"):
+    if consider(lagrangian_plan(instance, prices, dense, deadline), "price plan"):
         return best
-    if consider(regret_plan(instance, prices, dense), "regret plan"):
+    if consider(regret_plan(instance, prices, dense, deadline), "regret plan"):
+        return best
+    if deadline.expired():
         return best
     red = _reduced(dense, instance.config_devices.astype(np.float64), instance.config_type,
                    prices)
@@ -511,9 +520,8 @@ def _priced_plan(
             return best
     mip = solve_highs(sub, relative_gap=gap_tolerance / 10,
                       deadline=deadline.within(RESTRICTED_MIP_LIMIT_S))
-    if mip.has_solution and consider(mip.choice, "restricted MIP"):
-        return best
-    return (None, float("nan"), "")
+    consider(mip.choice if mip.has_solution else None, "restricted MIP")
+    return best
 
 
 def solve_exact(
@@ -633,23 +641,39 @@ def lagrangian_bound(
     return best_value, best_prices, dense
 
 
+DEADLINE_EVERY_JOBS = 4096
+"""The greedy fills check the deadline this often (jobs)."""
+
+
 def _take_best_fitting(instance: SiaInstance, order: IntArray, cost: FloatArray,
-                       choice: IntArray, used: IntArray) -> None:
+                       choice: IntArray, used: IntArray,
+                       deadline: Deadline = NO_DEADLINE) -> None:
     """In `order`, every job without a configuration takes its cheapest option with
     `cost` < 0 (the row of `cost`, inf = not allowed) that still fits; updates `choice` and
-    `used` (GPUs per type) in place."""
-    devices, ctype, capacity = instance.config_devices, instance.config_type, instance.capacity
-    for i in order:
-        if choice[i] >= 0:
-            continue
-        row = cost[i]
-        for k in np.argsort(row, kind="stable"):
-            if not np.isfinite(row[k]) or row[k] >= 0:
+    `used` (GPUs per type) in place. Stops at `deadline` (the jobs not reached keep none: the
+    plan stays feasible)."""
+    rows = order[choice[order] < 0]
+    if not rows.size or not cost.shape[1]:
+        return
+    ranked = np.argsort(cost[rows], axis=1, kind="stable")
+    ranked_cost = np.take_along_axis(cost[rows], ranked, axis=1)
+    usable = np.logical_and.accumulate(np.isfinite(ranked_cost) & (ranked_cost < 0), axis=1)
+    options = usable.sum(axis=1).tolist()  # the options tried, cheapest first
+    ranked_list = ranked.tolist()
+    ctype, devices = instance.config_type.tolist(), instance.config_devices.tolist()
+    capacity, free = instance.capacity.tolist(), used.tolist()
+    picked = [-1] * rows.size
+    for r, count in enumerate(options):
+        if r % DEADLINE_EVERY_JOBS == 0 and deadline.expired():
+            break
+        for k in ranked_list[r][:count]:
+            t = ctype[k]
+            if free[t] + devices[k] <= capacity[t]:
+                picked[r] = k
+                free[t] += devices[k]
                 break
-            if used[ctype[k]] + devices[k] <= capacity[ctype[k]]:
-                choice[i] = k
-                used[ctype[k]] += devices[k]
-                break
+    choice[rows] = picked
+    used[:] = free
 
 
 def _start(instance: SiaInstance) -> tuple[IntArray, IntArray, BoolArray]:
@@ -666,7 +690,8 @@ def _fill_order(dense: FloatArray) -> IntArray:
     return np.argsort(np.where(np.isfinite(dense), dense, np.inf).min(axis=1), kind="stable")
 
 
-def lagrangian_plan(instance: SiaInstance, prices: FloatArray, dense: FloatArray) -> IntArray:
+def lagrangian_plan(instance: SiaInstance, prices: FloatArray, dense: FloatArray,
+                    deadline: Deadline = NO_DEADLINE) -> IntArray:
     """Integral plan from dual prices: every free job takes its best configuration at the
     prices; types over capacity shed the jobs that lose least by moving; then a greedy fill
     with the true costs."""
@@ -686,17 +711,18 @@ def lagrangian_plan(instance: SiaInstance, prices: FloatArray, dense: FloatArray
         other = red[members][:, ctype != t]
         alt = np.minimum(other.min(axis=1) if other.size else 0.0, 0.0)
         loss = alt - red[members, choice[members]]
-        for i in members[np.argsort(loss, kind="stable")]:
-            if used[t] <= instance.capacity[t]:
-                break
-            used[t] -= devices[choice[i]]
-            choice[i] = -1
+        ranked = members[np.argsort(loss, kind="stable")]
+        shed = np.cumsum(devices[choice[ranked]])  # shed in order while over capacity
+        over = used[t] - (shed - devices[choice[ranked]]) > instance.capacity[t]
+        used[t] -= int(shed[over][-1]) if over.any() else 0
+        choice[ranked[over]] = -1
     order = _fill_order(dense)
-    _take_best_fitting(instance, order[free[order]], dense, choice, used)
+    _take_best_fitting(instance, order[free[order]], dense, choice, used, deadline)
     return choice
 
 
-def regret_plan(instance: SiaInstance, prices: FloatArray, dense: FloatArray) -> IntArray:
+def regret_plan(instance: SiaInstance, prices: FloatArray, dense: FloatArray,
+                deadline: Deadline = NO_DEADLINE) -> IntArray:
     """Integral plan from dual prices by regret: free jobs in decreasing regret (how much
     their reduced cost at the prices rises from their best to their second-best option, "no
     configuration" counting as 0) each take their best option that still fits. Jobs that are
@@ -711,7 +737,7 @@ def regret_plan(instance: SiaInstance, prices: FloatArray, dense: FloatArray) ->
     regret = second - ranked[:, 0]
     jobs = np.nonzero(free)[0]
     _take_best_fitting(instance, jobs[np.argsort(-regret[jobs], kind="stable")], red, choice,
-                       used)
+                       used, deadline)
     order = _fill_order(dense)
-    _take_best_fitting(instance, order[free[order]], dense, choice, used)
+    _take_best_fitting(instance, order[free[order]], dense, choice, used, deadline)
     return choice

@@ -66,8 +66,8 @@ def capability_violations(context: RequestContext, known: list[Violation]) -> li
     skip = np.zeros(jobs.num_jobs, bool)
     skip[list(_jobs_with_violations(known, context.paths))] = True
     if caps.reads_configurations:
-        skip |= np.array([bool(g) or p is not None
-                          for g, p in zip(jobs.given_goodput, jobs.pollux, strict=True)], bool)
+        skip |= (jobs.given_goodput.counts > 0) | np.array([p is not None for p in jobs.pollux],
+                                                            bool)
     elastic = problem.elastic
     if elastic is not None and elastic.speed_model:  # a speed model stands for throughput
         skip |= np.array([any(row) for row in elastic.speed_model], bool)

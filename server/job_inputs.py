@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from apportion.server.job_wire import JobFields, WireJobs, all_jobs, job_spans
+from apportion.server.job_wire import JobFields, JobSpans, WireJobs, all_jobs, job_spans
 from apportion.server.packed_fields import read_packed
 from apportion.solver.errors import Violation, echo, key, listing
 from apportion.solver.model import DEFAULT_RESTART_PENALTY_S, Cluster, FloatArray, IntArray
@@ -245,10 +245,11 @@ costs less than the decoder's fixed cost (about 0.4 ms)."""
 def read_jobs(
     msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation],
     serialized: bytes | None = None,
-) -> tuple[MainColumns, JobPaths, JobFields]:
+) -> tuple[MainColumns, JobPaths, JobFields, JobSpans | None]:
     """Every job's main columns (the `jobs` entries, then the `job_columns` ids), their field
-    paths and which jobs may set which other fields. `serialized`: the `SolveRequest` bytes
-    `msg` was parsed from (its jobs are decoded from them), or None (`msg` is serialized for
+    paths, which jobs may set which other fields and where the serialized `jobs` entries are
+    (None when they were read from their messages). `serialized`: the `SolveRequest` bytes `msg`
+    was parsed from (its jobs are decoded from them), or None (`msg` is serialized for
     it)."""
     jobs = msg.jobs
     spans = job_spans(msg, serialized) if len(jobs) >= DECODE_FROM_JOBS else None
@@ -256,10 +257,10 @@ def read_jobs(
         wire = WireJobs.decode_spans(spans, cluster.type_names)
         present = JobFields(jobs, wire.others, wire.unread)
     else:  # few jobs, or bytes of another request: read the messages
-        wire, present = None, all_jobs(jobs)
+        wire, present, spans = None, all_jobs(jobs), None
     rows = read_rows(jobs, cluster, violations, wire)
     if not msg.HasField("job_columns"):
-        return rows, JobPaths(len(jobs), (), cluster.type_names), present
+        return rows, JobPaths(len(jobs), (), cluster.type_names), present, spans
     columns = read_columns(msg.job_columns, cluster, violations)
     paths = JobPaths(len(jobs), tuple(msg.job_columns.throughput_types), cluster.type_names)
-    return rows.concatenate(columns), paths, present
+    return rows.concatenate(columns), paths, present, spans

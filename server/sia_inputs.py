@@ -12,17 +12,26 @@ Every problem becomes `Violation(field_path, description)`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
-from apportion.server.job_wire import JobFields
+from apportion.server.configuration_wire import read_configurations
+from apportion.server.job_wire import JobFields, JobSpans
 from apportion.server.request_context import RequestContext
 from apportion.solver import limits
 from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.errors import Violation, echo, key, listing
-from apportion.solver.model import Cluster, GivenGoodput, IntArray, PolluxJobModel
+from apportion.solver.model import (
+    Cluster,
+    GivenGoodput,
+    GivenGoodputs,
+    IntArray,
+    PolluxJobModel,
+)
 from apportion.solver.parameters import PolluxParameters, SiaParameters
 from apportion.solver.validation import RATE_RULE, rate_ok, within
 from apportion.v1 import snapshot_pb2 as snapshot_pb
@@ -190,7 +199,7 @@ def _pollux_model(
 class ConfigurationColumns:
     """Every job's configuration inputs (`Jobs` fields of the same names)."""
 
-    given_goodput: tuple[tuple[GivenGoodput, ...], ...]
+    given_goodput: GivenGoodputs
     pollux: tuple[PolluxJobModel | None, ...]
     min_devices: IntArray
     max_devices: IntArray
@@ -276,14 +285,53 @@ def _given_goodput(
 
 DEADLINE_EVERY_JOBS = 1024
 """The per-job loop checks the request's deadline this often (jobs)."""
+_CONFIGURATIONS = snapshot_pb.Job.CONFIGURATIONS_FIELD_NUMBER
+_OTHER_INPUTS = (snapshot_pb.Job.POLLUX_FIELD_NUMBER, snapshot_pb.Job.ELASTICITY_FIELD_NUMBER)
+
+
+def _plain_configurations(
+    jobs: JobFields, spans: JobSpans | None, cluster: Cluster, shapes: dict[str, _TypeShape],
+    deadline: Deadline = NO_DEADLINE,
+) -> tuple[NDArray[np.bool_], GivenGoodputs] | None:
+    """The jobs whose configurations are read from their bytes `spans` (and every entry
+    valid: a job with an invalid one is read from its message, which names the violation),
+    and their entries with goodput > 0; None without bytes. Jobs that also set `pollux` or
+    `elasticity`, or that the main decoder left unread, are read from their messages."""
+    m = len(jobs.jobs)
+    if (jobs.others is None or spans is None or spans.count != m
+            or _CONFIGURATIONS not in jobs.others):
+        return None
+    candidate = np.zeros(m, bool)
+    candidate[jobs.others[_CONFIGURATIONS]] = True
+    for number in _OTHER_INPUTS:
+        candidate[jobs.others.get(number, np.zeros(0, np.int64))] = False
+    candidate[jobs.unread] = False
+    picked = np.flatnonzero(candidate)
+    wire = read_configurations(spans.buf, spans.start[picked], spans.end[picked],
+                               cluster.type_names, deadline)
+    n = cluster.num_types
+    type_nodes, per_node = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for shape in shapes.values():
+        type_nodes[shape.index], per_node[shape.index] = shape.nodes, shape.per_node
+    t, nodes, devices, goodput = wire.type_index, wire.nodes, wire.devices, wire.goodput
+    ok = ((nodes >= 1) & (nodes <= type_nodes[t]) & (nodes <= devices)
+          & (devices <= nodes * per_node[t]) & rate_ok(goodput))  # as `_given_goodput`
+    unread = wire.unread.copy()
+    unread[wire.job[~ok]] = True
+    kept = ~unread[wire.job] & (goodput > 0)  # 0 = invalid configuration: not an entry
+    read = np.zeros(m, bool)
+    read[picked[~unread]] = True
+    return read, GivenGoodputs.from_entries(m, picked[wire.job[kept]], t[kept], nodes[kept],
+                                            devices[kept], goodput[kept])
 
 
 def configuration_columns(
     jobs: JobFields, m: int, cluster: Cluster, violations: list[Violation],
-    deadline: Deadline = NO_DEADLINE,
+    deadline: Deadline = NO_DEADLINE, spans: JobSpans | None = None,
 ) -> ConfigurationColumns:
     """Per-configuration goodput, Pollux models and elasticity of every job (m >= the `jobs`
-    messages: jobs beyond them, the columnar ones, have the defaults). Raises
+    messages: jobs beyond them, the columnar ones, have the defaults). `spans`: where the
+    serialized `jobs` entries are, when at hand (plain configurations are read from them). Raises
     `DeadlineExpiredError` once `deadline` passes."""
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
     n = cluster.num_types
@@ -294,9 +342,18 @@ def configuration_columns(
     hi = np.zeros(m, np.int64)
     unit = np.ones((m, n), np.int64)
     top = limits.MAX_DEVICES_PER_TYPE
-    for visited, (i, job) in enumerate(jobs.setting(
-            snapshot_pb.Job.CONFIGURATIONS_FIELD_NUMBER, snapshot_pb.Job.POLLUX_FIELD_NUMBER,
-            snapshot_pb.Job.ELASTICITY_FIELD_NUMBER)):
+    deadline.check()
+    plain = _plain_configurations(jobs, spans, cluster, shapes, deadline)
+    deadline.check()
+    visit: Iterable[tuple[int, snapshot_pb.Job]] = jobs.setting(
+        _CONFIGURATIONS, *_OTHER_INPUTS)
+    if plain is not None:
+        rest = np.zeros(len(jobs.jobs), bool)
+        for number in (_CONFIGURATIONS, *_OTHER_INPUTS):
+            rest[jobs.others[number] if jobs.others and number in jobs.others else []] = True
+        rest[jobs.unread] = True
+        visit = ((i, jobs.jobs[i]) for i in np.flatnonzero(rest & ~plain[0]).tolist())
+    for visited, (i, job) in enumerate(visit):
         if visited % DEADLINE_EVERY_JOBS == 0:
             deadline.check()
         p = f"snapshot.jobs[{i}]"
@@ -330,7 +387,14 @@ def configuration_columns(
                 violations.append(Violation(fp, f"must be in [1, {top}], got {u}"))
             else:
                 unit[i, type_index[name]] = u
-    return ConfigurationColumns(tuple(given), tuple(models), lo, hi, unit)
+    columns = GivenGoodputs.of(given)
+    if plain is not None:
+        more = plain[1]
+        columns = GivenGoodputs.from_entries(
+            m, np.concatenate([columns.job, more.job]),
+            *(np.concatenate([getattr(columns, name), getattr(more, name)])
+              for name in ("type_index", "nodes", "devices", "goodput")))
+    return ConfigurationColumns(columns, tuple(models), lo, hi, unit)
 
 
 def check_configuration_policy(context: RequestContext) -> list[Violation]:

@@ -123,11 +123,11 @@ def _jobs(msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violatio
     """Every job's columns as given (judged by `snapshot_violations`), their field paths and
     which jobs may set which other fields, with the epoch and configuration inputs read and
     validated by their own modules."""
-    main, paths, present = read_jobs(msg, cluster, violations, serialized)
+    main, paths, present, spans = read_jobs(msg, cluster, violations, serialized)
     m = len(main.ids)
     deadline.check()
     epochs = epoch_columns(present, main.epochs_done, main.total_epochs, violations)
-    configs = configuration_columns(present, m, cluster, violations, deadline)
+    configs = configuration_columns(present, m, cluster, violations, deadline, spans)
     return Jobs(
         ids=tuple(main.ids),
         throughput=main.throughput,

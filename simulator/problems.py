@@ -32,6 +32,7 @@ from apportion.solver.model import (
     Colocations,
     FloatArray,
     GivenGoodput,
+    GivenGoodputs,
     History,
     IntArray,
     Jobs,
@@ -244,15 +245,15 @@ def _with_configurations(ctx: ProblemContext, jobs: Jobs, pick: list[int]) -> Jo
     """Goodput per configuration (estimated), elasticity defaults and the restart penalty."""
     w = ctx.workload
     k, n = len(pick), ctx.cluster.num_types
-    given: tuple[tuple[GivenGoodput, ...], ...] = ((),) * k
+    given = GivenGoodputs.none(k)
     if w.configurations:
-        given = tuple(
+        given = GivenGoodputs.of(tuple(
             tuple(
                 GivenGoodput(t, nodes, devices, goodput * float(ctx.estimate_factor[i, t]))
                 for t, nodes, devices, goodput in w.configurations[i]
             )
             for i in pick
-        )
+        ))
     penalty = ctx.restart_penalty_s if ctx.restart_penalty_s > 0 else DEFAULT_RESTART_PENALTY_S
     return replace(
         jobs,

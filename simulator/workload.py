@@ -43,6 +43,7 @@ from apportion.datasets.snapshot import (
     GoodputSource,
     configuration_fits,
     job_type_key,
+    node_shapes,
     node_sizes,
     profile_problem,
     row_job_keys,
@@ -297,7 +298,7 @@ def workload_from_table(
             + " (lower --max-scale-factor or enlarge the cluster)"
         )
     keys, sampled = row_job_keys(table, throughputs, scale, seed)
-    layout = node_sizes(cluster, include_nodes=True)
+    layout = node_shapes(node_sizes(cluster, include_nodes=True))
     type_index = {t: j for j, t in enumerate(types)}
     kept: list[int] = []
     rows: list[FloatArray] = []

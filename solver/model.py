@@ -97,6 +97,118 @@ class GivenGoodput:
     """Useful samples/s (> 0)."""
 
 
+@dataclass(frozen=True, eq=False)
+class GivenGoodputs:
+    """Every job's `Job.configurations` (sia) as columns: the entries of all jobs, job by
+    job in order; job i's are `start[i]:start[i + 1]`. Indexing by job gives its entries as
+    `GivenGoodput`s (`len` = the jobs)."""
+
+    start: IntArray
+    """(m + 1,) offsets into the entry columns, non-decreasing, start[0] = 0."""
+    type_index: IntArray
+    nodes: IntArray
+    devices: IntArray
+    goodput: FloatArray
+
+    def __post_init__(self) -> None:
+        k = int(self.start[-1]) if self.start.size else -1
+        sizes = {self.type_index.size, self.nodes.size, self.devices.size, self.goodput.size}
+        if self.start.ndim != 1 or not self.start.size or self.start[0] != 0 or sizes != {k}:
+            raise ValueError("GivenGoodputs: start must run from 0 to the entries' length")
+
+    @staticmethod
+    def none(m: int) -> GivenGoodputs:
+        """m jobs without configurations."""
+        empty = np.zeros(0, np.int64)
+        return GivenGoodputs(np.zeros(m + 1, np.int64), empty, empty, empty, np.zeros(0))
+
+    @staticmethod
+    def of(rows: tuple[tuple[GivenGoodput, ...], ...] | list[tuple[GivenGoodput, ...]]
+           ) -> GivenGoodputs:
+        """From each job's entries."""
+        flat = [g for row in rows for g in row]
+        start = np.zeros(len(rows) + 1, np.int64)
+        np.cumsum([len(row) for row in rows], out=start[1:])
+        return GivenGoodputs(
+            start,
+            np.array([g.type_index for g in flat], np.int64),
+            np.array([g.nodes for g in flat], np.int64),
+            np.array([g.devices for g in flat], np.int64),
+            np.array([g.goodput for g in flat], np.float64),
+        )
+
+    @staticmethod
+    def from_entries(m: int, job: IntArray, type_index: IntArray, nodes: IntArray,
+                     devices: IntArray, goodput: FloatArray) -> GivenGoodputs:
+        """From entries of jobs `job` (each job's in order; `job` need not be sorted: the
+        entries are grouped by job, keeping their order within a job)."""
+        order = np.argsort(job, kind="stable")
+        start = np.zeros(m + 1, np.int64)
+        np.cumsum(np.bincount(job, minlength=m), out=start[1:])
+        return GivenGoodputs(start, type_index[order].astype(np.int64),
+                             nodes[order].astype(np.int64), devices[order].astype(np.int64),
+                             goodput[order].astype(np.float64))
+
+    def __len__(self) -> int:
+        return int(self.start.size - 1)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GivenGoodputs):
+            return NotImplemented
+        return all(np.array_equal(getattr(self, name), getattr(other, name))
+                   for name in ("start", "type_index", "nodes", "devices", "goodput"))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __getitem__(self, i: int) -> tuple[GivenGoodput, ...]:
+        return tuple(GivenGoodput(*entry) for entry in self.entries(i))
+
+    def entries(self, i: int) -> list[tuple[int, int, int, float]]:
+        """Job i's entries as (type index, nodes, devices, goodput)."""
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        start, type_index, nodes, devices, goodput = self._lists
+        i %= len(self)
+        span = slice(start[i], start[i + 1])
+        return list(zip(type_index[span], nodes[span], devices[span], goodput[span],
+                        strict=True))
+
+    @cached_property
+    def _lists(self) -> tuple[list[int], list[int], list[int], list[int], list[float]]:
+        """The columns as Python lists, made once (per-job reads from arrays cost a numpy
+        call each)."""
+        return (self.start.tolist(), self.type_index.tolist(), self.nodes.tolist(),
+                self.devices.tolist(), self.goodput.tolist())
+
+    @property
+    def counts(self) -> IntArray:
+        """(m,) entries per job."""
+        return np.diff(self.start)
+
+    @property
+    def job(self) -> IntArray:
+        """Each entry's job."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.counts)
+
+    def take(self, index: IntArray) -> GivenGoodputs:
+        """The jobs `index` (repeats allowed), in that order."""
+        picked = np.asarray(index, np.int64)
+        counts = self.counts[picked]
+        start = np.zeros(picked.size + 1, np.int64)
+        np.cumsum(counts, out=start[1:])
+        rows = np.repeat(self.start[picked] - start[:-1], counts) + np.arange(int(start[-1]))
+        return GivenGoodputs(start, self.type_index[rows], self.nodes[rows], self.devices[rows],
+                             self.goodput[rows])
+
+    def append(self, more: GivenGoodputs) -> GivenGoodputs:
+        """These jobs followed by `more`'s."""
+        return GivenGoodputs(
+            np.concatenate([self.start, more.start[1:] + self.start[-1]]),
+            *(np.concatenate([getattr(self, name), getattr(more, name)])
+              for name in ("type_index", "nodes", "devices", "goodput")),
+        )
+
+
 @dataclass(frozen=True)
 class PerfParams:
     """Throughput-model parameters theta (Pollux `PerfParams`, A5.1): one row of
@@ -185,8 +297,9 @@ class Jobs:
     length-0 array)."""
     epoch_batch_size: tuple[IntArray, ...]
     """Per job, batch size of each epoch (samples, > 0), the lengths of `epoch_duration_s`."""
-    given_goodput: tuple[tuple[GivenGoodput, ...], ...]
-    """Per job, `Job.configurations` (sia): goodput per (type, nodes, devices); default ()."""
+    given_goodput: GivenGoodputs
+    """Per job, `Job.configurations` (sia): goodput per (type, nodes, devices); default
+    none."""
     min_devices: IntArray
     """(m,) elasticity: fewest devices (>= 1) (sia). Default 1."""
     max_devices: IntArray
@@ -233,7 +346,7 @@ class Jobs:
             total_epochs=np.zeros(m, np.int64),
             epoch_duration_s=(np.zeros(0),) * m,
             epoch_batch_size=(np.zeros(0, np.int64),) * m,
-            given_goodput=((),) * m,
+            given_goodput=GivenGoodputs.none(m),
             min_devices=np.ones(m, np.int64),
             max_devices=np.zeros(m, np.int64),
             scale_unit=np.ones((m, n), np.int64),
@@ -292,6 +405,8 @@ def _appended(first: _Rows, more: _Rows) -> _Rows:
             values[item.name] = a + b
         elif isinstance(a, ReferenceFinishState):
             values[item.name] = _appended(a, b)
+        elif isinstance(a, GivenGoodputs):
+            values[item.name] = a.append(b)
         else:
             values[item.name] = a
     out: _Rows = type(first)(**values)
@@ -308,7 +423,7 @@ def _taken(rows: _Rows, index: IntArray) -> _Rows:
             values[item.name] = value[picked]
         elif isinstance(value, tuple):
             values[item.name] = tuple(value[i] for i in picked.tolist())
-        elif isinstance(value, ReferenceFinishState):
+        elif isinstance(value, (ReferenceFinishState, GivenGoodputs)):
             values[item.name] = value.take(picked)
         else:
             values[item.name] = value

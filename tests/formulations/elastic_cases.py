@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from apportion.solver.elastic_model import ElasticInputs, LossHistory, SpeedModel
-from apportion.solver.model import GivenGoodput, Problem
+from apportion.solver.model import GivenGoodput, GivenGoodputs, Problem
 from apportion.solver.validation import make_problem
 
 
@@ -48,7 +48,7 @@ def elastic_problem(
         min_devices=np.asarray(min_devices if min_devices is not None else [1] * m, np.int64),
         max_devices=np.asarray(max_devices if max_devices is not None else [0] * m, np.int64),
         scale_unit=np.ones((m, n), np.int64),
-        given_goodput=(tuple(tuple(c) for c in configurations) if configurations
+        given_goodput=(GivenGoodputs.of(tuple(tuple(c) for c in configurations)) if configurations
                        else problem.jobs.given_goodput),
     )
     cluster = problem.cluster

@@ -50,6 +50,7 @@ from apportion.solver.model import (
     Cluster,
     Compat,
     GivenGoodput,
+    GivenGoodputs,
     PolicyRequest,
     Problem,
     SolveOptions,
@@ -443,7 +444,7 @@ def test_scaling_a_goodput_row_leaves_the_decision(
     c = 2.0**exponent
     given = list(problem.jobs.given_goodput)
     given[i] = tuple(replace(g, goodput=g.goodput * c) for g in given[i])
-    scaled = replace(problem, jobs=replace(problem.jobs, given_goodput=tuple(given)))
+    scaled = replace(problem, jobs=replace(problem.jobs, given_goodput=GivenGoodputs.of(given)))
     for round2 in (False, True):
         params = params_for(p, round2)
         a, b = instance_of(problem, params), instance_of(scaled, params)
@@ -528,7 +529,7 @@ def test_previous_allocation_irrelevant_when_r_is_one(problem: Problem, p: float
 def test_single_job_gets_largest_goodput_that_fits() -> None:
     problem = make_problem(["a"], [4], [[1.0]])
     given = (tuple(GivenGoodput(0, 1, d, g) for d, g in [(1, 1.0), (2, 1.7), (4, 3.0)]),)
-    problem = replace(problem, jobs=replace(problem.jobs, given_goodput=given))
+    problem = replace(problem, jobs=replace(problem.jobs, given_goodput=GivenGoodputs.of(given)))
     plan = solve(problem, PolicyRequest("sia", SiaParameters(), Compat.NONE), SolveOptions())
     choice = plan.configurations.choices[0]
     assert choice is not None and choice.devices == 4
@@ -789,7 +790,8 @@ def test_placement_failure_is_reported() -> None:
         node_devices=np.asarray([3, 1], np.int64),
     )
     given = tuple((GivenGoodput(0, 1, 1, 1.0), GivenGoodput(0, 1, 2, 1.9)) for _ in range(2))
-    problem = replace(base, cluster=cluster, jobs=replace(base.jobs, given_goodput=given))
+    problem = replace(base, cluster=cluster,
+                      jobs=replace(base.jobs, given_goodput=GivenGoodputs.of(given)))
     plan = solve(problem, PolicyRequest("sia", SiaParameters(), Compat.NONE), SolveOptions())
     chosen = [c for c in plan.configurations.choices if c is not None]
     assert sorted(c.devices for c in chosen) == [2, 2]
