@@ -156,15 +156,23 @@ def _checked(kind: int, values: list[Any]) -> NDArray[Any] | list[str]:
 
 def _job_records(jobs: list[Any], keys: list[int]) -> bytes:
     """The jobs as `Snapshot.jobs` records; keys and colons counted into `keys`."""
-    m = len(jobs)
-    by_field = _layouts(jobs, _JOB_FIELDS)
-    keys[0] += sum(map(len, jobs))
+    columns = _message_columns(jobs, _JOB_FIELDS, snapshot_pb.Job.DESCRIPTOR, keys)
+    return records(snapshot_pb.Snapshot.JOBS_FIELD_NUMBER, columns)
+
+
+def _message_columns(trees: list[Any], fields: dict[str, tuple[str, int]],
+                     descriptor: Any, keys: list[int]) -> Fields:
+    """The messages (of `descriptor`) of the JSON objects `trees`, whose keys are those of
+    `fields`; keys and colons counted into `keys`."""
+    m = len(trees)
+    by_field = _layouts(trees, fields)
+    keys[0] += sum(map(len, trees))
     columns = Fields(m)
-    for field in sorted(snapshot_pb.Job.DESCRIPTOR.fields, key=lambda f: f.number):
+    for field in sorted(descriptor.fields, key=lambda f: f.number):
         if field.name not in by_field:
             continue
         at, values = by_field[field.name]
-        kind = _JOB_FIELDS[field.name][1]
+        kind = fields[field.name][1]
         present = np.zeros(m, bool)
         present[at] = True
         if kind == _STR:
@@ -176,7 +184,9 @@ def _job_records(jobs: list[Any], keys: list[int]) -> bytes:
         elif kind == _THROUGHPUT:
             _throughput(columns, field.number, at, values, keys)
         elif kind == _PROGRESS:
-            columns.message(field.number, present, _progress(values, keys))
+            progress = _message_columns(values, _PROGRESS_FIELDS,
+                                        snapshot_pb.Progress.DESCRIPTOR, keys)
+            columns.message(field.number, present, progress)
         else:
             column: NDArray[Any] = np.zeros(m, np.float64 if kind == _DOUBLE else np.int64)
             column[at] = _checked(kind, values)
@@ -185,7 +195,7 @@ def _job_records(jobs: list[Any], keys: list[int]) -> bytes:
                 columns.double(field.number, column, explicit)
             else:
                 columns.varint(field.number, column, explicit)
-    return records(snapshot_pb.Snapshot.JOBS_FIELD_NUMBER, columns)
+    return columns
 
 
 def _throughput(columns: Fields, number: int, at: NDArray[np.int64],
@@ -205,26 +215,6 @@ def _throughput(columns: Fields, number: int, at: NDArray[np.int64],
     entries.string(1, Texts(list(index)), key)  # map entries: the key, then the value
     entries.double(2, np.asarray(value), np.ones(len(names), bool))
     columns.messages(number, np.concatenate([[0], np.cumsum(count)]), entries)
-
-
-def _progress(trees: list[Any], keys: list[int]) -> Fields:
-    """The `Progress` messages of the given objects."""
-    by_field = _layouts(trees, _PROGRESS_FIELDS)
-    keys[0] += sum(map(len, trees))
-    n = len(trees)
-    columns = Fields(n)
-    for field in sorted(snapshot_pb.Progress.DESCRIPTOR.fields, key=lambda f: f.number):
-        if field.name not in by_field:
-            continue
-        at, values = by_field[field.name]
-        kind = _PROGRESS_FIELDS[field.name][1]
-        column: NDArray[Any] = np.zeros(n, np.float64 if kind == _DOUBLE else np.int64)
-        column[at] = _checked(kind, values)
-        if kind == _DOUBLE:  # implicit presence: zeros are not written
-            columns.double(field.number, column)
-        else:
-            columns.varint(field.number, column)
-    return columns
 
 
 def _count_keys(tree: Any, keys: list[int]) -> None:
