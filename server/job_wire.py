@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 from google.protobuf.message import Message
 from numpy.typing import NDArray
 
-from apportion.server.packed_fields import encode_varints
+from apportion.server.packed_fields import encode_varints, message_classes
 from apportion.server.wire_peek import records as message_records
 from apportion.server.wire_records import (
     I64,
@@ -97,11 +97,7 @@ def _shadow_types() -> tuple[type[Message], type[Message], type[Message]]:
                           type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING)
     strings.field.add(name="filler", number=_FILLER_NUMBER,
                       type=descriptor_pb2.FieldDescriptorProto.TYPE_FIXED64)
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file)
-    return tuple(  # type: ignore[return-value]
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"apportion_job_wire.{n}"))
-        for n in ("SolveRequest", "Snapshot", "Strings"))
+    return message_classes(file, ("SolveRequest", "Snapshot", "Strings"))  # type: ignore[return-value]
 
 
 def job_bytes(snapshot: snapshot_pb.Snapshot, serialized: bytes | None) -> list[bytes]:

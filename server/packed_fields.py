@@ -119,10 +119,17 @@ def _numeric_only(descriptor: Descriptor) -> type[Message]:
             if copy.type == FieldDescriptor.TYPE_ENUM:
                 copy.type = descriptor_pb2.FieldDescriptorProto.TYPE_INT32
                 copy.ClearField("type_name")
+    return message_classes(file, (descriptor.name,))[0]
+
+
+def message_classes(file: descriptor_pb2.FileDescriptorProto, names: Iterable[str]
+                    ) -> tuple[type[Message], ...]:
+    """The message types `names` of `file`, made in a pool of their own (stand-in types that
+    read the same bytes as apportion.v1's messages with fewer fields declared)."""
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
-    return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName(f"apportion_packed.{descriptor.name}"))
+    return tuple(message_factory.GetMessageClass(
+        pool.FindMessageTypeByName(f"{file.package}.{name}")) for name in names)
 
 
 def read_packed(message: Message, names: Iterable[str]) -> dict[str, NDArray[np.generic]]:

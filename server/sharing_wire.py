@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 from google.protobuf.message import Message
 from numpy.typing import NDArray
 
+from apportion.server.packed_fields import message_classes
 from apportion.server.wire_records import (
     I64,
     LEN,
@@ -92,11 +93,7 @@ def _shadow_types() -> tuple[type[Message], type[Message]]:
     request.field.add(name="snapshot", number=service_pb.SolveRequest.SNAPSHOT_FIELD_NUMBER,
                       type=kind.TYPE_MESSAGE,
                       type_name=".apportion_sharing_wire.CompactSnapshot")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file)
-    return tuple(  # type: ignore[return-value]
-        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"apportion_sharing_wire.{n}"))
-        for n in ("SolveRequest", "Snapshot"))
+    return message_classes(file, ("SolveRequest", "Snapshot"))  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
