@@ -142,12 +142,16 @@ class GivenGoodputs:
                      devices: IntArray, goodput: FloatArray) -> GivenGoodputs:
         """From entries of jobs `job` (each job's in order; `job` need not be sorted: the
         entries are grouped by job, keeping their order within a job)."""
-        order = np.argsort(job, kind="stable")
         start = np.zeros(m + 1, np.int64)
         np.cumsum(np.bincount(job, minlength=m), out=start[1:])
-        return GivenGoodputs(start, type_index[order].astype(np.int64),
-                             nodes[order].astype(np.int64), devices[order].astype(np.int64),
-                             goodput[order].astype(np.float64))
+        if job.size and not (job[1:] >= job[:-1]).all():  # else grouped already: as they are
+            order = np.argsort(job, kind="stable")
+            type_index, nodes, devices, goodput = (type_index[order], nodes[order],
+                                                   devices[order], goodput[order])
+        return GivenGoodputs(start, type_index.astype(np.int64, copy=False),
+                             nodes.astype(np.int64, copy=False),
+                             devices.astype(np.int64, copy=False),
+                             goodput.astype(np.float64, copy=False))
 
     def __len__(self) -> int:
         return int(self.start.size - 1)
