@@ -255,7 +255,7 @@ def read_jobs(
     spans = job_spans(msg, serialized) if len(jobs) >= DECODE_FROM_JOBS else None
     if spans is not None and spans.count == len(jobs):
         wire = WireJobs.decode_spans(spans, cluster.type_names)
-        present = JobFields(jobs, wire.others, wire.unread)
+        present = JobFields(jobs, wire.others, wire.unread, wire.other_records)
     else:  # few jobs, or bytes of another request: read the messages
         wire, present, spans = None, all_jobs(jobs), None
     rows = read_rows(jobs, cluster, violations, wire)

@@ -235,6 +235,9 @@ class WireJobs:
     others: dict[int, Ints]
     """Field number -> the jobs with records of that field, for the fields other than the
     main ones (complete for the jobs read)."""
+    other_records: dict[int, tuple[Ints, Ints, Ints]]
+    """Tag -> (job, value start, value end) of its records, for the fields other than the
+    main ones (complete for the jobs read), a block of `WALK_BLOCK` jobs after another."""
 
     @staticmethod
     def decode(jobs: list[bytes], type_names: Sequence[str]) -> WireJobs:
@@ -272,7 +275,8 @@ class WireJobs:
         job, column, value = cells
         keep = read[job]
         return WireJobs(m, np.flatnonzero(unread), text, numbers, given,
-                        (job[keep], column[keep], value[keep]), seen.others())
+                        (job[keep], column[keep], value[keep]), seen.others(),
+                        seen.other_records())
 
 
 _SLOT = {name: k for k, name in enumerate(_NUMBER)}
@@ -311,7 +315,9 @@ class _MainRecords:
         self.records = np.zeros(fields, np.int64)
         """Per main field, its records (all jobs)."""
         self._entries: list[tuple[Ints, Ints, Ints]] = []
-        self._others: list[tuple[Ints, Ints]] = []
+        self._others: dict[int, list[tuple[Ints, Ints, Ints]]] = {}
+        """Per tag of another field, its records' (job, value start, value end), chunk by
+        chunk."""
 
     def add(self, chunk: Records, unread: NDArray[np.bool_]) -> None:
         """Take one chunk (every job at most once; chunks in order, so a later record of a
@@ -322,7 +328,12 @@ class _MainRecords:
         if not main.all():
             other = slot == _OTHER
             if other.any():
-                self._others.append((chunk.tag[other] >> 3, chunk.owner[other]))
+                tag = chunk.tag[other]
+                low, high = int(tag.min()), int(tag.max())
+                for t in (low,) if low == high else np.unique(tag).tolist():  # a chunk's few
+                    pick = other if low == high else np.flatnonzero(other)[tag == t]
+                    self._others.setdefault(t, []).append(
+                        (chunk.owner[pick], chunk.start[pick], chunk.end[pick]))
         entry = slot == _SLOT["throughput"]
         if entry.any():
             self._entries.append((chunk.owner[entry], chunk.start[entry], chunk.end[entry]))
@@ -349,10 +360,19 @@ class _MainRecords:
     def others(self) -> dict[int, Ints]:
         """Field number -> the jobs with records of it, for the fields other than the main
         ones."""
-        if not self._others:
-            return {}
-        number, owner = (np.concatenate(column) for column in zip(*self._others, strict=True))
-        return {int(n): np.unique(owner[number == n]) for n in np.unique(number)}
+        seen: dict[int, NDArray[np.bool_]] = {}
+        for tag, parts in self._others.items():  # a mask, not a sort (1.5M records are usual)
+            jobs = seen.setdefault(tag >> 3, np.zeros(self.m, bool))
+            for owner, _, _ in parts:
+                jobs[owner] = True
+        return {number: np.flatnonzero(jobs) for number, jobs in seen.items()}
+
+    def other_records(self) -> dict[int, tuple[Ints, Ints, Ints]]:
+        """Tag -> (job, value start, value end) of its records, for the fields other than
+        the main ones, in `walk`'s order."""
+        return {tag: tuple(np.concatenate(column) if len(parts) > 1 else column[0]
+                           for column in zip(*parts, strict=True))  # type: ignore[misc]
+                for tag, parts in self._others.items()}
 
 
 
@@ -543,6 +563,8 @@ class JobFields:
     others: dict[int, Ints] | None
     """From `WireJobs.others`; None = unknown (every job may)."""
     unread: Ints
+    records: dict[int, tuple[Ints, Ints, Ints]] | None = None
+    """From `WireJobs.other_records`, when the jobs were decoded from their bytes."""
 
     def setting(self, *numbers: int) -> Iterator[tuple[int, snapshot_pb.Job]]:
         """(index, message) of each job that may set one of the `Job` fields `numbers`

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from apportion.server.configuration_wire import read_configurations
+from apportion.server.configuration_wire import CONFIGURATIONS_TAG, read_entries
 from apportion.server.job_wire import JobFields, JobSpans
 from apportion.server.request_context import RequestContext
 from apportion.solver import limits
@@ -293,12 +293,13 @@ def _plain_configurations(
     jobs: JobFields, spans: JobSpans | None, cluster: Cluster, shapes: dict[str, _TypeShape],
     deadline: Deadline = NO_DEADLINE,
 ) -> tuple[NDArray[np.bool_], GivenGoodputs] | None:
-    """The jobs whose configurations are read from their bytes `spans` (and every entry
-    valid: a job with an invalid one is read from its message, which names the violation),
-    and their entries with goodput > 0; None without bytes. Jobs that also set `pollux` or
-    `elasticity`, or that the main decoder left unread, are read from their messages."""
+    """The jobs whose configurations are read from their bytes `spans` (where the job
+    decoder found their records; every entry valid: a job with an invalid one is read from
+    its message, which names the violation), and their entries with goodput > 0; None
+    without bytes. Jobs that also set `pollux` or `elasticity`, or that the main decoder
+    left unread, are read from their messages."""
     m = len(jobs.jobs)
-    if (jobs.others is None or spans is None or spans.count != m
+    if (jobs.others is None or jobs.records is None or spans is None or spans.count != m
             or _CONFIGURATIONS not in jobs.others):
         return None
     candidate = np.zeros(m, bool)
@@ -306,9 +307,11 @@ def _plain_configurations(
     for number in _OTHER_INPUTS:
         candidate[jobs.others.get(number, np.zeros(0, np.int64))] = False
     candidate[jobs.unread] = False
-    picked = np.flatnonzero(candidate)
-    wire = read_configurations(spans.buf, spans.start[picked], spans.end[picked],
-                               cluster.type_names, deadline)
+    none = np.zeros(0, np.int64)
+    job, start, stop = jobs.records.get(CONFIGURATIONS_TAG, (none, none, none))
+    mine = candidate.take(job)
+    wire = read_entries(spans.buf, job[mine], start[mine], stop[mine], m, cluster.type_names,
+                        deadline)
     n = cluster.num_types
     type_nodes, per_node = np.zeros(n, np.int64), np.zeros(n, np.int64)
     for shape in shapes.values():
@@ -316,13 +319,11 @@ def _plain_configurations(
     t, nodes, devices, goodput = wire.type_index, wire.nodes, wire.devices, wire.goodput
     ok = ((nodes >= 1) & (nodes <= type_nodes[t]) & (nodes <= devices)
           & (devices <= nodes * per_node[t]) & rate_ok(goodput))  # as `_given_goodput`
-    unread = wire.unread.copy()
+    unread = wire.unread
     unread[wire.job[~ok]] = True
     kept = ~unread[wire.job] & (goodput > 0)  # 0 = invalid configuration: not an entry
-    read = np.zeros(m, bool)
-    read[picked[~unread]] = True
-    return read, GivenGoodputs.from_entries(m, picked[wire.job[kept]], t[kept], nodes[kept],
-                                            devices[kept], goodput[kept])
+    return candidate & ~unread, GivenGoodputs.from_entries(
+        m, wire.job[kept], t[kept], nodes[kept], devices[kept], goodput[kept])
 
 
 def configuration_columns(
@@ -388,7 +389,9 @@ def configuration_columns(
             else:
                 unit[i, type_index[name]] = u
     columns = GivenGoodputs.of(given)
-    if plain is not None:
+    if plain is not None and not columns.goodput.size:
+        columns = plain[1]
+    elif plain is not None:
         more = plain[1]
         columns = GivenGoodputs.from_entries(
             m, np.concatenate([columns.job, more.job]),

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from apportion.solver.deadline import NO_DEADLINE, Deadline
+
 VARINT, I64, LEN, I32 = 0, 1, 2, 5
 """The wire types apportion.v1 uses (3 and 4, groups, are never declared in it)."""
 MAX_VARINT_BYTES = 10
@@ -92,15 +94,34 @@ class Records:
                        self.varint[keep])
 
 
+WALK_BLOCK = 8192
+"""`walk` takes this many messages at a time: each block is walked to its end before the next
+starts, so its arrays stay in the processor's caches (whole 100,000-job snapshots in one
+lockstep walk ran 1.5-3x slower, and their time varied more) and the deadline is read between
+blocks."""
+
+
 def walk(buf: WireBuffer, start: Ints, end: Ints, max_records: int,
-         malformed: NDArray[np.bool_]) -> Iterator[Records]:
-    """The records of the messages `buf[start[k]:end[k]]`, walked in lockstep: chunk r holds
-    the r-th record of every message that has one. Messages with a record that cannot be
-    walked (a group, a varint over 10 bytes, a length past the message's end, field number
-    0) or more than `max_records` records are marked in `malformed`; their records up to
-    there are kept (the caller reads such messages another way)."""
-    live = np.flatnonzero(start < end)
-    here, limit = start[live].astype(np.int64), end[live].astype(np.int64)
+         malformed: NDArray[np.bool_], deadline: Deadline = NO_DEADLINE) -> Iterator[Records]:
+    """The records of the messages `buf[start[k]:end[k]]`, walked in lockstep, `WALK_BLOCK`
+    messages at a time: within a block, the r-th chunk holds the r-th record of every message
+    that has one. Messages with a record that cannot be walked (a group, a varint over 10
+    bytes, a length past the message's end, field number 0) or more than `max_records`
+    records are marked in `malformed`; their records up to there are kept (the caller reads
+    such messages another way). Raises `DeadlineExpiredError` once `deadline` passes
+    (read between blocks)."""
+    for first in range(0, start.size, WALK_BLOCK):
+        if first:
+            deadline.check()
+        block = slice(first, first + WALK_BLOCK)
+        live = first + np.flatnonzero(start[block] < end[block])
+        yield from _walk_block(buf, live, start[live].astype(np.int64),
+                               end[live].astype(np.int64), max_records, malformed)
+
+
+def _walk_block(buf: WireBuffer, live: Ints, here: Ints, limit: Ints, max_records: int,
+                malformed: NDArray[np.bool_]) -> Iterator[Records]:
+    """`walk` for the messages `live`, from `here` to `limit`."""
     for _ in range(max_records):
         if not live.size:
             return
@@ -117,9 +138,9 @@ def walk(buf: WireBuffer, start: Ints, end: Ints, max_records: int,
 
 
 def records(buf: WireBuffer, start: Ints, end: Ints, max_records: int,
-            malformed: NDArray[np.bool_]) -> Records:
+            malformed: NDArray[np.bool_], deadline: Deadline = NO_DEADLINE) -> Records:
     """`walk`'s records in one table."""
-    chunks = list(walk(buf, start, end, max_records, malformed))
+    chunks = list(walk(buf, start, end, max_records, malformed, deadline))
     if not chunks:
         empty = np.zeros(0, np.int64)
         return Records(empty, empty, empty, empty, empty)

@@ -13,12 +13,16 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from numpy.typing import NDArray
 
-from apportion.server import job_inputs
-from apportion.server.configuration_wire import read_configurations
+from apportion.server import configuration_wire, job_inputs, wire_records
+from apportion.server.configuration_wire import (
+    CONFIGURATIONS_TAG,
+    WireConfigurations,
+    read_entries,
+)
+from apportion.server.job_wire import JobSpans, WireJobs
 from apportion.server.wire_records import PADDING, WireBuffer
-from apportion.solver.deadline import DeadlineExpiredError
+from apportion.solver.deadline import NO_DEADLINE, Deadline, DeadlineExpiredError
 from apportion.solver.model import GivenGoodput, GivenGoodputs
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
@@ -107,12 +111,16 @@ def requests(draw: st.DrawFn) -> tuple[bytes, service_pb.SolveRequest]:
     return data, service_pb.SolveRequest.FromString(data)
 
 
-@given(requests())
+@pytest.mark.parametrize("block", [2, wire_records.WALK_BLOCK])
+@given(case=requests())
 def test_configurations_are_the_same_from_the_wire_and_from_messages(
-    case: tuple[bytes, service_pb.SolveRequest]
+    block: int, case: tuple[bytes, service_pb.SolveRequest]
 ) -> None:
+    """Also in blocks of 2 jobs: the walk and the reader take jobs a block at a time."""
     data, request = case
-    with mock.patch.object(job_inputs, "DECODE_FROM_JOBS", 1):
+    with (mock.patch.object(job_inputs, "DECODE_FROM_JOBS", 1),
+          mock.patch.object(wire_records, "WALK_BLOCK", block),
+          mock.patch.object(configuration_wire, "WALK_BLOCK", block)):
         wire = outcome(request, data)
     messages = outcome(request, data)  # few jobs: every message is read
     if isinstance(wire, list) or isinstance(messages, list):
@@ -149,6 +157,29 @@ EACH_RULE = {  # one job's configurations -> the violation's field and its start
 }
 
 
+def test_jobs_read_from_their_messages_are_read_once() -> None:
+    """A job that also sets elasticity (or a Pollux model: the same rule), or that the job
+    decoder leaves to its message (progress given twice), keeps its configurations once, as
+    from messages."""
+    cluster = snapshot_pb.Cluster()
+    cluster.accelerator_types.add(name="v100", count=8)
+    configurations = plain(b"v100", 1, 1, 2.0) + plain(b"v100", 1, 2, 3.5)
+    tails = [b"", record(11, LEN, record(2, VARINT, b"\x04")),
+             record(7, LEN, record(1, I64, struct.pack("<d", 1.0))) * 2, b""]
+    jobs = [record(1, LEN, f"j{k}".encode()) + configurations + tail
+            for k, tail in enumerate(tails)]
+    data = record(1, LEN, record(2, LEN, cluster.SerializeToString())
+                  + b"".join(record(3, LEN, job) for job in jobs))
+    data += record(2, LEN, record(1, LEN, b"sia"))
+    request = service_pb.SolveRequest.FromString(data)
+    with mock.patch.object(job_inputs, "DECODE_FROM_JOBS", 1):
+        wire = outcome(request, data)
+    messages = outcome(request, data)
+    assert not isinstance(messages, list), messages
+    assert [len(messages.jobs.given_goodput[i]) for i in range(4)] == [2] * 4
+    assert_same_model(wire, messages)
+
+
 @pytest.mark.parametrize("rule", sorted(EACH_RULE))
 def test_each_rule_names_the_offending_entry_on_the_wire_route(rule: str) -> None:
     """Jobs of valid configurations, one of them with an entry breaking one rule: only that
@@ -174,11 +205,17 @@ def test_each_rule_names_the_offending_entry_on_the_wire_route(rule: str) -> Non
     assert wire[0][1].startswith(start), wire
 
 
-def spans_of(jobs: list[bytes]) -> tuple[WireBuffer, NDArray[np.int64], NDArray[np.int64]]:
-    """The serialized jobs one after the other in a buffer, and where each is."""
+def read(jobs: list[bytes], type_names: list[str], deadline: Deadline = NO_DEADLINE
+         ) -> WireConfigurations:
+    """The configurations of the serialized jobs `jobs`, by the service's route: the job
+    decoder finds their records, `read_entries` reads them."""
     length = np.array([len(job) for job in jobs], np.int64)
     end = np.cumsum(length)
-    return WireBuffer(b"".join([*jobs, PADDING])), end - length, end
+    spans = JobSpans(WireBuffer(b"".join([*jobs, PADDING])), end - length, end)
+    none = np.zeros(0, np.int64)
+    job, start, stop = WireJobs.decode_spans(spans, type_names).other_records.get(
+        CONFIGURATIONS_TAG, (none, none, none))
+    return read_entries(spans.buf, job, start, stop, len(jobs), type_names, deadline)
 
 
 def test_plain_configurations_are_read_from_the_wire_and_odd_ones_are_not() -> None:
@@ -193,7 +230,7 @@ def test_plain_configurations_are_read_from_the_wire_and_odd_ones_are_not() -> N
         conf(b"h100", 1, 1, 2.0),
         conf(b"v100", 1, 200, 3.0),  # a two-byte varint: read by walking its records
     ]
-    wire = read_configurations(*spans_of(jobs), ["v100", "p100", "k80"])
+    wire = read(jobs, ["v100", "p100", "k80"])
     assert wire.unread.tolist() == [False, True, True, True, False]
     assert wire.job.tolist() == [0, 0, 4]
     assert wire.type_index.tolist() == [0, 2, 0]
@@ -215,10 +252,11 @@ def test_given_goodputs_take_and_append_keep_each_jobs_entries() -> None:
     assert shuffled == given and GivenGoodputs.none(3) != given
 
 
-def test_the_wire_reader_stops_at_the_deadline() -> None:
+def test_the_wire_reader_reads_the_deadline_between_blocks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(configuration_wire, "WALK_BLOCK", 1)
     jobs = [plain(b"v100", 1, 1, 2.5)] * 3
-    for checks in (0, 1):
+    for checks in range(3):
         with pytest.raises(DeadlineExpiredError):
-            read_configurations(*spans_of(jobs), ["v100"], CountdownDeadline(checks=checks))
-    assert read_configurations(*spans_of(jobs), ["v100"],
-                               CountdownDeadline(checks=2)).job.size == 3
+            read(jobs, ["v100"], CountdownDeadline(checks=checks))
+    assert read(jobs, ["v100"], CountdownDeadline(checks=3)).job.size == 3
