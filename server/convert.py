@@ -122,8 +122,8 @@ def request_to_model(
     `deadline` passes before the conversion is done (checked between stages and every few
     thousand jobs in the long per-job loops)."""
     violations: list[Violation] = []
-    problem, paths = snapshot_to_problem(request.snapshot, violations, deadline,
-                                         serialized)
+    problem, paths, present = snapshot_to_problem(request.snapshot, violations, deadline,
+                                                  serialized)
     deadline.check()
     resolved = policy_to_model(request.policy, violations)
     options = options_to_model(request.options, violations)
@@ -131,7 +131,7 @@ def request_to_model(
         raise ValidationError(sorted(violations, key=_path_order))
     spec, policy = resolved
     policy = with_stages(request.policy, policy, spec, problem, violations)
-    problem = elastic_problem(request, problem, policy, violations)
+    problem = elastic_problem(request, problem, policy, violations, present)
     problem = sharing_problem(request, problem, policy, violations, serialized, deadline)
     options = partition_options(request.options, problem, policy, options, violations)
     deadline.check()

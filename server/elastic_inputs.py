@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from apportion.formulations.loss_curve import MIN_POINTS
+from apportion.server.job_wire import JobFields
 from apportion.solver.elastic_model import ElasticInputs, LossHistory, SpeedModel
 from apportion.solver.errors import Violation
 from apportion.solver.model import PartitionMode, PolicyRequest, Problem, SolveOptions
@@ -38,6 +39,8 @@ from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import policy_pb2 as policy_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
 
+_LOSS_HISTORY = snapshot_pb.Job.LOSS_HISTORY_FIELD_NUMBER
+_SPEED_MODEL = snapshot_pb.Job.SPEED_MODEL_FIELD_NUMBER
 MAX_LOSS_POINTS = 100_000
 """Most points of one job's loss history."""
 MAX_DEVICES_PARAMETER = 4096
@@ -298,6 +301,7 @@ def elastic_problem(
     problem: Problem,
     policy: PolicyRequest,
     violations: list[Violation],
+    present: JobFields,
 ) -> Problem:
     """`problem` with `Problem.elastic` for the policies that read it (unchanged otherwise).
 
@@ -308,13 +312,15 @@ def elastic_problem(
         return problem
     snap = request.snapshot
     type_index = {name: j for j, name in enumerate(problem.cluster.type_names)}
-    n = problem.cluster.num_types
-    histories: list[LossHistory | None] = []
-    models: list[tuple[SpeedModel | None, ...]] = []
-    for i, job in enumerate(snap.jobs[: problem.jobs.num_jobs]):
+    n, m = problem.cluster.num_types, problem.jobs.num_jobs
+    histories: list[LossHistory | None] = [None] * m
+    models: list[tuple[SpeedModel | None, ...]] = [(None,) * n] * m
+    for i, job in present.setting(_LOSS_HISTORY, _SPEED_MODEL):  # only jobs that may set one
         p = f"snapshot.jobs[{i}]"
-        histories.append(_loss_history(job.loss_history, f"{p}.loss_history", violations)
-                         if job.HasField("loss_history") else None)
+        if job.HasField("loss_history"):
+            histories[i] = _loss_history(job.loss_history, f"{p}.loss_history", violations)
+        if not job.speed_model:
+            continue
         row: list[SpeedModel | None] = [None] * n
         for name, model in sorted(job.speed_model.items()):
             fp = f'{p}.speed_model["{name}"]'
@@ -322,10 +328,9 @@ def elastic_problem(
                 violations.append(Violation(fp, f"unknown accelerator type {name!r}"))
                 continue
             row[type_index[name]] = _speed_model(model, fp, name, type_index, violations)
-        models.append(tuple(row))
-        if job.speed_model:
-            violations[:] = [v for v in violations if not (
-                v.field == f"{p}.throughput" and "no usable" in v.description)]
+        models[i] = tuple(row)
+        violations[:] = [v for v in violations if not (
+            v.field == f"{p}.throughput" and "no usable" in v.description)]
     loaned, reclaim = _inference(snap, problem, violations)
     elastic = ElasticInputs(
         loss_history=tuple(histories) if any(h is not None for h in histories) else (),

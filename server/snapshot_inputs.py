@@ -195,11 +195,11 @@ def _tenants(msg: snapshot_pb.Snapshot, violations: list[Violation]) -> tuple[Te
 def snapshot_to_problem(
     msg: snapshot_pb.Snapshot, violations: list[Violation], deadline: Deadline = NO_DEADLINE,
     serialized: bytes | None = None,
-) -> tuple[Problem, JobPaths]:
+) -> tuple[Problem, JobPaths, JobFields]:
     """Build the model from a snapshot, appending every violation found to `violations`;
-    with the field paths of its jobs. `serialized`: the `SolveRequest` bytes the snapshot was
-    parsed from, if at hand (its jobs are decoded from them). Raises `DeadlineExpiredError`
-    once `deadline` passes."""
+    with the field paths of its jobs and which jobs may set which other fields.
+    `serialized`: the `SolveRequest` bytes the snapshot was parsed from, if at hand (its jobs
+    are decoded from them). Raises `DeadlineExpiredError` once `deadline` passes."""
     cluster = _cluster(msg.cluster, violations)
     jobs, paths, present = _jobs(msg, cluster, violations, deadline, serialized)
     deadline.check()
@@ -217,4 +217,4 @@ def snapshot_to_problem(
         colocations=colocations(msg, cluster, jobs, violations),
         fairness=fairness_inputs(msg, cluster, jobs, history, violations, present),
     )
-    return with_topology(msg, problem, violations, present), paths
+    return with_topology(msg, problem, violations, present), paths, present

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from unittest import mock
 
 import grpc
 import pytest
 from grpc_harness import CALL_TIMEOUT_S, CHANNEL_OPTIONS, Server, large_request, running_server
 
+from apportion.server import job_inputs
 from apportion.server.convert import request_to_model
 from apportion.server.pipeline import solve_request
 from apportion.solver.errors import ValidationError
@@ -134,6 +136,39 @@ def test_bad_elastic_input_is_a_field_path_error(case: str) -> None:
     errors = rejected(request)
     assert field in errors, errors
     assert words in errors[field]
+
+
+def _on_both_routes(request: service_pb.SolveRequest) -> list[object]:
+    """What `request_to_model` gives reading every job's message, and decoding the jobs
+    from the request's bytes (the service's route, which visits only the jobs whose bytes
+    hold a loss history or a speed model): violations, or the elastic inputs."""
+    out: list[object] = []
+    for decode_from in (job_inputs.DECODE_FROM_JOBS, 1):
+        with mock.patch.object(job_inputs, "DECODE_FROM_JOBS", decode_from):
+            try:
+                problem = request_to_model(request, serialized=request.SerializeToString())[0]
+            except ValidationError as error:
+                out.append(sorted((v.field, v.description) for v in error.violations))
+                continue
+        elastic = problem.elastic
+        assert elastic is not None
+        out.append(([None if h is None else (h.steps.tolist(), h.loss.tolist())
+                     for h in elastic.loss_history],
+                    [[None if model is None else (model.theta.tolist(), model.batch_size)
+                      for model in row] for row in elastic.speed_model]))
+    return out
+
+
+@pytest.mark.parametrize("case", ["good", *BAD], ids=["good", *BAD])
+@pytest.mark.parametrize("history", [True, False], ids=["with history", "model alone"])
+def test_elastic_inputs_are_the_same_from_the_wire(case: str, history: bool) -> None:
+    request = elastic_request()
+    if case != "good":
+        BAD[case][0](request)
+    if not history:
+        request.snapshot.jobs[0].ClearField("loss_history")
+    messages, wire = _on_both_routes(request)
+    assert wire == messages
 
 
 def test_more_bad_inputs_with_their_paths() -> None:

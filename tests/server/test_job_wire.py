@@ -455,6 +455,6 @@ def test_bytes_of_another_request_are_not_decoded() -> None:
                                for k in range(3)])
     _, other = request_with([record(1, LEN, b"x") + entry("k80", 1.0)] * 2)
     with mock.patch.object(job_inputs, "DECODE_FROM_JOBS", 1):
-        problem, _ = snapshot_to_problem(request.snapshot, [],
+        problem, _, _ = snapshot_to_problem(request.snapshot, [],
                                          serialized=other.SerializeToString())
     assert problem.jobs.ids == ("j0", "j1", "j2")
