@@ -44,7 +44,7 @@ def colocations(
             return None
     n = cluster.num_types
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
-    job_index = {job_id: i for i, job_id in enumerate(jobs.ids)}
+    job_index = jobs.row
     pair_a: list[int] = []
     pair_b: list[int] = []
     rows_a: list[FloatArray] = []
@@ -127,7 +127,7 @@ def history_partners(msg: snapshot_pb.Snapshot, jobs: Jobs, violations: list[Vio
     one)."""
     if not any(entry.colocated_with for entry in msg.history.jobs):
         return np.full(jobs.num_jobs, -1, np.int64)
-    job_index = {job_id: i for i, job_id in enumerate(jobs.ids)}
+    job_index = jobs.row
     partner = np.full(jobs.num_jobs, -1, np.int64)
     paths: dict[int, str] = {}
     for k, entry in enumerate(msg.history.jobs):

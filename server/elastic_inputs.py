@@ -258,7 +258,7 @@ def _inference(msg: snapshot_pb.Snapshot, problem: Problem, violations: list[Vio
 def _node_devices(msg: snapshot_pb.Snapshot, problem: Problem, violations: list[Violation]
                   ) -> tuple[tuple[tuple[int, int], ...], ...]:
     m = problem.jobs.num_jobs
-    job_index = {job_id: i for i, job_id in enumerate(problem.jobs.ids)}
+    job_index = problem.jobs.row if msg.history.jobs else {}
     node_index = {name: v for v, name in enumerate(problem.cluster.node_names)}
     out: list[tuple[tuple[int, int], ...]] = [()] * m
     hist = problem.history
@@ -315,6 +315,7 @@ def elastic_problem(
     n, m = problem.cluster.num_types, problem.jobs.num_jobs
     histories: list[LossHistory | None] = [None] * m
     models: list[tuple[SpeedModel | None, ...]] = [(None,) * n] * m
+    modelled = False
     for i, job in present.setting(_LOSS_HISTORY, _SPEED_MODEL):  # only jobs that may set one
         p = f"snapshot.jobs[{i}]"
         if job.HasField("loss_history"):
@@ -329,12 +330,13 @@ def elastic_problem(
                 continue
             row[type_index[name]] = _speed_model(model, fp, name, type_index, violations)
         models[i] = tuple(row)
+        modelled = modelled or any(row)
         violations[:] = [v for v in violations if not (
             v.field == f"{p}.throughput" and "no usable" in v.description)]
     loaned, reclaim = _inference(snap, problem, violations)
     elastic = ElasticInputs(
         loss_history=tuple(histories) if any(h is not None for h in histories) else (),
-        speed_model=tuple(models) if any(any(r) for r in models) else (),
+        speed_model=tuple(models) if modelled else (),
         node_devices=_node_devices(snap, problem, violations),
         loaned_nodes=loaned,
         reclaim_nodes=reclaim,

@@ -220,7 +220,7 @@ def fairness_inputs(
     for i, job in bidders:
         bids[i] = _bid_table(job.themis_bids, f"snapshot.jobs[{i}].themis_bids", cluster,
                              int(jobs.scale_factor[i]), violations)
-    index = {job_id: i for i, job_id in enumerate(jobs.ids)}
+    index = jobs.row
     running = history.running(m)
     for k, entry in enumerate(msg.history.jobs):
         p = f"snapshot.history.jobs[{k}]"

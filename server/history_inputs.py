@@ -168,7 +168,7 @@ def history_to_model(
     history = History.default(m, cluster.num_types)
     hist = msg.history
     # the id -> row map only when the history names jobs (a 100,000-job map costs ~10 ms)
-    job_index = {job_id: i for i, job_id in enumerate(jobs.ids)} if hist.jobs else {}
+    job_index = jobs.row if hist.jobs else {}
     type_index = {name: j for j, name in enumerate(cluster.type_names)}
     node_index = {name: k for k, name in enumerate(cluster.node_names)}
     elapsed = hist.elapsed_since_reset_s

@@ -521,7 +521,7 @@ def _history_devices(
     """Per job, the devices its history lists (validated), running-since times, (m, 2)
     executed and waiting times (Tiresias), and whether any device list was given."""
     m = problem.jobs.num_jobs
-    job_index = {job_id: i for i, job_id in enumerate(problem.jobs.ids)}
+    job_index = problem.jobs.row
     device_index = {d: k for k, d in enumerate(topology.device_ids)}
     owner: dict[int, str] = {}
     current: list[tuple[int, ...]] = [()] * m

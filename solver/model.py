@@ -373,6 +373,11 @@ class Jobs:
     def num_jobs(self) -> int:
         return len(self.ids)
 
+    @cached_property
+    def row(self) -> dict[str, int]:
+        """Job id -> its index (made once per `Jobs`)."""
+        return {job_id: i for i, job_id in enumerate(self.ids)}
+
     @property
     def remaining_steps(self) -> FloatArray:
         """(m,) R_i = total_steps - steps_done (steps)."""
