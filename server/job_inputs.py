@@ -21,6 +21,7 @@ import numpy as np
 
 from apportion.server.job_wire import JobFields, JobSpans, WireJobs, all_jobs, job_spans
 from apportion.server.packed_fields import read_packed
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.errors import Violation, echo, key, listing
 from apportion.solver.model import DEFAULT_RESTART_PENALTY_S, Cluster, FloatArray, IntArray
 from apportion.solver.validation import JobPaths
@@ -244,17 +245,18 @@ costs less than the decoder's fixed cost (about 0.4 ms)."""
 
 def read_jobs(
     msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violation],
-    serialized: bytes | None = None,
+    serialized: bytes | None = None, deadline: Deadline = NO_DEADLINE,
 ) -> tuple[MainColumns, JobPaths, JobFields, JobSpans | None]:
     """Every job's main columns (the `jobs` entries, then the `job_columns` ids), their field
     paths, which jobs may set which other fields and where the serialized `jobs` entries are
     (None when they were read from their messages). `serialized`: the `SolveRequest` bytes `msg`
     was parsed from (its jobs are decoded from them), or None (`msg` is serialized for
-    it)."""
+    it). Raises `DeadlineExpiredError` once `deadline` passes (read between blocks of jobs
+    while they are decoded)."""
     jobs = msg.jobs
     spans = job_spans(msg, serialized) if len(jobs) >= DECODE_FROM_JOBS else None
     if spans is not None and spans.count == len(jobs):
-        wire = WireJobs.decode_spans(spans, cluster.type_names)
+        wire = WireJobs.decode_spans(spans, cluster.type_names, deadline)
         present = JobFields(jobs, wire.others, wire.unread, wire.other_records)
     else:  # few jobs, or bytes of another request: read the messages
         wire, present, spans = None, all_jobs(jobs), None

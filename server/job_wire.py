@@ -52,6 +52,7 @@ from apportion.server.wire_records import (
     varint_sizes,
     walk,
 )
+from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
 
@@ -240,20 +241,23 @@ class WireJobs:
     main ones (complete for the jobs read), a block of `WALK_BLOCK` jobs after another."""
 
     @staticmethod
-    def decode(jobs: list[bytes], type_names: Sequence[str]) -> WireJobs:
+    def decode(jobs: list[bytes], type_names: Sequence[str],
+               deadline: Deadline = NO_DEADLINE) -> WireJobs:
         """Decode the serialized jobs `jobs` (type names: the cluster's, in order)."""
         length = np.fromiter(map(len, jobs), np.int64, len(jobs))
         end = np.cumsum(length)
         spans = JobSpans(WireBuffer(b"".join([*jobs, PADDING])), end - length, end)
-        return WireJobs.decode_spans(spans, type_names)
+        return WireJobs.decode_spans(spans, type_names, deadline)
 
     @staticmethod
-    def decode_spans(spans: JobSpans, type_names: Sequence[str]) -> WireJobs:
-        """`decode` for jobs given as spans of one buffer."""
+    def decode_spans(spans: JobSpans, type_names: Sequence[str],
+                     deadline: Deadline = NO_DEADLINE) -> WireJobs:
+        """`decode` for jobs given as spans of one buffer. Raises `DeadlineExpiredError` once
+        `deadline` passes (read between blocks of jobs)."""
         m, buf = spans.count, spans.buf
         unread = np.zeros(m, bool)
         seen = _MainRecords(m, buf.size)
-        for chunk in walk(buf, spans.start, spans.end, MAX_JOB_RECORDS, unread):
+        for chunk in walk(buf, spans.start, spans.end, MAX_JOB_RECORDS, unread, deadline):
             seen.add(chunk, unread)
         present = seen.start > 0
         cells = _throughput(buf, *seen.entries(), type_names, unread)

@@ -123,7 +123,7 @@ def _jobs(msg: snapshot_pb.Snapshot, cluster: Cluster, violations: list[Violatio
     """Every job's columns as given (judged by `snapshot_violations`), their field paths and
     which jobs may set which other fields, with the epoch and configuration inputs read and
     validated by their own modules."""
-    main, paths, present, spans = read_jobs(msg, cluster, violations, serialized)
+    main, paths, present, spans = read_jobs(msg, cluster, violations, serialized, deadline)
     m = len(main.ids)
     deadline.check()
     epochs = epoch_columns(present, main.epochs_done, main.total_epochs, violations)

@@ -19,15 +19,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apportion.server import job_inputs
+from apportion.server import job_inputs, wire_records
 from apportion.server.convert import request_to_model
 from apportion.server.job_inputs import MainColumns, read_rows
 from apportion.server.job_wire import JobFields, WireJobs, all_jobs, job_bytes, job_spans
 from apportion.server.snapshot_inputs import snapshot_to_problem
+from apportion.solver.deadline import DeadlineExpiredError
 from apportion.solver.errors import ValidationError, Violation
 from apportion.solver.model import Cluster
 from apportion.v1 import allocation_service_pb2 as service_pb
 from apportion.v1 import snapshot_pb2 as snapshot_pb
+from tests.countdown import CountdownDeadline
 from tests.solver.test_model import assert_same_model
 
 VARINT, I64, LEN, START_GROUP, END_GROUP, I32 = 0, 1, 2, 3, 4, 5
@@ -458,3 +460,14 @@ def test_bytes_of_another_request_are_not_decoded() -> None:
         problem, _, _ = snapshot_to_problem(request.snapshot, [],
                                          serialized=other.SerializeToString())
     assert problem.jobs.ids == ("j0", "j1", "j2")
+
+
+def test_decoding_reads_the_deadline_between_blocks_of_jobs() -> None:
+    """Three jobs in blocks of one: the deadline is read before the second and the third."""
+    jobs = [record(1, LEN, f"j{k}".encode()) for k in range(3)]
+    with mock.patch.object(wire_records, "WALK_BLOCK", 1):
+        for checks in range(2):
+            with pytest.raises(DeadlineExpiredError):
+                WireJobs.decode(jobs, ["v100"], CountdownDeadline(checks=checks))
+        assert WireJobs.decode(jobs, ["v100"], CountdownDeadline(checks=2)).text["id"] == [
+            "j0", "j1", "j2"]
