@@ -5,9 +5,7 @@ Building one `ColocationGroup` message per group (and setting the group fields o
 0.5-1.6 s. `GroupWire` gathers the groups' fields in one pass over them; `records` writes the
 `Plan.groups` records directly and `member_fields` the group fields of every `JobAllocation`
 (cpus, memory_gib, slowdown, group) as bytes that `plan_wire.job_allocations` appends to each
-job's record. Each field's items are sized for all groups at once, laid out group after group
-in field-number order as the runtime writes them (map entries with key and value), and
-written field by field with array operations.
+job's record, both written field by field from columns by `wire_fields.Fields`.
 Parsing the bytes gives the messages the message-by-message builder makes (tested on random
 group plans).
 """
@@ -16,24 +14,13 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from apportion.server.wire_records import (
-    I64,
-    LEN,
-    VARINT,
-    Bytes,
-    Ints,
-    collection_paused,
-    copy_ranges,
-    put_varints,
-    utf8,
-    varint_sizes,
-)
+from apportion.server.wire_fields import SPARE, Fields, Texts, records
+from apportion.server.wire_records import Bytes, Ints, collection_paused
 from apportion.solver.groups import GroupSection
 from apportion.v1 import allocation_service_pb2 as service_pb
 
@@ -41,108 +28,6 @@ _GROUP = service_pb.ColocationGroup
 _ALLOCATION = service_pb.JobAllocation
 _GROUPS_NUMBER = service_pb.Plan.GROUPS_FIELD_NUMBER
 _MAP_KEY, _MAP_VALUE = 1, 2
-
-
-def _tag(number: int, wire_type: int) -> bytes:
-    return _varint_bytes(number << 3 | wire_type)
-
-
-def _varint_bytes(value: int) -> bytes:
-    out = np.zeros(10, np.uint8)
-    size = int(put_varints(out, np.zeros(1, np.int64), np.array([value]))[0])
-    return out[:size].tobytes()
-
-
-Writer = Callable[[Bytes, Ints], None]
-"""Writes a field's items at the given offsets of the output."""
-
-
-class _Fields:
-    """The fields of many records (each record a message), added in field-number order: per
-    field, its items (each owned by one record, in record order) with their sizes and a
-    writer. `records` and `bodies` lay them out record after record, each record's fields in
-    the order added."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self._fields: list[tuple[Ints, Ints, Writer]] = []
-
-    def add(self, owner: Ints, size: Ints, write: Writer) -> None:
-        """A field's items: their records (ascending), sizes in bytes and writer."""
-        if owner.size:
-            self._fields.append((owner, size, write))
-
-    def fixed(self, owner: Ints, head: bytes, values: NDArray[np.float64]) -> None:
-        """Items of `head` then a double each (8 bytes, the bits as they are)."""
-        bits = np.ascontiguousarray(values, np.float64).view(np.uint64)
-
-        def write(out: Bytes, at: Ints) -> None:
-            _put(out, at, head)
-            np.ndarray((out.size - 7,), "<u8", out, 0, (1,))[at + len(head)] = bits
-
-        self.add(owner, np.full(owner.size, len(head) + 8, np.int64), write)
-
-    def varints(self, owner: Ints, head: bytes, values: Ints) -> None:
-        """Items of `head` then a varint each (two's complement of negative values)."""
-        words = np.asarray(values, np.int64).view(np.uint64)
-
-        def write(out: Bytes, at: Ints) -> None:
-            _put(out, at, head)
-            put_varints(out, at + len(head), words)
-
-        self.add(owner, len(head) + varint_sizes(words), write)
-
-    def strings(self, owner: Ints, head: bytes, data: Bytes, start: Ints, length: Ints
-                ) -> None:
-        """Length-delimited records: `head` (the tag), the length, then the bytes
-        data[start:start + length]."""
-        size = len(head) + varint_sizes(length)
-
-        def write(out: Bytes, at: Ints) -> None:
-            _put(out, at, head)
-            put_varints(out, at + len(head), length)
-            copy_ranges(out, at + size, data, start, length)
-
-        self.add(owner, size + length, write)
-
-    def _sizes(self) -> Ints:
-        size = np.zeros(self.count, np.int64)
-        for owner, item, _ in self._fields:
-            size += np.bincount(owner, weights=item, minlength=self.count).astype(np.int64)
-        return size
-
-    def _write(self, out: Bytes, start: Ints) -> None:
-        """Write every field's items, each record's from its offset `start`."""
-        here = start.copy()
-        for owner, size, write in self._fields:
-            before = np.cumsum(size) - size
-            first = np.searchsorted(owner, owner)  # the first item of each item's record
-            write(out, here[owner] + before - before[first])
-            here += np.bincount(owner, weights=size, minlength=self.count).astype(np.int64)
-
-    def bodies(self) -> tuple[Bytes, Ints]:
-        """The records' fields without tags and lengths, one record after another, and each
-        record's length."""
-        size = self._sizes()
-        out = np.zeros(int(size.sum()) + 8, np.uint8)  # 8 spare bytes for the word views
-        self._write(out, np.cumsum(size) - size)
-        return out[:-8], size
-
-    def records(self, tag: bytes) -> bytes:
-        """Every record (empty ones too), each behind `tag` and its length."""
-        body = self._sizes()
-        head = len(tag) + varint_sizes(body)
-        start = np.cumsum(head + body) - body
-        out = np.zeros(int((head + body).sum()) + 8, np.uint8)
-        self._write(out, start)
-        _put(out, start - head, tag)
-        put_varints(out, start - head + len(tag), body)
-        return out[:-8].tobytes()
-
-
-def _put(out: Bytes, at: Ints, head: bytes) -> None:
-    for k, byte in enumerate(head):
-        out[at + k] = byte
 
 
 def _flat(nested: Sequence[Sequence[Any]], dtype: Any = None) -> tuple[Any, Ints]:
@@ -186,34 +71,19 @@ class GroupWire:
         count = self.count
         if not count:
             return b""
-        fields = _Fields(count)
-        member = self.member
-        id_data, id_length = utf8(ids)
-        id_start = np.cumsum(id_length) - id_length
-        fields.strings(self.owner, _tag(_GROUP.JOB_IDS_FIELD_NUMBER, LEN), id_data,
-                       id_start[member], id_length[member])
-        if self.slowed.size:  # packed: one record per group with members
-            per_group = np.bincount(self.slowed, minlength=count)
-            has = np.flatnonzero(per_group)
-            fields.strings(has, _tag(_GROUP.SLOWDOWN_FIELD_NUMBER, LEN),
-                           self.slowdown.view(np.uint8),
-                           8 * (np.cumsum(per_group) - per_group)[has], 8 * per_group[has])
-        type_index = self.type_index
-        type_data, type_length = utf8(type_names)
-        type_start = np.cumsum(type_length) - type_length
-        named = np.concatenate([type_length > 0, [False]])  # index -1: none
-        typed = np.flatnonzero((type_index >= 0) & named[type_index])
-        fields.strings(typed, _tag(_GROUP.ACCELERATOR_TYPE_FIELD_NUMBER, LEN), type_data,
-                       type_start[type_index[typed]], type_length[type_index[typed]])
-        held = np.flatnonzero(self.devices)
-        fields.varints(held, _tag(_GROUP.DEVICES_FIELD_NUMBER, VARINT), self.devices[held])
+        fields = Fields(count)
+        fields.strings(_GROUP.JOB_IDS_FIELD_NUMBER, Texts(ids), _offsets(self.owner, count),
+                       self.member)
+        fields.packed_doubles(_GROUP.SLOWDOWN_FIELD_NUMBER, _offsets(self.slowed, count),
+                              self.slowdown)
+        fields.string(_GROUP.ACCELERATOR_TYPE_FIELD_NUMBER, Texts(type_names), self.type_index)
+        fields.varint(_GROUP.DEVICES_FIELD_NUMBER, self.devices)
         _node_devices(fields, self.node_devices)
         _texts(fields, self.device_owner, _GROUP.DEVICE_IDS_FIELD_NUMBER, self.device_ids)
-        timed = np.flatnonzero(self.period_s.view(np.uint64))  # +0.0 only is left out
-        fields.fixed(timed, _tag(_GROUP.PERIOD_S_FIELD_NUMBER, I64), self.period_s[timed])
+        fields.double(_GROUP.PERIOD_S_FIELD_NUMBER, self.period_s)
         _texts(fields, self.configuration_owner, _GROUP.CONFIGURATIONS_FIELD_NUMBER,
                self.configurations)
-        return fields.records(_tag(_GROUPS_NUMBER, LEN))
+        return records(_GROUPS_NUMBER, fields)
 
     def member_fields(self, m: int) -> tuple[Bytes, Ints]:
         """Per job, the serialized `JobAllocation` fields of its group: cpus and memory_gib
@@ -224,32 +94,43 @@ class GroupWire:
         kept = np.flatnonzero(member < m)[::-1]
         _, back = np.unique(member[kept], return_index=True)
         chosen = kept[back]  # each job's last place among the members
-        placed = member[chosen]  # ascending
-        fields = _Fields(m)
+        placed = np.zeros(m, bool)
+        placed[member[chosen]] = True
+        fields = Fields(m)
         for number, values in ((_ALLOCATION.CPUS_FIELD_NUMBER, self.section.cpus),
                                (_ALLOCATION.MEMORY_GIB_FIELD_NUMBER, self.section.memory_gib)):
             if values is not None:
-                column = np.asarray(values, np.float64)[:m]
-                finite = np.flatnonzero(np.isfinite(column))
-                fields.fixed(finite, _tag(number, I64), column[finite])
-        fields.fixed(placed, _tag(_ALLOCATION.SLOWDOWN_FIELD_NUMBER, I64),
-                     self.slowdown[chosen])
-        fields.varints(placed, _tag(_ALLOCATION.GROUP_FIELD_NUMBER, VARINT),
-                       self.owner[chosen])
-        return fields.bodies()
+                column = np.full(m, np.nan)
+                given = np.asarray(values, np.float64)[:m]
+                column[:given.size] = given
+                fields.double(number, column, np.isfinite(column))
+        slowdown, group = np.zeros(m), np.zeros(m, np.int64)
+        slowdown[member[chosen]] = self.slowdown[chosen]
+        group[member[chosen]] = self.owner[chosen]
+        fields.double(_ALLOCATION.SLOWDOWN_FIELD_NUMBER, slowdown, placed)
+        fields.varint(_ALLOCATION.GROUP_FIELD_NUMBER, group, placed)
+        out = np.zeros(int(fields.size.sum()) + SPARE, np.uint8)
+        fields.write(out, np.cumsum(fields.size) - fields.size)
+        return out[:-SPARE], fields.size
 
 
-def _texts(fields: _Fields, owner: Ints, number: int, texts: Sequence[str]) -> None:
-    """A repeated string field's records."""
+def _offsets(owner: Ints, count: int) -> Ints:
+    """CSR offsets of items owned by `owner` (ascending) among `count` messages."""
+    offsets = np.zeros(count + 1, np.int64)
+    np.cumsum(np.bincount(owner, minlength=count), out=offsets[1:])
+    return offsets
+
+
+def _texts(fields: Fields, owner: Ints, number: int, texts: Sequence[str]) -> None:
+    """A repeated string field's records (`owner`: each text's message, ascending)."""
     if texts:
-        data, length = utf8(texts)
-        fields.strings(owner, _tag(number, LEN), data, np.cumsum(length) - length, length)
+        fields.strings(number, Texts(texts), _offsets(owner, fields.count),
+                       np.arange(len(texts)))
 
 
-def _node_devices(fields: _Fields, node_devices: Sequence[Sequence[tuple[str, int]]]) -> None:
-    """`ColocationGroup.node_devices` map entries (key and value, as the runtime writes them):
-    a node named twice in a group adds up, at the place of its first naming (as the
-    builder's `map[node] += devices`)."""
+def _node_devices(fields: Fields, node_devices: Sequence[Sequence[tuple[str, int]]]) -> None:
+    """`ColocationGroup.node_devices` map entries: a node named twice in a group adds up, at
+    the place of its first naming (as the builder's `map[node] += devices`)."""
     pairs, owner = _flat(node_devices)
     if not pairs:
         return
@@ -261,22 +142,8 @@ def _node_devices(fields: _Fields, node_devices: Sequence[Sequence[tuple[str, in
     total = np.bincount(where, weights=devices, minlength=first.size).astype(np.int64)
     total = (total + 2**31) % 2**32 - 2**31  # int32, as the map's values
     order = np.argsort(first, kind="stable")
-    entry_owner, entry_code = owner[first[order]], code[first[order]]
-    key_data, key_length = utf8([str(n) for n in unique.tolist()])
-    key_start = (np.cumsum(key_length) - key_length)[entry_code]
-    key_length = key_length[entry_code]
-    value = total[order].view(np.uint64)
-    body = 1 + varint_sizes(key_length) + key_length + 1 + varint_sizes(value)
-    head = _tag(_GROUP.NODE_DEVICES_FIELD_NUMBER, LEN)
-
-    def write(out: Bytes, at: Ints) -> None:
-        _put(out, at, head)
-        at = at + len(head) + put_varints(out, at + len(head), body)
-        out[at] = _MAP_KEY << 3 | LEN
-        at = at + 1 + put_varints(out, at + 1, key_length)
-        copy_ranges(out, at, key_data, key_start, key_length)
-        at = at + key_length
-        out[at] = _MAP_VALUE << 3 | VARINT
-        put_varints(out, at + 1, value)
-
-    fields.add(entry_owner, len(head) + varint_sizes(body) + body, write)
+    entries = Fields(order.size)  # a key or value at its default is left out: parsed the same
+    entries.string(_MAP_KEY, Texts([str(n) for n in unique.tolist()]), code[first[order]])
+    entries.varint(_MAP_VALUE, total[order])
+    fields.messages(_GROUP.NODE_DEVICES_FIELD_NUMBER,
+                    _offsets(owner[first[order]], fields.count), entries)
