@@ -27,7 +27,6 @@ from apportion.v1 import allocation_service_pb2 as service_pb
 _GROUP = service_pb.ColocationGroup
 _ALLOCATION = service_pb.JobAllocation
 _GROUPS_NUMBER = service_pb.Plan.GROUPS_FIELD_NUMBER
-_MAP_KEY, _MAP_VALUE = 1, 2
 
 
 def _flat(nested: Sequence[Sequence[Any]], dtype: Any = None) -> tuple[Any, Ints]:
@@ -78,7 +77,7 @@ class GroupWire:
                               self.slowdown)
         fields.string(_GROUP.ACCELERATOR_TYPE_FIELD_NUMBER, Texts(type_names), self.type_index)
         fields.varint(_GROUP.DEVICES_FIELD_NUMBER, self.devices)
-        _node_devices(fields, self.node_devices)
+        fields.name_counts(_GROUP.NODE_DEVICES_FIELD_NUMBER, self.node_devices)
         _texts(fields, self.device_owner, _GROUP.DEVICE_IDS_FIELD_NUMBER, self.device_ids)
         fields.double(_GROUP.PERIOD_S_FIELD_NUMBER, self.period_s)
         _texts(fields, self.configuration_owner, _GROUP.CONFIGURATIONS_FIELD_NUMBER,
@@ -126,24 +125,3 @@ def _texts(fields: Fields, owner: Ints, number: int, texts: Sequence[str]) -> No
     if texts:
         fields.strings(number, Texts(texts), _offsets(owner, fields.count),
                        np.arange(len(texts)))
-
-
-def _node_devices(fields: Fields, node_devices: Sequence[Sequence[tuple[str, int]]]) -> None:
-    """`ColocationGroup.node_devices` map entries: a node named twice in a group adds up, at
-    the place of its first naming (as the builder's `map[node] += devices`)."""
-    pairs, owner = _flat(node_devices)
-    if not pairs:
-        return
-    names = [node for node, _ in pairs]  # type: ignore[misc]
-    devices = np.fromiter((d for _, d in pairs), np.int64, len(pairs))  # type: ignore[misc]
-    unique, code = np.unique(np.array(names, object), return_inverse=True)
-    _, first, where = np.unique(owner * unique.size + code, return_index=True,
-                                return_inverse=True)
-    total = np.bincount(where, weights=devices, minlength=first.size).astype(np.int64)
-    total = (total + 2**31) % 2**32 - 2**31  # int32, as the map's values
-    order = np.argsort(first, kind="stable")
-    entries = Fields(order.size)  # a key or value at its default is left out: parsed the same
-    entries.string(_MAP_KEY, Texts([str(n) for n in unique.tolist()]), code[first[order]])
-    entries.varint(_MAP_VALUE, total[order])
-    fields.messages(_GROUP.NODE_DEVICES_FIELD_NUMBER,
-                    _offsets(owner[first[order]], fields.count), entries)

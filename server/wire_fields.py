@@ -11,6 +11,7 @@ empty). `records` writes each message as a record of a repeated message field.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -34,6 +35,9 @@ Writer = Callable[[Bytes, Ints], None]
 
 SPARE = 8
 """Bytes a buffer `Fields.write` writes into needs after the messages (8-byte writes)."""
+
+_MAP_KEY, _MAP_VALUE = 1, 2
+"""The field numbers of a map entry's key and value."""
 
 
 def _tag(number: int, wire_type: int) -> bytes:
@@ -200,6 +204,32 @@ class Fields:
             inner.write(out, here + put_varints(out, here, inner.size))
 
         self._add(np.bincount(owner, item_size, self.count).astype(np.int64), put)
+
+
+    def name_counts(self, number: int, pairs: Sequence[Sequence[tuple[str, int]]]) -> None:
+        """A map<string, int32> field from (name, count) pairs per message: a name given
+        twice in a message adds up, at the place of its first naming (as a builder's
+        `map[name] += count`, whose entries keep their first insertion's order); counts wrap
+        to int32."""
+        count = np.fromiter(map(len, pairs), np.int64, len(pairs))
+        if not count.any():
+            return
+        owner = np.repeat(np.arange(len(pairs)), count)
+        flat = list(itertools.chain.from_iterable(pairs))
+        names = [name for name, _ in flat]
+        values = np.fromiter((value for _, value in flat), np.int64, len(flat))
+        unique, code = np.unique(np.array(names, object), return_inverse=True)
+        _, first, where = np.unique(owner * unique.size + code, return_index=True,
+                                    return_inverse=True)
+        total = np.bincount(where, weights=values, minlength=first.size).astype(np.int64)
+        total = (total + 2**31) % 2**32 - 2**31  # int32, as the map's values
+        order = np.argsort(first, kind="stable")
+        entries = Fields(order.size)  # a key or value at its default is left out: parsed the same
+        entries.string(_MAP_KEY, Texts([str(n) for n in unique.tolist()]), code[first[order]])
+        entries.varint(_MAP_VALUE, total[order])
+        offsets = np.zeros(self.count + 1, np.int64)
+        np.cumsum(np.bincount(owner[first[order]], minlength=self.count), out=offsets[1:])
+        self.messages(number, offsets, entries)
 
 
 FEW_STRINGS = 16
