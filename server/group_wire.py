@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from apportion.server.wire_fields import Fields, Texts, records
-from apportion.server.wire_records import Ints, collection_paused
+from apportion.server.wire_fields import SPARE, Fields, Texts, records
+from apportion.server.wire_records import Bytes, Ints, collection_paused
 from apportion.solver.groups import GroupSection
 from apportion.v1 import allocation_service_pb2 as service_pb
 
@@ -84,10 +84,11 @@ class GroupWire:
                self.configurations)
         return records(_GROUPS_NUMBER, fields)
 
-    def member_fields(self, m: int) -> Fields:
-        """Per job, the `JobAllocation` fields of its group: cpus and memory_gib where finite,
-        and, for a member of a group, its slowdown and group index (a job in two groups: the
-        later one's)."""
+    def member_fields(self, m: int) -> tuple[Bytes, Ints]:
+        """Per job, the serialized `JobAllocation` fields of its group: cpus and memory_gib
+        where finite, and, for a member of a group, its slowdown and group index (a job in
+        two groups: the later one's). The bytes, and each job's length in them (jobs in
+        order)."""
         member = self.member
         kept = np.flatnonzero(member < m)[::-1]
         _, back = np.unique(member[kept], return_index=True)
@@ -107,7 +108,9 @@ class GroupWire:
         group[member[chosen]] = self.owner[chosen]
         fields.double(_ALLOCATION.SLOWDOWN_FIELD_NUMBER, slowdown, placed)
         fields.varint(_ALLOCATION.GROUP_FIELD_NUMBER, group, placed)
-        return fields
+        out = np.zeros(int(fields.size.sum()) + SPARE, np.uint8)
+        fields.write(out, np.cumsum(fields.size) - fields.size)
+        return out[:-SPARE], fields.size
 
 
 def _offsets(owner: Ints, count: int) -> Ints:

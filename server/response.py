@@ -9,7 +9,6 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from apportion.server.choice_wire import CONFIGURATION_NUMBER, choice_fields
 from apportion.server.elastic_inputs import fill_elastic_response, fill_partition_stats
 from apportion.server.fairness_inputs import fill_fairness_response
 from apportion.server.group_wire import GroupWire
@@ -18,7 +17,6 @@ from apportion.server.plan_wire import job_allocations
 from apportion.server.queue_wire import device_queue_records, job_queue_fields
 from apportion.server.sharing_inputs import fill_sharing_response
 from apportion.server.topology_inputs import fill_placement_response
-from apportion.server.wire_fields import Fields
 from apportion.solver.model import FloatArray, PolicyRequest, Problem
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -151,6 +149,7 @@ def plan_response(
     fill_share_response(plan, problem, out)
     device_queues = device_queue_bytes(plan, problem)
     fill_market_response(plan, problem, out)
+    fill_configuration_response(plan, problem, out)
     fill_elastic_response(plan, problem, response)
     fill_fairness_response(plan, problem, out)
     fill_placement_response(plan, problem, out)  # after the rounds: it adds their devices
@@ -160,16 +159,15 @@ def plan_response(
     return WireResponse(response, jobs, device_queues, group_records)
 
 
-_JOB_SECTIONS = ("market", "window", "auction", "stride", "usage", "placement", "admission")
-"""Plan sections that write into the `JobAllocation`s (the queue places, the chosen
-configurations and the groups' fields are written with the allocations' records,
-`job_allocation_bytes`)."""
+_JOB_SECTIONS = ("configurations", "market", "window", "auction", "stride", "usage",
+                 "placement", "admission")
+"""Plan sections that write into the `JobAllocation`s (the queue places and the groups' fields
+are written with the allocations' records, `job_allocation_bytes`)."""
 
 
 def _core_only(plan: Plan) -> bool:
     """The plan's `JobAllocation`s hold only what `job_allocation_bytes` writes."""
-    elastic = plan.configurations is not None and plan.configurations.elastic is not None
-    return not elastic and all(getattr(plan, name) is None for name in _JOB_SECTIONS)
+    return all(getattr(plan, name) is None for name in _JOB_SECTIONS)
 
 
 _ROW_SECTIONS = ("auction", "usage", "stride", "admission", "placement")
@@ -238,8 +236,8 @@ def job_allocation_bytes(plan: Plan, problem: Problem, groups: GroupWire | None 
     """Every job's core allocation as serialized `Plan.jobs` records: status, reason, time
     shares (positive cells only), throughputs, objective term and dual, the queue place of a
     queue plan, the finish-time-fairness and SLO state (NaN slo_shortfall = the job has no
-    SLO), the chosen configuration of a configuration plan, and in a plan of co-location
-    groups (`groups`, gathered from `plan.groups`) each job's group fields."""
+    SLO), and in a plan of co-location groups (`groups`, gathered from `plan.groups`) each
+    job's group fields."""
     m = problem.jobs.num_jobs
     state = [(service_pb.JobAllocation.DESCRIPTOR.fields_by_name[name].number, values)
              for name, values in _share_state(plan)]
@@ -247,16 +245,12 @@ def job_allocation_bytes(plan: Plan, problem: Problem, groups: GroupWire | None 
         groups = GroupWire(plan.groups)
     names = problem.cluster.type_names
     places = job_queue_fields(plan.queues, names) if plan.queues is not None else None
-    tail = Fields(m)
-    if plan.configurations is not None:
-        tail.message(CONFIGURATION_NUMBER, *choice_fields(plan.configurations.choices, m, names))
-    if groups is not None:
-        tail.then(groups.member_fields(m))
     return job_allocations(
         problem.jobs.ids, _statuses(plan, m), plan.job_reason or ("",) * m, plan.time_share,
         names,
         (plan.effective_throughput, plan.normalized_throughput, plan.objective_value,
-         plan.job_dual), state, places, tail,
+         plan.job_dual), state, places,
+        groups.member_fields(m) if groups is not None else None,
     )
 
 
@@ -362,3 +356,27 @@ def fill_market_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> 
             grant.job_id = problem.jobs.ids[job]
             grant.accelerator_type = type_name
             grant.devices = int(problem.jobs.scale_factor[job])
+
+
+def fill_configuration_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
+    """`JobAllocation.configuration` for configuration policies (sia, pollux)."""
+    if plan.configurations is None:
+        return
+    names = problem.cluster.type_names
+    for entry, choice in zip(out.jobs, plan.configurations.choices, strict=False):
+        if choice is None:
+            continue
+        conf = entry.configuration
+        conf.accelerator_type = names[choice.type_index]
+        conf.nodes = choice.nodes
+        conf.devices = choice.devices
+        conf.goodput = choice.goodput
+        conf.normalized_goodput = choice.normalized_goodput
+        conf.restart_factor = choice.restart_factor
+        conf.unchanged = choice.unchanged
+        for node, devices in choice.node_devices:
+            conf.node_devices[node] = conf.node_devices[node] + devices
+        conf.placed = choice.placed
+        conf.placement_detail = choice.placement_detail
+        conf.atomic_batch_size = choice.atomic_batch_size
+        conf.accumulation_steps = choice.accumulation_steps

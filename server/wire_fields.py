@@ -86,11 +86,6 @@ class Fields:
         self._fields.append((self.size.copy(), writer))
         self.size += size
 
-    def then(self, other: Fields) -> None:
-        """Append `other`'s fields (of as many messages) after these."""
-        self._fields += [(self.size + before, writer) for before, writer in other._fields]
-        self.size = self.size + other.size
-
     def write(self, out: Bytes, at: Ints) -> None:
         """Write every message's fields, message k from offset at[k] on (`out` holds SPARE
         bytes after the last message)."""
