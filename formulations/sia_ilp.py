@@ -164,17 +164,20 @@ def violations_of(instance: SiaInstance, choice: IntArray) -> list[str]:
     """Constraint violations of an integral choice (empty = feasible)."""
     problems: list[str] = []
     choice = np.asarray(choice)
-    used = np.zeros(instance.capacity.size, np.int64)
-    for i, c in enumerate(choice):
-        if c < 0:
-            if instance.pinned[i] >= 0:
-                problems.append(f"job {i} is pinned to configuration {instance.pinned[i]}")
-            continue
-        if not instance.allowed[i, c]:
-            problems.append(f"job {i}: configuration {c} not allowed")
-        if instance.pinned[i] >= 0 and instance.pinned[i] != c:
-            problems.append(f"job {i} is pinned to configuration {instance.pinned[i]}")
-        used[instance.config_type[c]] += instance.config_devices[c]
+    on = choice >= 0
+    pinned = instance.pinned
+    rows = np.flatnonzero(on)
+    bad_pin = (pinned >= 0) & (~on | (choice != pinned))
+    not_allowed = np.zeros(choice.size, bool)
+    not_allowed[rows] = ~instance.allowed[rows, choice[rows]]
+    for i in np.flatnonzero(not_allowed | bad_pin).tolist():
+        if not_allowed[i]:
+            problems.append(f"job {i}: configuration {choice[i]} not allowed")
+        if bad_pin[i]:
+            problems.append(f"job {i} is pinned to configuration {pinned[i]}")
+    used = np.bincount(instance.config_type[choice[rows]],
+                       weights=instance.config_devices[choice[rows]],
+                       minlength=instance.capacity.size).astype(np.int64)
     for t in np.nonzero(used > instance.capacity)[0]:
         problems.append(f"type {t}: {used[t]} GPUs > capacity {instance.capacity[t]}")
     return problems
@@ -654,29 +657,56 @@ def _take_best_fitting(instance: SiaInstance, order: IntArray, cost: FloatArray,
     """In `order`, every job without a configuration takes its cheapest option with
     `cost` < 0 (the row of `cost`, inf = not allowed) that still fits; updates `choice` and
     `used` (GPUs per type) in place. Stops at `deadline` (the jobs not reached keep none: the
-    plan stays feasible)."""
+    plan stays feasible).
+
+    Vectorized over jobs: a configuration that no longer fits never fits again (the GPUs in
+    use only grow), so while the set of fitting configurations stays the same every job takes
+    its cheapest fitting option, and the picks of a whole run of jobs are accepted at once up
+    to the first one that overflows its type; that one removes its configuration from the set
+    (at most one event per configuration), and only the jobs whose pick it was choose again.
+    The same plan as taking the jobs one by one; the deadline is read every
+    `DEADLINE_EVERY_JOBS` jobs and at every event."""
     rows = order[choice[order] < 0]
     if not rows.size or not cost.shape[1]:
         return
-    ranked = np.argsort(cost[rows], axis=1, kind="stable")
-    ranked_cost = np.take_along_axis(cost[rows], ranked, axis=1)
-    usable = np.logical_and.accumulate(np.isfinite(ranked_cost) & (ranked_cost < 0), axis=1)
-    options = usable.sum(axis=1).tolist()  # the options tried, cheapest first
-    ranked_list = ranked.tolist()
-    ctype, devices = instance.config_type.tolist(), instance.config_devices.tolist()
-    capacity, free = instance.capacity.tolist(), used.tolist()
-    picked = [-1] * rows.size
-    for r, count in enumerate(options):
-        if r % DEADLINE_EVERY_JOBS == 0 and deadline.expired():
-            break
-        for k in ranked_list[r][:count]:
-            t = ctype[k]
-            if free[t] + devices[k] <= capacity[t]:
-                picked[r] = k
-                free[t] += devices[k]
-                break
+    ctype, devices, capacity = instance.config_type, instance.config_devices, instance.capacity
+    work = cost[rows]  # a copy (fancy indexing)
+    work[~(work < 0)] = np.inf  # not allowed, no gain, or NaN: never taken
+    fits = used[ctype] + devices <= capacity[ctype]
+    work[:, ~fits] = np.inf
+    pick = work.argmin(axis=1)
+    has = np.isfinite(work[np.arange(rows.size), pick])
+    picked = np.full(rows.size, -1, np.int64)
+    at = 0
+    while at < rows.size and not deadline.expired():
+        end = min(at + DEADLINE_EVERY_JOBS, rows.size)
+        block_pick, block_has = pick[at:end], has[at:end]
+        block_type = ctype[block_pick]
+        grows = np.where(block_has, devices[block_pick], 0)
+        stop = end - at  # the first job of the block whose pick no longer fits
+        for t in np.unique(block_type[block_has]).tolist():
+            mine = block_has & (block_type == t)
+            over = np.flatnonzero(mine & (used[t] + np.cumsum(np.where(mine, grows, 0))
+                                          > capacity[t]))
+            if over.size:
+                stop = min(stop, int(over[0]))
+        accepted = slice(at, at + stop)
+        picked[accepted] = np.where(has[accepted], pick[accepted], -1)
+        taken = pick[accepted][has[accepted]]
+        used += np.bincount(ctype[taken], weights=devices[taken],
+                            minlength=capacity.size).astype(used.dtype)
+        at += stop
+        if at == end:
+            continue
+        # the job at `at` overflows: drop what no longer fits; its pickers choose again
+        fits &= used[ctype] + devices <= capacity[ctype]
+        again = at + np.flatnonzero(has[at:] & ~fits[pick[at:]])
+        costs = work[again]
+        costs[:, ~fits] = np.inf
+        work[again] = costs
+        pick[again] = costs.argmin(axis=1)
+        has[again] = np.isfinite(costs[np.arange(again.size), pick[again]])
     choice[rows] = picked
-    used[:] = free
 
 
 def _start(instance: SiaInstance) -> tuple[IntArray, IntArray, BoolArray]:
