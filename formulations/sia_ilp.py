@@ -26,6 +26,7 @@ from apportion.solver.backends.highs import (
 from apportion.solver.backends.highs import (
     solve_highs as run_highs,
 )
+from apportion.solver.backends.highs_startup import MILP, SIMPLEX_LP, can_start
 from apportion.solver.backends.ortools import ortools_version
 from apportion.solver.backends.ortools import solve_cpsat as run_cpsat
 from apportion.solver.backends.status import SolverStatus
@@ -395,9 +396,11 @@ def solve_cpsat(
     )
 
 
-def round_relaxation(instance: SiaInstance, fractional: FloatArray) -> IntArray:
+def round_relaxation(instance: SiaInstance, fractional: FloatArray,
+                     deadline: Deadline = NO_DEADLINE) -> IntArray:
     """An integral choice from an LP point: keep the jobs the LP assigns integrally, then give
-    each remaining job (largest gain first) its best allowed configuration that still fits."""
+    each remaining job (largest gain first) its best allowed configuration that still fits (a
+    pinned job: its pinned one). Stops at `deadline` (the jobs not reached keep none)."""
     m = instance.num_jobs
     choice = np.full(m, -1, np.int64)
     whole = fractional >= 1 - 1e-6
@@ -405,33 +408,34 @@ def round_relaxation(instance: SiaInstance, fractional: FloatArray) -> IntArray:
     choice[rows] = cols
     used = np.zeros(instance.capacity.size, np.int64)
     np.add.at(used, instance.config_type[cols], instance.config_devices[cols])
-    jobs, confs, cost = _columns(instance)
-    open_jobs = np.nonzero(choice < 0)[0]
+    open_jobs = np.flatnonzero(choice < 0)
     if open_jobs.size == 0:
         return choice
-    best_cost = np.full(m, np.inf)
-    np.minimum.at(best_cost, jobs, cost)
-    for i in open_jobs[np.argsort(best_cost[open_jobs], kind="stable")]:
-        mine = np.nonzero(jobs == i)[0]
-        for k in mine[np.argsort(cost[mine], kind="stable")]:
-            if cost[k] >= 0 and instance.pinned[i] < 0:
-                break
-            t, d = instance.config_type[confs[k]], instance.config_devices[confs[k]]
-            if used[t] + d <= instance.capacity[t]:
-                choice[i] = confs[k]
-                used[t] += d
-                break
+    jobs, confs, cost = _columns(instance)
+    dense = np.full(instance.coefficient.shape, np.inf)
+    dense[jobs, confs] = cost
+    order = open_jobs[np.argsort(dense[open_jobs].min(axis=1), kind="stable")]
+    pinned = open_jobs[instance.pinned[open_jobs] >= 0]
+    keep = np.isfinite(dense[pinned, instance.pinned[pinned]])
+    dense[pinned] = np.inf  # a pinned job takes its pinned configuration or none
+    dense[pinned[keep], instance.pinned[pinned[keep]]] = -1.0
+    _take_best_fitting(instance, order, dense, choice, used, deadline)
     return choice
 
 
 def _lagrangian_try(
     instance: SiaInstance, gap_tolerance: float, started: float, deadline: Deadline
 ) -> IlpResult | None:
-    """The Lagrangian route of `solve_exact`; None when it does not close the gap (with time
-    left for the LP and MIP routes). At the deadline: the best plan read off the prices, with
-    the bound so far (`TIME_LIMIT`)."""
+    """The Lagrangian route of `solve_exact`: its bound and the best plan read off its prices,
+    `OPTIMAL` when within the gap, else `TIME_LIMIT` (the LP and MIP routes may follow); None
+    when pinned jobs alone exceed capacity. The bound's cutting planes stop early enough to
+    leave one priced plan its time (`PRICED_PLAN_CELL_S`), and, when the LP relaxation could
+    still start after them, half the time left to it."""
+    bound_deadline = deadline.leaving(_priced_plan_cost_s(instance), max_share=1.0)
+    if can_start(deadline, SIMPLEX_LP, _model_size(instance)):
+        bound_deadline = bound_deadline.earliest(deadline.child(LAGRANGIAN_SHARE))
     dual = lagrangian_bound(instance, tolerance=max(gap_tolerance, 1e-9) / 10,
-                            deadline=deadline.child(LAGRANGIAN_SHARE))
+                            deadline=bound_deadline)
     if dual is None:
         return None
     value, prices, dense = dual
@@ -452,12 +456,10 @@ def _lagrangian_try(
         return gap_between(obj, bound)
 
     choice, obj, how = _priced_plan(instance, prices, dense, gap_tolerance, gap_of, deadline)
-    if choice is None or (gap_of(obj) > gap_tolerance and not deadline.expired()):
+    if choice is None:
         return None
     bound = max(dual_bound, obj) if instance.maximize else min(dual_bound, obj)
     gap = gap_of(obj)
-    k = int(instance.allowed.sum())
-    size = ModelSize(k, instance.num_jobs + instance.capacity.size, 2 * k, k)
     return IlpResult(
         SolverStatus.OPTIMAL if gap <= gap_tolerance else SolverStatus.TIME_LIMIT,
         choice,
@@ -466,15 +468,33 @@ def _lagrangian_try(
         f"lagrangian dual (Kelley, HiGHS) + {how}",
         highs_version(),
         time.perf_counter() - started,
-        size,
+        _model_size(instance),
         f"Lagrangian bound with type prices {np.round(prices, 6).tolist()}; plan by {how}; "
-        f"gap {gap:.2e}" + ("" if gap <= gap_tolerance else "; stopped at the time limit"),
+        f"gap {gap:.2e}" + ("" if gap <= gap_tolerance else STOPPED),
     )
 
 
+STOPPED = "; stopped at the time limit"
+"""The note of a plan whose gap the time limit left open."""
 LAGRANGIAN_SHARE = 0.5
-"""The Lagrangian bound's cutting planes stop at this share of the time left, leaving the
-rest to the plans read off its prices."""
+"""When the LP relaxation could start in the time left, the Lagrangian bound's cutting planes
+stop at this share of it, leaving the rest to the plans read off its prices and the LP."""
+PRICED_PLAN_CELL_S = 6e-8
+"""Seconds per (job, configuration) cell to read one plan off the prices (`lagrangian_plan`
+or `regret_plan`, and its check): measured 0.09-0.18 s at 100,000 jobs x 33 configurations
+(3.3 million cells) on an idle 2-core machine, with room for a busy one. The bound stops that
+much before its deadline, and a further priced plan is read only with that much time left."""
+
+
+def _priced_plan_cost_s(instance: SiaInstance) -> float:
+    """Estimated seconds to read one plan off the prices (`PRICED_PLAN_CELL_S`)."""
+    return PRICED_PLAN_CELL_S * instance.coefficient.size
+
+
+def _model_size(instance: SiaInstance) -> ModelSize:
+    """The ILP's size: a variable per allowed (job, configuration), a row per job and type."""
+    k = int(instance.allowed.sum())
+    return ModelSize(k, instance.num_jobs + instance.capacity.size, 2 * k, k)
 RESTRICTED_MIP_LIMIT_S = 5.0
 """The restricted MIP of `_priced_plan` stops after this many seconds (the full MIP follows)."""
 TIE_BAND = 1e-3
@@ -509,6 +529,8 @@ def _priced_plan(
 
     if consider(lagrangian_plan(instance, prices, dense, deadline), "price plan"):
         return best
+    if deadline.remaining() < _priced_plan_cost_s(instance):
+        return best
     if consider(regret_plan(instance, prices, dense, deadline), "regret plan"):
         return best
     if deadline.expired():
@@ -518,11 +540,14 @@ def _priced_plan(
     low = np.minimum(red.min(axis=1), 0.0)
     near = red <= low[:, None] + TIE_BAND * np.maximum(1.0, np.abs(low))[:, None]
     sub = replace(instance, allowed=instance.allowed & (near | (instance.pinned >= 0)[:, None]))
+    if not can_start(deadline, SIMPLEX_LP, _model_size(sub)):
+        return best
     lp = solve_highs(sub, relax=True, deadline=deadline)
     if lp.status is SolverStatus.OPTIMAL and lp.fractional is not None:
-        if consider(round_relaxation(sub, lp.fractional), "restricted LP, rounded"):
+        if consider(round_relaxation(sub, lp.fractional, deadline), "restricted LP, rounded"):
             return best
-        if consider(round_relaxation(instance, lp.fractional), "restricted LP, rounded"):
+        if consider(round_relaxation(instance, lp.fractional, deadline),
+                    "restricted LP, rounded"):
             return best
     mip = solve_highs(sub, relative_gap=gap_tolerance / 10,
                       deadline=deadline.within(RESTRICTED_MIP_LIMIT_S))
@@ -536,38 +561,73 @@ def solve_exact(
     relative_gap: float = 1e-4,
     threads: int = 0,
 ) -> IlpResult:
-    """Exact within `relative_gap`: the LP relaxation (a proven bound), rounded and repaired;
-    when the rounded plan is already within the gap of the LP bound it is returned with that
-    bound (few coupling rows make the relaxation tight, A5.5), else HiGHS's branch and cut
-    decides (and the better of the two plans is kept)."""
+    """Exact within `relative_gap`: the Lagrangian bound and the plans read off its prices;
+    when they do not close the gap, the LP relaxation (a proven bound), rounded and repaired,
+    returned when within the gap of its bound (few coupling rows make the relaxation tight,
+    A5.5); else HiGHS's branch and cut decides. Each HiGHS route runs only when it could start
+    and stop by `deadline` (`highs_startup`); the answer is the best plan found with the
+    tightest bound proven."""
     started = time.perf_counter()
-    fast = _lagrangian_try(instance, relative_gap, started, deadline)
-    if fast is not None:
-        return fast
-    lp = solve_highs(instance, relax=True, deadline=deadline, threads=threads)
-    if lp.status is SolverStatus.OPTIMAL and lp.fractional is not None and lp.objective is not None:
-        choice = round_relaxation(instance, lp.fractional)
-        if not violations_of(instance, choice):
-            obj = objective_of(instance, choice)
-            bound = min(lp.objective, obj) if not instance.maximize else max(lp.objective, obj)
-            gap = gap_between(obj, bound)
-            if gap <= relative_gap:
-                size = replace(lp.model_size, integer_variables=lp.model_size.variables)
-                return IlpResult(
-                    SolverStatus.OPTIMAL,
-                    choice,
-                    obj,
-                    bound,
-                    "highs",
-                    lp.solver_version,
-                    time.perf_counter() - started,
-                    size,
-                    f"LP relaxation bound; rounded plan within gap {gap:.2e}",
-                )
-    elif lp.status is SolverStatus.INFEASIBLE:
-        return replace(lp, solve_time_s=time.perf_counter() - started)
+    priced = _lagrangian_try(instance, relative_gap, started, deadline)
+    if priced is not None and priced.status is SolverStatus.OPTIMAL:
+        return priced
+    size = _model_size(instance)
+    if can_start(deadline, SIMPLEX_LP, size):
+        lp = solve_highs(instance, relax=True, deadline=deadline, threads=threads)
+        if lp.status is SolverStatus.INFEASIBLE:
+            return replace(lp, solve_time_s=time.perf_counter() - started)
+        if (lp.status is SolverStatus.OPTIMAL and lp.fractional is not None
+                and lp.objective is not None):
+            choice = round_relaxation(instance, lp.fractional, deadline)
+            if not violations_of(instance, choice):
+                obj = objective_of(instance, choice)
+                bound = min(lp.objective, obj) if not instance.maximize else max(lp.objective,
+                                                                                 obj)
+                gap = gap_between(obj, bound)
+                if gap <= relative_gap:
+                    return IlpResult(
+                        SolverStatus.OPTIMAL,
+                        choice,
+                        obj,
+                        bound,
+                        "highs",
+                        lp.solver_version,
+                        time.perf_counter() - started,
+                        replace(lp.model_size, integer_variables=lp.model_size.variables),
+                        f"LP relaxation bound; rounded plan within gap {gap:.2e}",
+                    )
+    if priced is not None and not can_start(deadline, MILP, size):
+        return replace(priced, solve_time_s=time.perf_counter() - started)
     mip = solve_highs(instance, deadline=deadline, relative_gap=relative_gap, threads=threads)
-    return replace(mip, solve_time_s=time.perf_counter() - started)
+    mip = replace(mip, solve_time_s=time.perf_counter() - started)
+    return mip if priced is None else _better(priced, mip, instance.maximize, relative_gap)
+
+
+def _better(first: IlpResult, second: IlpResult, maximize: bool, gap_tolerance: float
+            ) -> IlpResult:
+    """The better plan of two results on one instance (`first` has one), with the tighter of
+    their proven bounds; `OPTIMAL` when that closes the gap."""
+    plan, value = first, first.objective
+    assert value is not None
+    if second.objective is not None and (
+        second.objective > value if maximize else second.objective < value
+    ):
+        plan, value = second, second.objective
+    bounds = [b for b in (first.bound, second.bound) if b is not None]
+    bound = (min(bounds) if maximize else max(bounds)) if bounds else None
+    if bound is not None:  # never better than the plan
+        bound = max(bound, value) if maximize else min(bound, value)
+    gap = gap_between(value, bound)
+    closed = gap is not None and gap <= gap_tolerance
+    if plan is second:
+        detail = second.detail
+    else:
+        detail = (first.detail.replace(STOPPED, "")
+                  + f"; {second.solver} ended {second.status.value}, no better plan")
+    if not closed and "time limit" not in detail:
+        detail += STOPPED
+    return replace(plan, bound=bound, solve_time_s=second.solve_time_s, detail=detail,
+                   status=SolverStatus.OPTIMAL if closed else SolverStatus.TIME_LIMIT)
 
 
 def _reduced(
