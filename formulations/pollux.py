@@ -101,7 +101,7 @@ def solve_policy(
     # fitness gap meets the tolerance
     result = solve_exact(
         instance,
-        deadline=leaving_plan_time(deadline, problem.jobs.num_jobs),
+        deadline=leaving_plan_time(deadline, problem),
         relative_gap=options.relative_gap * min(1.0, abs(p)),
         threads=options.threads,
     )

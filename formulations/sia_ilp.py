@@ -216,6 +216,11 @@ def solve_highs(
     """Exact MILP with HiGHS (branch and cut); `relax` solves the LP relaxation instead."""
     m = instance.num_jobs
     n = instance.capacity.size
+    size = _model_size(instance)
+    if not can_start(deadline, SIMPLEX_LP if relax else MILP, size):
+        return IlpResult(SolverStatus.TIME_LIMIT, np.full(m, -1, np.int64), None, None, "highs",
+                         highs_version(), 0.0, replace(size, integer_variables=0) if relax
+                         else size, "not started: HiGHS could not stop by the deadline")
     jobs, confs, cost = _columns(instance)
     k = jobs.size
     if k == 0 and not (instance.pinned >= 0).any():
@@ -527,27 +532,30 @@ def _priced_plan(
             best = (choice, obj, how)
         return gap_of(best[1]) <= gap_tolerance
 
+    step = _priced_plan_cost_s(instance)  # a pass over the (job, configuration) cells
+
+    def time_for(passes: int) -> bool:
+        return deadline.remaining() >= passes * step and not deadline.expired()
+
     if consider(lagrangian_plan(instance, prices, dense, deadline), "price plan"):
         return best
-    if deadline.remaining() < _priced_plan_cost_s(instance):
+    if not time_for(1):
         return best
     if consider(regret_plan(instance, prices, dense, deadline), "regret plan"):
         return best
-    if deadline.expired():
+    if not time_for(3):  # the restricted LP's columns and its two roundings
         return best
     red = _reduced(dense, instance.config_devices.astype(np.float64), instance.config_type,
                    prices)
     low = np.minimum(red.min(axis=1), 0.0)
     near = red <= low[:, None] + TIE_BAND * np.maximum(1.0, np.abs(low))[:, None]
     sub = replace(instance, allowed=instance.allowed & (near | (instance.pinned >= 0)[:, None]))
-    if not can_start(deadline, SIMPLEX_LP, _model_size(sub)):
-        return best
-    lp = solve_highs(sub, relax=True, deadline=deadline)
+    lp = solve_highs(sub, relax=True, deadline=deadline.leaving(2 * step, max_share=1.0))
     if lp.status is SolverStatus.OPTIMAL and lp.fractional is not None:
         if consider(round_relaxation(sub, lp.fractional, deadline), "restricted LP, rounded"):
             return best
-        if consider(round_relaxation(instance, lp.fractional, deadline),
-                    "restricted LP, rounded"):
+        if time_for(1) and consider(round_relaxation(instance, lp.fractional, deadline),
+                                    "restricted LP, rounded"):
             return best
     mip = solve_highs(sub, relative_gap=gap_tolerance / 10,
                       deadline=deadline.within(RESTRICTED_MIP_LIMIT_S))
