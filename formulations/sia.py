@@ -327,10 +327,10 @@ def solve_policy(
 PLAN_PER_JOB_S = 5e-7
 """Seconds per job to turn the ILP's choice into a plan (`plan_from_result`), besides
 `PLAN_PER_ALLOCATION_S`."""
-PLAN_PER_ALLOCATION_S = 5e-6
+PLAN_PER_ALLOCATION_S = 4e-6
 """Seconds per allocated job for its placement on nodes and its configuration record
 (`plan_from_result`): measured 0.23-0.33 s with 62,000 of 100,000 jobs allocated on a 2-core
-machine at load 2, with room. At most min(jobs, GPUs) jobs are allocated."""
+machine at load 2. At most min(jobs, GPUs) jobs are allocated."""
 
 
 def leaving_plan_time(deadline: Deadline, problem: Problem) -> Deadline:
