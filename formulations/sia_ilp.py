@@ -193,6 +193,14 @@ def _columns(instance: SiaInstance) -> tuple[IntArray, IntArray, FloatArray]:
     return jobs.astype(np.int64), confs.astype(np.int64), np.asarray(cost, np.float64)
 
 
+def _dense_cost(instance: SiaInstance) -> FloatArray:
+    """(m, C) the minimization cost of `_columns` in place, inf where there is no variable."""
+    on = instance.allowed & np.isfinite(instance.coefficient)
+    with np.errstate(invalid="ignore"):
+        gain = instance.weight[:, None] * instance.coefficient - instance.no_allocation_penalty
+    return np.asarray(np.where(on, -gain if instance.maximize else gain, np.inf))
+
+
 def _choice_from(
     instance: SiaInstance, jobs: IntArray, confs: IntArray, values: FloatArray
 ) -> IntArray:
@@ -416,9 +424,7 @@ def round_relaxation(instance: SiaInstance, fractional: FloatArray,
     open_jobs = np.flatnonzero(choice < 0)
     if open_jobs.size == 0:
         return choice
-    jobs, confs, cost = _columns(instance)
-    dense = np.full(instance.coefficient.shape, np.inf)
-    dense[jobs, confs] = cost
+    dense = _dense_cost(instance)
     order = open_jobs[np.argsort(dense[open_jobs].min(axis=1), kind="stable")]
     pinned = open_jobs[instance.pinned[open_jobs] >= 0]
     keep = np.isfinite(dense[pinned, instance.pinned[pinned]])
@@ -658,7 +664,6 @@ def lagrangian_bound(
     relaxation's value. Every iteration's bound is valid, so the loop may stop at `deadline`."""
     m, c = instance.coefficient.shape
     n = instance.capacity.size
-    jobs, confs, cost = _columns(instance)
     free_jobs = instance.pinned < 0
     capacity = instance.capacity.astype(np.float64).copy()
     for i in np.nonzero(~free_jobs)[0]:
@@ -666,12 +671,12 @@ def lagrangian_bound(
         capacity[instance.config_type[k]] -= instance.config_devices[k]
     if (capacity < 0).any():
         return None
-    dense = np.full((m, c), np.inf)
-    dense[jobs, confs] = cost
+    dense = _dense_cost(instance)
+    finite = np.abs(dense[np.isfinite(dense)])
+    top = float(finite.max()) if finite.size else 1.0  # before the pinned rows go
     dense[~free_jobs] = np.inf
     devices = instance.config_devices.astype(np.float64)
     ctype = instance.config_type
-    top = float(np.abs(cost).max()) if cost.size else 1.0
     upper_box = top / max(float(devices.min()) if devices.size else 1.0, 1.0) + 1.0
 
     def evaluate(prices: FloatArray) -> tuple[float, FloatArray]:
@@ -687,6 +692,8 @@ def lagrangian_bound(
     best_value, grad = evaluate(prices)
     best_prices = prices.copy()
     value = best_value
+    if deadline.expired():  # the bound at zero prices
+        return best_value, best_prices, dense
     # the cutting-plane model: maximize z over (z, pi) with the cuts as rows, warm-started
     master = HighsSession(LinearModel(
         cost=np.concatenate([[-1.0], np.zeros(n)]),
