@@ -493,8 +493,8 @@ stop at this share of it, leaving the rest to the plans read off its prices and 
 PRICED_PLAN_CELL_S = 4e-8
 """Seconds per (job, configuration) cell to read one plan off the prices (`lagrangian_plan`
 or `regret_plan`, and its check): measured 0.09-0.15 s at 100,000 jobs x 33 configurations
-(3.3 million cells) on a 2-core machine at load 1-2. The bound stops that
-much before its deadline, and a further priced plan is read only with that much time left."""
+(3.3 million cells) on a 2-core machine at load 1-2. The bound stops that much before its
+deadline, and a further priced plan is read only with that much time left."""
 
 
 def _priced_plan_cost_s(instance: SiaInstance) -> float:
@@ -506,6 +506,8 @@ def _model_size(instance: SiaInstance) -> ModelSize:
     """The ILP's size: a variable per allowed (job, configuration), a row per job and type."""
     k = int(instance.allowed.sum())
     return ModelSize(k, instance.num_jobs + instance.capacity.size, 2 * k, k)
+
+
 RESTRICTED_MIP_LIMIT_S = 5.0
 """The restricted MIP of `_priced_plan` stops after this many seconds (the full MIP follows)."""
 TIE_BAND = 1e-3
@@ -745,43 +747,47 @@ def _take_best_fitting(instance: SiaInstance, order: IntArray, cost: FloatArray,
     if not rows.size or not cost.shape[1]:
         return
     ctype, devices, capacity = instance.config_type, instance.config_devices, instance.capacity
-    work = cost[rows]  # a copy (fancy indexing)
-    work[~(work < 0)] = np.inf  # not allowed, no gain, or NaN: never taken
     fits = used[ctype] + devices <= capacity[ctype]
-    work[:, ~fits] = np.inf
-    pick = work.argmin(axis=1)
-    has = np.isfinite(work[np.arange(rows.size), pick])
     picked = np.full(rows.size, -1, np.int64)
     at = 0
     while at < rows.size and not deadline.expired():
         end = min(at + DEADLINE_EVERY_JOBS, rows.size)
-        block_pick, block_has = pick[at:end], has[at:end]
-        block_type = ctype[block_pick]
-        grows = np.where(block_has, devices[block_pick], 0)
-        stop = end - at  # the first job of the block whose pick no longer fits
-        for t in np.unique(block_type[block_has]).tolist():
-            mine = block_has & (block_type == t)
-            over = np.flatnonzero(mine & (used[t] + np.cumsum(np.where(mine, grows, 0))
-                                          > capacity[t]))
-            if over.size:
-                stop = min(stop, int(over[0]))
-        accepted = slice(at, at + stop)
-        picked[accepted] = np.where(has[accepted], pick[accepted], -1)
-        taken = pick[accepted][has[accepted]]
-        used += np.bincount(ctype[taken], weights=devices[taken],
-                            minlength=capacity.size).astype(used.dtype)
-        at += stop
-        if at == end:
-            continue
-        # the job at `at` overflows: drop what no longer fits; its pickers choose again
-        fits &= used[ctype] + devices <= capacity[ctype]
-        again = at + np.flatnonzero(has[at:] & ~fits[pick[at:]])
-        costs = work[again]
-        costs[:, ~fits] = np.inf
-        work[again] = costs
-        pick[again] = costs.argmin(axis=1)
-        has[again] = np.isfinite(costs[np.arange(again.size), pick[again]])
+        block = cost[rows[at:end]]  # a copy (fancy indexing)
+        block[~(block < 0)] = np.inf  # not allowed, no gain, or NaN: never taken
+        pick, has = _cheapest(block, fits)
+        start = 0
+        while start < end - at:
+            kinds = ctype[pick[start:]]
+            grows = np.where(has[start:], devices[pick[start:]], 0)
+            stop = end - at - start  # the first job whose pick no longer fits
+            for t in np.unique(kinds[has[start:]]).tolist():
+                mine = has[start:] & (kinds == t)
+                over = np.flatnonzero(mine & (used[t] + np.cumsum(np.where(mine, grows, 0))
+                                              > capacity[t]))
+                if over.size:
+                    stop = min(stop, int(over[0]))
+            accepted = slice(start, start + stop)
+            taken = pick[accepted][has[accepted]]
+            picked[at + start:at + start + stop] = np.where(has[accepted], pick[accepted], -1)
+            used += np.bincount(ctype[taken], weights=devices[taken],
+                                minlength=capacity.size).astype(used.dtype)
+            start += stop
+            if start == end - at:
+                break
+            # the job at `start` overflows: drop what no longer fits; its pickers choose again
+            fits &= used[ctype] + devices <= capacity[ctype]
+            again = start + np.flatnonzero(has[start:] & ~fits[pick[start:]])
+            pick[again], has[again] = _cheapest(block[again], fits)
+        at = end
     choice[rows] = picked
+
+
+def _cheapest(cost: FloatArray, fits: BoolArray) -> tuple[IntArray, BoolArray]:
+    """Per row of `cost` (inf = not an option), the cheapest option among the configurations
+    that `fits` (ties: the lowest index), and whether there is one."""
+    masked = np.where(fits[None, :], cost, np.inf)
+    pick = masked.argmin(axis=1)
+    return pick, np.isfinite(masked[np.arange(pick.size), pick])
 
 
 def _start(instance: SiaInstance) -> tuple[IntArray, IntArray, BoolArray]:
