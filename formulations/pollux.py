@@ -26,6 +26,7 @@ from apportion.formulations.sia import (
     current_configuration,
     goodput_table,
     job_restart_factor,
+    leaving_plan_time,
     plan_from_result,
 )
 from apportion.formulations.sia_ilp import SiaInstance, solve_exact
@@ -100,7 +101,7 @@ def solve_policy(
     # fitness gap meets the tolerance
     result = solve_exact(
         instance,
-        deadline=deadline,
+        deadline=leaving_plan_time(deadline, problem),
         relative_gap=options.relative_gap * min(1.0, abs(p)),
         threads=options.threads,
     )

@@ -151,6 +151,26 @@ class _TypeNodes:
         at = bisect_left(self.by_free, (devices, -1))
         return self.by_free[at][1] if at < len(self.by_free) else None
 
+    def fill(self, devices: int, count: int) -> list[int]:
+        """Nodes for up to `count` jobs of `devices` GPUs each, placed one after another by
+        best fit without previous nodes (fewer when they do not all fit). The node a job
+        takes keeps fewer free GPUs than every other node holding one, so the next takes it
+        too until it is full: the nodes that hold one are filled in (free GPUs, index) order."""
+        at = bisect_left(self.by_free, (devices, -1))
+        taken: list[tuple[int, int]] = []  # (node, jobs)
+        left = count
+        while left and at < len(self.by_free):
+            free, node = self.by_free[at]
+            jobs = min(free // devices, left)
+            taken.append((node, jobs))
+            left -= jobs
+            at += 1
+        nodes: list[int] = []
+        for node, jobs in taken:
+            self.use(node, jobs * devices)
+            nodes.extend([node] * jobs)
+        return nodes
+
     def whole(self, count: int, per: int, previous: list[int]) -> list[int] | None:
         """`count` whole free nodes of `per` GPUs: the `previous` ones, then by index."""
         mine = sorted(v for v in set(previous) if self.free[v] == self.size[v] == per)
@@ -184,17 +204,38 @@ def _place(
     # largest configurations first, then the most nodes, jobs keeping theirs, the job's index
     order = chosen[np.lexsort((chosen, ~np.asarray(keep, bool)[chosen], -c_nodes[picked],
                                -c_devices[picked]))]
+    rank = np.empty(len(choice), np.int64)
+    rank[order] = np.arange(order.size)  # to report failures in that order
+    # each type's nodes are their own pool: type by type, so that the jobs of one
+    # single-node configuration without previous nodes to prefer come in one run
+    order = order[np.argsort(c_type[np.asarray(choice)[order]], kind="stable")]
     pools: dict[int, _TypeNodes] = {}
     node_type, free_list, size_list = layout.node_type, free.tolist(), layout.node_devices.tolist()
     choice_list, keep_list = np.asarray(choice).tolist(), np.asarray(keep, bool).tolist()
-    for i in order.tolist():
+    type_list, nodes_list = c_type.tolist(), c_nodes.tolist()
+    devices_list, jobs = c_devices.tolist(), order.tolist()
+    at = 0
+    while at < len(jobs):
+        i = jobs[at]
         c = choice_list[i]
-        t, nodes, devices = int(c_type[c]), int(c_nodes[c]), int(c_devices[c])
+        t, nodes, devices = type_list[c], nodes_list[c], devices_list[c]
         pool = pools.get(t)
         if pool is None:
             of_type = np.flatnonzero(node_type == t).tolist()
             pool = pools[t] = _TypeNodes(of_type, [free_list[v] for v in of_type],
                                          [size_list[v] for v in of_type])
+        if nodes == 1 and not keep_list[i]:
+            end = at + 1
+            while end < len(jobs) and choice_list[jobs[end]] == c and not keep_list[jobs[end]]:
+                end += 1
+            run = jobs[at:end]
+            spots = pool.fill(devices, len(run))
+            for job, node in zip(run, spots, strict=False):
+                result[job] = ((node, devices),)
+            failed.extend(run[len(spots):])
+            at = end
+            continue
+        at += 1
         prev = [v for v in previous[i] if v in pool.free] if keep_list[i] else []
         if nodes > 1:
             per = devices // nodes
@@ -212,6 +253,7 @@ def _place(
                 continue
             pool.use(best, devices)
             result[i] = ((best, devices),)
+    failed.sort(key=rank.__getitem__)
     return PlacementResult(tuple(result), tuple(failed))
 
 

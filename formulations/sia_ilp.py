@@ -26,6 +26,7 @@ from apportion.solver.backends.highs import (
 from apportion.solver.backends.highs import (
     solve_highs as run_highs,
 )
+from apportion.solver.backends.highs_startup import MILP, SIMPLEX_LP, can_start
 from apportion.solver.backends.ortools import ortools_version
 from apportion.solver.backends.ortools import solve_cpsat as run_cpsat
 from apportion.solver.backends.status import SolverStatus
@@ -164,17 +165,20 @@ def violations_of(instance: SiaInstance, choice: IntArray) -> list[str]:
     """Constraint violations of an integral choice (empty = feasible)."""
     problems: list[str] = []
     choice = np.asarray(choice)
-    used = np.zeros(instance.capacity.size, np.int64)
-    for i, c in enumerate(choice):
-        if c < 0:
-            if instance.pinned[i] >= 0:
-                problems.append(f"job {i} is pinned to configuration {instance.pinned[i]}")
-            continue
-        if not instance.allowed[i, c]:
-            problems.append(f"job {i}: configuration {c} not allowed")
-        if instance.pinned[i] >= 0 and instance.pinned[i] != c:
-            problems.append(f"job {i} is pinned to configuration {instance.pinned[i]}")
-        used[instance.config_type[c]] += instance.config_devices[c]
+    on = choice >= 0
+    pinned = instance.pinned
+    rows = np.flatnonzero(on)
+    bad_pin = (pinned >= 0) & (~on | (choice != pinned))
+    not_allowed = np.zeros(choice.size, bool)
+    not_allowed[rows] = ~instance.allowed[rows, choice[rows]]
+    for i in np.flatnonzero(not_allowed | bad_pin).tolist():
+        if not_allowed[i]:
+            problems.append(f"job {i}: configuration {choice[i]} not allowed")
+        if bad_pin[i]:
+            problems.append(f"job {i} is pinned to configuration {pinned[i]}")
+    used = np.bincount(instance.config_type[choice[rows]],
+                       weights=instance.config_devices[choice[rows]],
+                       minlength=instance.capacity.size).astype(np.int64)
     for t in np.nonzero(used > instance.capacity)[0]:
         problems.append(f"type {t}: {used[t]} GPUs > capacity {instance.capacity[t]}")
     return problems
@@ -187,6 +191,14 @@ def _columns(instance: SiaInstance) -> tuple[IntArray, IntArray, FloatArray]:
     gain = value - instance.no_allocation_penalty
     cost = -gain if instance.maximize else gain
     return jobs.astype(np.int64), confs.astype(np.int64), np.asarray(cost, np.float64)
+
+
+def _dense_cost(instance: SiaInstance) -> FloatArray:
+    """(m, C) the minimization cost of `_columns` in place, inf where there is no variable."""
+    on = instance.allowed & np.isfinite(instance.coefficient)
+    with np.errstate(invalid="ignore"):
+        gain = instance.weight[:, None] * instance.coefficient - instance.no_allocation_penalty
+    return np.asarray(np.where(on, -gain if instance.maximize else gain, np.inf))
 
 
 def _choice_from(
@@ -212,6 +224,11 @@ def solve_highs(
     """Exact MILP with HiGHS (branch and cut); `relax` solves the LP relaxation instead."""
     m = instance.num_jobs
     n = instance.capacity.size
+    size = _model_size(instance)
+    if not can_start(deadline, SIMPLEX_LP if relax else MILP, size):
+        return IlpResult(SolverStatus.TIME_LIMIT, np.full(m, -1, np.int64), None, None, "highs",
+                         highs_version(), 0.0, replace(size, integer_variables=0) if relax
+                         else size, "not started: HiGHS could not stop by the deadline")
     jobs, confs, cost = _columns(instance)
     k = jobs.size
     if k == 0 and not (instance.pinned >= 0).any():
@@ -392,9 +409,11 @@ def solve_cpsat(
     )
 
 
-def round_relaxation(instance: SiaInstance, fractional: FloatArray) -> IntArray:
+def round_relaxation(instance: SiaInstance, fractional: FloatArray,
+                     deadline: Deadline = NO_DEADLINE) -> IntArray:
     """An integral choice from an LP point: keep the jobs the LP assigns integrally, then give
-    each remaining job (largest gain first) its best allowed configuration that still fits."""
+    each remaining job (largest gain first) its best allowed configuration that still fits (a
+    pinned job: its pinned one). Stops at `deadline` (the jobs not reached keep none)."""
     m = instance.num_jobs
     choice = np.full(m, -1, np.int64)
     whole = fractional >= 1 - 1e-6
@@ -402,33 +421,32 @@ def round_relaxation(instance: SiaInstance, fractional: FloatArray) -> IntArray:
     choice[rows] = cols
     used = np.zeros(instance.capacity.size, np.int64)
     np.add.at(used, instance.config_type[cols], instance.config_devices[cols])
-    jobs, confs, cost = _columns(instance)
-    open_jobs = np.nonzero(choice < 0)[0]
+    open_jobs = np.flatnonzero(choice < 0)
     if open_jobs.size == 0:
         return choice
-    best_cost = np.full(m, np.inf)
-    np.minimum.at(best_cost, jobs, cost)
-    for i in open_jobs[np.argsort(best_cost[open_jobs], kind="stable")]:
-        mine = np.nonzero(jobs == i)[0]
-        for k in mine[np.argsort(cost[mine], kind="stable")]:
-            if cost[k] >= 0 and instance.pinned[i] < 0:
-                break
-            t, d = instance.config_type[confs[k]], instance.config_devices[confs[k]]
-            if used[t] + d <= instance.capacity[t]:
-                choice[i] = confs[k]
-                used[t] += d
-                break
+    dense = _dense_cost(instance)
+    order = open_jobs[np.argsort(dense[open_jobs].min(axis=1), kind="stable")]
+    pinned = open_jobs[instance.pinned[open_jobs] >= 0]
+    keep = np.isfinite(dense[pinned, instance.pinned[pinned]])
+    dense[pinned] = np.inf  # a pinned job takes its pinned configuration or none
+    dense[pinned[keep], instance.pinned[pinned[keep]]] = -1.0
+    _take_best_fitting(instance, order, dense, choice, used, deadline)
     return choice
 
 
 def _lagrangian_try(
     instance: SiaInstance, gap_tolerance: float, started: float, deadline: Deadline
 ) -> IlpResult | None:
-    """The Lagrangian route of `solve_exact`; None when it does not close the gap (with time
-    left for the LP and MIP routes). At the deadline: the best plan read off the prices, with
-    the bound so far (`TIME_LIMIT`)."""
+    """The Lagrangian route of `solve_exact`: its bound and the best plan read off its prices,
+    `OPTIMAL` when within the gap, else `TIME_LIMIT` (the LP and MIP routes may follow); None
+    when pinned jobs alone exceed capacity. The bound's cutting planes stop early enough to
+    leave one priced plan its time (`PRICED_PLAN_CELL_S`), and, when the LP relaxation could
+    still start after them, half the time left to it."""
+    bound_deadline = deadline.leaving(_priced_plan_cost_s(instance), max_share=1.0)
+    if can_start(deadline, SIMPLEX_LP, _model_size(instance)):
+        bound_deadline = bound_deadline.earliest(deadline.child(LAGRANGIAN_SHARE))
     dual = lagrangian_bound(instance, tolerance=max(gap_tolerance, 1e-9) / 10,
-                            deadline=deadline.child(LAGRANGIAN_SHARE))
+                            deadline=bound_deadline)
     if dual is None:
         return None
     value, prices, dense = dual
@@ -449,12 +467,10 @@ def _lagrangian_try(
         return gap_between(obj, bound)
 
     choice, obj, how = _priced_plan(instance, prices, dense, gap_tolerance, gap_of, deadline)
-    if choice is None or (gap_of(obj) > gap_tolerance and not deadline.expired()):
+    if choice is None:
         return None
     bound = max(dual_bound, obj) if instance.maximize else min(dual_bound, obj)
     gap = gap_of(obj)
-    k = int(instance.allowed.sum())
-    size = ModelSize(k, instance.num_jobs + instance.capacity.size, 2 * k, k)
     return IlpResult(
         SolverStatus.OPTIMAL if gap <= gap_tolerance else SolverStatus.TIME_LIMIT,
         choice,
@@ -463,15 +479,35 @@ def _lagrangian_try(
         f"lagrangian dual (Kelley, HiGHS) + {how}",
         highs_version(),
         time.perf_counter() - started,
-        size,
+        _model_size(instance),
         f"Lagrangian bound with type prices {np.round(prices, 6).tolist()}; plan by {how}; "
-        f"gap {gap:.2e}" + ("" if gap <= gap_tolerance else "; stopped at the time limit"),
+        f"gap {gap:.2e}" + ("" if gap <= gap_tolerance else STOPPED),
     )
 
 
+STOPPED = "; stopped at the time limit"
+"""The note of a plan whose gap the time limit left open."""
 LAGRANGIAN_SHARE = 0.5
-"""The Lagrangian bound's cutting planes stop at this share of the time left, leaving the
-rest to the plans read off its prices."""
+"""When the LP relaxation could start in the time left, the Lagrangian bound's cutting planes
+stop at this share of it, leaving the rest to the plans read off its prices and the LP."""
+PRICED_PLAN_CELL_S = 4e-8
+"""Seconds per (job, configuration) cell to read one plan off the prices (`lagrangian_plan`
+or `regret_plan`, and its check): measured 0.09-0.15 s at 100,000 jobs x 33 configurations
+(3.3 million cells) on a 2-core machine at load 1-2. The bound stops that much before its
+deadline, and a further priced plan is read only with that much time left."""
+
+
+def _priced_plan_cost_s(instance: SiaInstance) -> float:
+    """Estimated seconds to read one plan off the prices (`PRICED_PLAN_CELL_S`)."""
+    return PRICED_PLAN_CELL_S * instance.coefficient.size
+
+
+def _model_size(instance: SiaInstance) -> ModelSize:
+    """The ILP's size: a variable per allowed (job, configuration), a row per job and type."""
+    k = int(instance.allowed.sum())
+    return ModelSize(k, instance.num_jobs + instance.capacity.size, 2 * k, k)
+
+
 RESTRICTED_MIP_LIMIT_S = 5.0
 """The restricted MIP of `_priced_plan` stops after this many seconds (the full MIP follows)."""
 TIE_BAND = 1e-3
@@ -504,22 +540,30 @@ def _priced_plan(
             best = (choice, obj, how)
         return gap_of(best[1]) <= gap_tolerance
 
+    step = _priced_plan_cost_s(instance)  # a pass over the (job, configuration) cells
+
+    def time_for(passes: int) -> bool:
+        return deadline.remaining() >= passes * step and not deadline.expired()
+
     if consider(lagrangian_plan(instance, prices, dense, deadline), "price plan"):
+        return best
+    if not time_for(1):
         return best
     if consider(regret_plan(instance, prices, dense, deadline), "regret plan"):
         return best
-    if deadline.expired():
+    if not time_for(3):  # the restricted LP's columns and its two roundings
         return best
     red = _reduced(dense, instance.config_devices.astype(np.float64), instance.config_type,
                    prices)
     low = np.minimum(red.min(axis=1), 0.0)
     near = red <= low[:, None] + TIE_BAND * np.maximum(1.0, np.abs(low))[:, None]
     sub = replace(instance, allowed=instance.allowed & (near | (instance.pinned >= 0)[:, None]))
-    lp = solve_highs(sub, relax=True, deadline=deadline)
+    lp = solve_highs(sub, relax=True, deadline=deadline.leaving(2 * step, max_share=1.0))
     if lp.status is SolverStatus.OPTIMAL and lp.fractional is not None:
-        if consider(round_relaxation(sub, lp.fractional), "restricted LP, rounded"):
+        if consider(round_relaxation(sub, lp.fractional, deadline), "restricted LP, rounded"):
             return best
-        if consider(round_relaxation(instance, lp.fractional), "restricted LP, rounded"):
+        if time_for(1) and consider(round_relaxation(instance, lp.fractional, deadline),
+                                    "restricted LP, rounded"):
             return best
     mip = solve_highs(sub, relative_gap=gap_tolerance / 10,
                       deadline=deadline.within(RESTRICTED_MIP_LIMIT_S))
@@ -533,38 +577,73 @@ def solve_exact(
     relative_gap: float = 1e-4,
     threads: int = 0,
 ) -> IlpResult:
-    """Exact within `relative_gap`: the LP relaxation (a proven bound), rounded and repaired;
-    when the rounded plan is already within the gap of the LP bound it is returned with that
-    bound (few coupling rows make the relaxation tight, A5.5), else HiGHS's branch and cut
-    decides (and the better of the two plans is kept)."""
+    """Exact within `relative_gap`: the Lagrangian bound and the plans read off its prices;
+    when they do not close the gap, the LP relaxation (a proven bound), rounded and repaired,
+    returned when within the gap of its bound (few coupling rows make the relaxation tight,
+    A5.5); else HiGHS's branch and cut decides. Each HiGHS route runs only when it could start
+    and stop by `deadline` (`highs_startup`); the answer is the best plan found with the
+    tightest bound proven."""
     started = time.perf_counter()
-    fast = _lagrangian_try(instance, relative_gap, started, deadline)
-    if fast is not None:
-        return fast
-    lp = solve_highs(instance, relax=True, deadline=deadline, threads=threads)
-    if lp.status is SolverStatus.OPTIMAL and lp.fractional is not None and lp.objective is not None:
-        choice = round_relaxation(instance, lp.fractional)
-        if not violations_of(instance, choice):
-            obj = objective_of(instance, choice)
-            bound = min(lp.objective, obj) if not instance.maximize else max(lp.objective, obj)
-            gap = gap_between(obj, bound)
-            if gap <= relative_gap:
-                size = replace(lp.model_size, integer_variables=lp.model_size.variables)
-                return IlpResult(
-                    SolverStatus.OPTIMAL,
-                    choice,
-                    obj,
-                    bound,
-                    "highs",
-                    lp.solver_version,
-                    time.perf_counter() - started,
-                    size,
-                    f"LP relaxation bound; rounded plan within gap {gap:.2e}",
-                )
-    elif lp.status is SolverStatus.INFEASIBLE:
-        return replace(lp, solve_time_s=time.perf_counter() - started)
+    priced = _lagrangian_try(instance, relative_gap, started, deadline)
+    if priced is not None and priced.status is SolverStatus.OPTIMAL:
+        return priced
+    size = _model_size(instance)
+    if can_start(deadline, SIMPLEX_LP, size):
+        lp = solve_highs(instance, relax=True, deadline=deadline, threads=threads)
+        if lp.status is SolverStatus.INFEASIBLE:
+            return replace(lp, solve_time_s=time.perf_counter() - started)
+        if (lp.status is SolverStatus.OPTIMAL and lp.fractional is not None
+                and lp.objective is not None):
+            choice = round_relaxation(instance, lp.fractional, deadline)
+            if not violations_of(instance, choice):
+                obj = objective_of(instance, choice)
+                bound = min(lp.objective, obj) if not instance.maximize else max(lp.objective,
+                                                                                 obj)
+                gap = gap_between(obj, bound)
+                if gap <= relative_gap:
+                    return IlpResult(
+                        SolverStatus.OPTIMAL,
+                        choice,
+                        obj,
+                        bound,
+                        "highs",
+                        lp.solver_version,
+                        time.perf_counter() - started,
+                        replace(lp.model_size, integer_variables=lp.model_size.variables),
+                        f"LP relaxation bound; rounded plan within gap {gap:.2e}",
+                    )
+    if priced is not None and not can_start(deadline, MILP, size):
+        return replace(priced, solve_time_s=time.perf_counter() - started)
     mip = solve_highs(instance, deadline=deadline, relative_gap=relative_gap, threads=threads)
-    return replace(mip, solve_time_s=time.perf_counter() - started)
+    mip = replace(mip, solve_time_s=time.perf_counter() - started)
+    return mip if priced is None else _better(priced, mip, instance.maximize, relative_gap)
+
+
+def _better(first: IlpResult, second: IlpResult, maximize: bool, gap_tolerance: float
+            ) -> IlpResult:
+    """The better plan of two results on one instance (`first` has one), with the tighter of
+    their proven bounds; `OPTIMAL` when that closes the gap."""
+    plan, value = first, first.objective
+    assert value is not None
+    if second.objective is not None and (
+        second.objective > value if maximize else second.objective < value
+    ):
+        plan, value = second, second.objective
+    bounds = [b for b in (first.bound, second.bound) if b is not None]
+    bound = (min(bounds) if maximize else max(bounds)) if bounds else None
+    if bound is not None:  # never better than the plan
+        bound = max(bound, value) if maximize else min(bound, value)
+    gap = gap_between(value, bound)
+    closed = gap is not None and gap <= gap_tolerance
+    if plan is second:
+        detail = second.detail
+    else:
+        detail = (first.detail.replace(STOPPED, "")
+                  + f"; {second.solver} ended {second.status.value}, no better plan")
+    if not closed and "time limit" not in detail:
+        detail += STOPPED
+    return replace(plan, bound=bound, solve_time_s=second.solve_time_s, detail=detail,
+                   status=SolverStatus.OPTIMAL if closed else SolverStatus.TIME_LIMIT)
 
 
 def _reduced(
@@ -587,7 +666,6 @@ def lagrangian_bound(
     relaxation's value. Every iteration's bound is valid, so the loop may stop at `deadline`."""
     m, c = instance.coefficient.shape
     n = instance.capacity.size
-    jobs, confs, cost = _columns(instance)
     free_jobs = instance.pinned < 0
     capacity = instance.capacity.astype(np.float64).copy()
     for i in np.nonzero(~free_jobs)[0]:
@@ -595,18 +673,18 @@ def lagrangian_bound(
         capacity[instance.config_type[k]] -= instance.config_devices[k]
     if (capacity < 0).any():
         return None
-    dense = np.full((m, c), np.inf)
-    dense[jobs, confs] = cost
+    dense = _dense_cost(instance)
+    finite = np.abs(dense[np.isfinite(dense)])
+    top = float(finite.max()) if finite.size else 1.0  # before the pinned rows go
     dense[~free_jobs] = np.inf
     devices = instance.config_devices.astype(np.float64)
     ctype = instance.config_type
-    top = float(np.abs(cost).max()) if cost.size else 1.0
     upper_box = top / max(float(devices.min()) if devices.size else 1.0, 1.0) + 1.0
 
     def evaluate(prices: FloatArray) -> tuple[float, FloatArray]:
         red = _reduced(dense, devices, ctype, prices)
-        best = red.min(axis=1) if c else np.zeros(m)
         arg = red.argmin(axis=1) if c else np.zeros(m, np.int64)
+        best = red[np.arange(m), arg] if c else np.zeros(m)
         take = best < 0
         used = np.bincount(ctype[arg[take]], weights=devices[arg[take]], minlength=n)
         value = float(best[take].sum() - prices @ capacity)
@@ -616,6 +694,8 @@ def lagrangian_bound(
     best_value, grad = evaluate(prices)
     best_prices = prices.copy()
     value = best_value
+    if deadline.expired():  # the bound at zero prices
+        return best_value, best_prices, dense
     # the cutting-plane model: maximize z over (z, pi) with the cuts as rows, warm-started
     master = HighsSession(LinearModel(
         cost=np.concatenate([[-1.0], np.zeros(n)]),
@@ -654,29 +734,60 @@ def _take_best_fitting(instance: SiaInstance, order: IntArray, cost: FloatArray,
     """In `order`, every job without a configuration takes its cheapest option with
     `cost` < 0 (the row of `cost`, inf = not allowed) that still fits; updates `choice` and
     `used` (GPUs per type) in place. Stops at `deadline` (the jobs not reached keep none: the
-    plan stays feasible)."""
+    plan stays feasible).
+
+    Vectorized over jobs: a configuration that no longer fits never fits again (the GPUs in
+    use only grow), so while the set of fitting configurations stays the same every job takes
+    its cheapest fitting option, and the picks of a whole run of jobs are accepted at once up
+    to the first one that overflows its type; that one removes its configuration from the set
+    (at most one event per configuration), and only the jobs whose pick it was choose again.
+    The same plan as taking the jobs one by one; the deadline is read every
+    `DEADLINE_EVERY_JOBS` jobs and at every event."""
     rows = order[choice[order] < 0]
     if not rows.size or not cost.shape[1]:
         return
-    ranked = np.argsort(cost[rows], axis=1, kind="stable")
-    ranked_cost = np.take_along_axis(cost[rows], ranked, axis=1)
-    usable = np.logical_and.accumulate(np.isfinite(ranked_cost) & (ranked_cost < 0), axis=1)
-    options = usable.sum(axis=1).tolist()  # the options tried, cheapest first
-    ranked_list = ranked.tolist()
-    ctype, devices = instance.config_type.tolist(), instance.config_devices.tolist()
-    capacity, free = instance.capacity.tolist(), used.tolist()
-    picked = [-1] * rows.size
-    for r, count in enumerate(options):
-        if r % DEADLINE_EVERY_JOBS == 0 and deadline.expired():
-            break
-        for k in ranked_list[r][:count]:
-            t = ctype[k]
-            if free[t] + devices[k] <= capacity[t]:
-                picked[r] = k
-                free[t] += devices[k]
+    ctype, devices, capacity = instance.config_type, instance.config_devices, instance.capacity
+    fits = used[ctype] + devices <= capacity[ctype]
+    picked = np.full(rows.size, -1, np.int64)
+    at = 0
+    while at < rows.size and not deadline.expired():
+        end = min(at + DEADLINE_EVERY_JOBS, rows.size)
+        block = cost[rows[at:end]]  # a copy (fancy indexing)
+        block[~(block < 0)] = np.inf  # not allowed, no gain, or NaN: never taken
+        pick, has = _cheapest(block, fits)
+        start = 0
+        while start < end - at:
+            kinds = ctype[pick[start:]]
+            grows = np.where(has[start:], devices[pick[start:]], 0)
+            stop = end - at - start  # the first job whose pick no longer fits
+            for t in np.unique(kinds[has[start:]]).tolist():
+                mine = has[start:] & (kinds == t)
+                over = np.flatnonzero(mine & (used[t] + np.cumsum(np.where(mine, grows, 0))
+                                              > capacity[t]))
+                if over.size:
+                    stop = min(stop, int(over[0]))
+            accepted = slice(start, start + stop)
+            taken = pick[accepted][has[accepted]]
+            picked[at + start:at + start + stop] = np.where(has[accepted], pick[accepted], -1)
+            used += np.bincount(ctype[taken], weights=devices[taken],
+                                minlength=capacity.size).astype(used.dtype)
+            start += stop
+            if start == end - at:
                 break
+            # the job at `start` overflows: drop what no longer fits; its pickers choose again
+            fits &= used[ctype] + devices <= capacity[ctype]
+            again = start + np.flatnonzero(has[start:] & ~fits[pick[start:]])
+            pick[again], has[again] = _cheapest(block[again], fits)
+        at = end
     choice[rows] = picked
-    used[:] = free
+
+
+def _cheapest(cost: FloatArray, fits: BoolArray) -> tuple[IntArray, BoolArray]:
+    """Per row of `cost` (inf = not an option), the cheapest option among the configurations
+    that `fits` (ties: the lowest index), and whether there is one."""
+    masked = np.where(fits[None, :], cost, np.inf)
+    pick = masked.argmin(axis=1)
+    return pick, np.isfinite(masked[np.arange(pick.size), pick])
 
 
 def _start(instance: SiaInstance) -> tuple[IntArray, IntArray, BoolArray]:

@@ -81,7 +81,7 @@ class Certificate:
         return relative_gap(self.objective, self.bound, self.gap_scale)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: one is made per allocated job (100,000s)
 class ConfigurationChoice:
     """A configuration chosen for a job (sia, pollux) and its placement on nodes."""
 
