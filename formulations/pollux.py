@@ -27,6 +27,7 @@ from apportion.formulations.sia import (
     goodput_table,
     job_restart_factor,
     leaving_plan_time,
+    not_started,
     plan_from_result,
 )
 from apportion.formulations.sia_ilp import SiaInstance, solve_exact
@@ -72,6 +73,9 @@ def solve_policy(
         cert = Certificate(Termination.OPTIMAL, True, 0.0, 0.0, solver="closed form",
                            formulation=FORMULATION, detail="no jobs")
         return Plan.empty(0, problem.cluster.num_types, cert)
+    late = not_started(problem, deadline, FORMULATION, maximize=True)
+    if late is not None:
+        return late
     table = goodput_table(problem, parameters.max_gpus)
     current = current_configuration(problem, table.configs, table.layout)
     restart = job_restart_factor(problem, current >= 0)

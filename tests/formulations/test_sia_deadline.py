@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from apportion.datasets.generators import builtin_throughputs, gavel_workload, make_cluster
 from apportion.datasets.snapshot import build_request, builtin_goodputs
-from apportion.formulations import sia_ilp
+from apportion.formulations import sia, sia_ilp
 from apportion.server.convert import request_to_model
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
@@ -281,3 +281,20 @@ def test_a_later_route_keeps_the_better_plan_and_the_tighter_bound() -> None:
     up = sia_ilp._better(result(SolverStatus.TIME_LIMIT, 5.0, 9.0, 0),
                          result(SolverStatus.TIME_LIMIT, 6.0, 8.0, 1), True, 1e-4)
     assert (up.objective, up.bound, up.choice.tolist()) == (6.0, 8.0, [1])
+
+
+@pytest.mark.parametrize("policy", [sia_policy(-1.0),
+                                    PolicyRequest("pollux", PolluxParameters(), Compat.NONE)])
+def test_no_plan_is_started_that_would_end_well_past_the_deadline(
+    policy: PolicyRequest, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the time left cannot cover the work before a first plan (here 1 s per job, with
+    10 s left), the answer is `no_solution` at once, saying why; without a deadline, a plan."""
+    problem, _, _ = sia_problem(24)
+    monkeypatch.setattr(sia, "FIRST_PLAN_PER_JOB_S", 1.0)
+    plan = solve(problem, policy, SolveOptions(), Deadline.after(10.0))
+    assert plan.certificate.termination is Termination.NO_SOLUTION
+    assert "not started" in plan.certificate.detail
+    assert plan.configurations is None
+    planned = solve(problem, policy, SolveOptions(), Deadline.never())
+    assert planned.certificate.termination in (Termination.OPTIMAL, Termination.FEASIBLE)
