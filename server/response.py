@@ -9,12 +9,17 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from apportion.server.elastic_inputs import fill_elastic_response, fill_partition_stats
+from apportion.server.elastic_inputs import (
+    elastic_job_fields,
+    fill_elastic_response,
+    fill_partition_stats,
+)
 from apportion.server.fairness_inputs import fill_fairness_response
 from apportion.server.group_wire import GroupWire
 from apportion.server.packed_fields import encode_varints, write_packed
 from apportion.server.plan_wire import job_allocations
 from apportion.server.queue_wire import device_queue_records, job_queue_fields
+from apportion.server.wire_records import Bytes, Ints, copy_ranges
 from apportion.server.sharing_inputs import fill_sharing_response
 from apportion.server.topology_inputs import fill_placement_response
 from apportion.solver.model import FloatArray, PolicyRequest, Problem
@@ -245,13 +250,27 @@ def job_allocation_bytes(plan: Plan, problem: Problem, groups: GroupWire | None 
         groups = GroupWire(plan.groups)
     names = problem.cluster.type_names
     places = job_queue_fields(plan.queues, names) if plan.queues is not None else None
+    tail = groups.member_fields(m) if groups is not None else None
+    elastic = elastic_job_fields(plan, m)
+    if elastic is not None:  # field 90, above the group fields: after them in each record
+        tail = elastic if tail is None else _joined(tail, elastic)
     return job_allocations(
         problem.jobs.ids, _statuses(plan, m), plan.job_reason or ("",) * m, plan.time_share,
         names,
         (plan.effective_throughput, plan.normalized_throughput, plan.objective_value,
-         plan.job_dual), state, places,
-        groups.member_fields(m) if groups is not None else None,
+         plan.job_dual), state, places, tail,
     )
+
+
+def _joined(first: tuple[Bytes, Ints], second: tuple[Bytes, Ints]) -> tuple[Bytes, Ints]:
+    """Per job, the serialized fields of `first` then those of `second` (each: the bytes of
+    the jobs one after another, and each job's length in them)."""
+    size = first[1] + second[1]
+    at = np.cumsum(size) - size
+    out = np.zeros(int(size.sum()), np.uint8)
+    copy_ranges(out, at, first[0], np.cumsum(first[1]) - first[1], first[1])
+    copy_ranges(out, at + first[1], second[0], np.cumsum(second[1]) - second[1], second[1])
+    return out, size
 
 
 def _statuses(plan: Plan, m: int) -> NDArray[np.int32]:
