@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from apportion.formulations.loss_curve import MIN_POINTS
+from apportion.server.choice_wire import serialized
 from apportion.server.job_wire import JobFields
-from apportion.server.wire_fields import SPARE, Fields, Texts
+from apportion.server.wire_fields import Fields
 from apportion.server.wire_records import Bytes, Ints
 from apportion.solver.elastic_model import ElasticInputs, LossHistory, SpeedModel
 from apportion.solver.errors import Violation
@@ -439,23 +440,9 @@ def elastic_job_fields(plan: Plan, m: int) -> tuple[Bytes, Ints] | None:
     inner.varint(_ELASTIC.PARAMETER_SERVERS_FIELD_NUMBER,
                  np.asarray(section.parameter_servers[:m]))
     inner.varint(_ELASTIC.BASE_DEVICES_FIELD_NUMBER, np.asarray(section.base_devices[:m]))
-    names: list[str] = []
-    devices: list[int] = []
-    counts = np.zeros(m, np.int64)
-    for i, pairs in enumerate(section.parameter_server_nodes[:m]):
-        if not pairs:
-            continue
-        total: dict[str, int] = {}
-        for node, held in pairs:
-            total[node] = total.get(node, 0) + held
-        names += total
-        devices += total.values()
-        counts[i] = len(total)
-    entries = Fields(len(names))
-    entries.string(1, Texts(names), np.arange(len(names)))
-    entries.varint(2, np.asarray(devices, np.int64))
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    inner.messages(_ELASTIC.PARAMETER_SERVER_NODES_FIELD_NUMBER, offsets, entries)
+    if section.parameter_server_nodes:
+        inner.name_counts(_ELASTIC.PARAMETER_SERVER_NODES_FIELD_NUMBER,
+                          section.parameter_server_nodes[:m])
     for number, values in ((_ELASTIC.REMAINING_STEPS_FIELD_NUMBER, section.remaining_steps),
                            (_ELASTIC.REMAINING_TIME_S_FIELD_NUMBER, section.remaining_time_s),
                            (_ELASTIC.LOSS_REDUCTION_FIELD_NUMBER, section.loss_reduction)):
@@ -466,6 +453,4 @@ def elastic_job_fields(plan: Plan, m: int) -> tuple[Bytes, Ints] | None:
         inner.varint(_ELASTIC.PREEMPTED_FIELD_NUMBER, np.asarray(section.preempted[:m], bool))
     outer = Fields(m)
     outer.message(service_pb.JobAllocation.ELASTIC_FIELD_NUMBER, np.ones(m, bool), inner)
-    out = np.zeros(int(outer.size.sum()) + SPARE, np.uint8)
-    outer.write(out, np.cumsum(outer.size) - outer.size)
-    return out[:-SPARE], outer.size
+    return serialized(outer)

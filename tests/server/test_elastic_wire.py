@@ -1,7 +1,8 @@
-"""The elastic section of every job's allocation, written column by column
-(`elastic_inputs.elastic_job_fields` through the allocations' records), is the section the
-message builder writes field by field (the reference, below), on random sections: presence of
-the predictions (NaN and inf are left unset), repeated node names summed, Lyra's preempted
+"""The configuration and elastic sections of every job's allocation, written column by column
+with the allocations' records (`choice_wire.configuration_fields`,
+`elastic_inputs.elastic_job_fields`), are what the message builder writes field by field (the
+reference, below), on random sections: jobs without a choice, default values, presence of the
+predictions (NaN and inf are left unset), repeated node names summed, Lyra's preempted
 jobs."""
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from apportion.server.response import plan_response
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import OptimusParameters
-from apportion.solver.result import ElasticSection, Plan
+from apportion.solver.result import (
+    ConfigurationChoice,
+    ConfigurationSection,
+    ElasticSection,
+    Plan,
+)
 from apportion.v1 import allocation_service_pb2 as service_pb
 from tests.formulations.elastic_cases import elastic_problem, sync_model
 
@@ -31,9 +37,28 @@ def reference(plan: Plan, problem: Problem) -> service_pb.SolveResponse:
     service wrote it before (the plan's other sections as `plan_response` writes them)."""
     assert plan.configurations is not None
     section = plan.configurations.elastic
-    assert section is not None
-    bare = replace(plan, configurations=replace(plan.configurations, elastic=None))
+    bare = replace(plan, configurations=None)
     response = plan_response(bare, problem, POLICY, 0.0, 0.0).message()
+    names = problem.cluster.type_names
+    for entry, choice in zip(response.plan.jobs, plan.configurations.choices, strict=False):
+        if choice is None:
+            continue
+        conf = entry.configuration
+        conf.accelerator_type = names[choice.type_index]
+        conf.nodes = choice.nodes
+        conf.devices = choice.devices
+        conf.goodput = choice.goodput
+        conf.normalized_goodput = choice.normalized_goodput
+        conf.restart_factor = choice.restart_factor
+        conf.unchanged = choice.unchanged
+        for node, devices in choice.node_devices:
+            conf.node_devices[node] = conf.node_devices[node] + devices
+        conf.placed = choice.placed
+        conf.placement_detail = choice.placement_detail
+        conf.atomic_batch_size = choice.atomic_batch_size
+        conf.accumulation_steps = choice.accumulation_steps
+    if section is None:
+        return response
     for i, entry in enumerate(response.plan.jobs):
         out = entry.elastic
         out.workers = int(section.workers[i])
@@ -80,19 +105,34 @@ def sections(draw: st.DrawFn) -> tuple[int, ElasticSection]:
     )
 
 
-@given(sections())
-def test_the_elastic_section_is_written_as_the_message_builder_writes_it(
-        case: tuple[int, ElasticSection]) -> None:
+NODES = st.lists(st.tuples(st.sampled_from(["n0", "n1", "é", ""]), st.integers(0, 200)),
+                 max_size=3).map(tuple)
+CHOICES = st.builds(
+    ConfigurationChoice,
+    type_index=st.integers(0, 1), nodes=st.integers(0, 3), devices=st.integers(0, 600),
+    goodput=NUMBERS, normalized_goodput=NUMBERS, restart_factor=NUMBERS,
+    unchanged=st.booleans(), node_devices=NODES, placed=st.booleans(),
+    placement_detail=st.sampled_from(["", "no room", "ü" * 3]),
+    atomic_batch_size=st.integers(0, 4096), accumulation_steps=st.integers(0, 3),
+)
+
+
+@given(sections(), st.data())
+def test_the_sections_are_written_as_the_message_builder_writes_them(
+        case: tuple[int, ElasticSection], data: st.DataObject) -> None:
     m, section = case
-    problem = elastic_problem([4], [100.0] * m, models=[sync_model(0.01, 0.1, 0.0)] * m)
+    problem = elastic_problem([4, 4], [100.0] * m, models=[sync_model(0.01, 0.1, 0.0)] * m)
     plan = to_plan(problem, optimus(problem, OptimusParameters(), SolveOptions(),
                                     Deadline.never()))
-    assert plan.configurations is not None
-    plan = replace(plan, configurations=replace(plan.configurations, elastic=section))
-    wire = plan_response(plan, problem, POLICY, 0.0, 0.0)
+    choices = tuple(data.draw(st.lists(st.none() | CHOICES, min_size=m, max_size=m)))
+    elastic = data.draw(st.sampled_from([section, None]))
+    plan = replace(plan, configurations=ConfigurationSection(choices, elastic=elastic))
     expected = reference(plan, problem)
-    written = service_pb.SolveResponse.FromString(wire.serialize())
-    assert written == expected
-    assert written.SerializeToString(deterministic=True) == expected.SerializeToString(
-        deterministic=True)
-    assert wire.message() == expected
+    raw = plan_response(plan, problem, POLICY, 0.0, 0.0).serialize()  # the kept records
+    assert service_pb.SolveResponse.FromString(raw) == expected
+    maps = [c.node_devices for c in choices if c is not None]
+    if elastic is not None:
+        maps += list(elastic.parameter_server_nodes)
+    if all(len({node for node, _ in pairs}) <= 1 for pairs in maps):
+        assert raw == expected.SerializeToString()  # (map entries: in any order)
+    assert plan_response(plan, problem, POLICY, 0.0, 0.0).message() == expected
