@@ -6,7 +6,8 @@ response reserve, `server/pipeline.py` RESPONSE_RESERVE).
 For one policy of each plan kind: the time_limits benchmark's seeded snapshot (smaller where
 that benchmark builds it smaller), solved in process with a time limit (`POLICY`), then the response
 written as the service writes it (`plan_response(...).serialize()`), best of 3; for the queue
-plan also as it was written before (a message per queue entry), the reference. Printed: the
+and configuration plans also as they were written before (a message per queue entry, per
+configuration and per elastic section), the reference. Printed: the
 wall seconds, wall and CPU microseconds per job (the CPU time does not grow when other work
 shares the cores) and, as the reference in the same run, the per-job reserve the pipeline
 holds back for that kind and the ratio of the wall time to it (above 1 = the reserve is
@@ -16,6 +17,7 @@ short at this load).
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from dataclasses import replace
 
@@ -63,10 +65,57 @@ def measure(kind: PlanKind, jobs: int | None) -> None:
           f" {wall / size * 1e6:5.2f} us/job  cpu {cpu / size * 1e6:5.2f} us/job"
           f"  reserve {reserve * 1e6:5.2f} us/job  wall/reserve {wall / size / reserve:4.2f}"
           f"  ({plan.certificate.termination.value})", flush=True)
-    if kind is PlanKind.QUEUE and plan.queues is not None:
-        wall = min(_queue_messages(plan, problem, policy, limit_s) for _ in range(3))
+    reference = {PlanKind.QUEUE: _queue_messages,
+                 PlanKind.CONFIGURATION: _configuration_messages}.get(kind)
+    if reference is not None:
+        wall = min(reference(plan, problem, policy, limit_s) for _ in range(3))
         print(f"{'':<14} {'(a message per entry)':<26} {size:>7} jobs  wall {wall:6.3f} s"
               f" {wall / size * 1e6:5.2f} us/job", flush=True)
+
+
+def _configuration_messages(plan: Plan, problem: Problem, policy: PolicyRequest,
+                            limit_s: float) -> float:
+    """The wall time of a configuration plan's response written the way it was before its
+    configurations and elastic section were written with the allocations' records: a
+    `ConfigurationChoice` and an `ElasticAllocation` message per job."""
+    sections = plan.configurations
+    if sections is None:
+        return float("nan")
+    names = problem.cluster.type_names
+    started = time.perf_counter()
+    message = plan_response(replace(plan, configurations=None), problem, policy, 0.0,
+                            limit_s).message()
+    for entry, choice in zip(message.plan.jobs, sections.choices, strict=False):
+        if choice is None:
+            continue
+        conf = entry.configuration
+        conf.accelerator_type = names[choice.type_index]
+        conf.nodes, conf.devices = choice.nodes, choice.devices
+        conf.goodput, conf.normalized_goodput = choice.goodput, choice.normalized_goodput
+        conf.restart_factor, conf.unchanged = choice.restart_factor, choice.unchanged
+        for node, devices in choice.node_devices:
+            conf.node_devices[node] = conf.node_devices[node] + devices
+        conf.placed, conf.placement_detail = choice.placed, choice.placement_detail
+        conf.atomic_batch_size = choice.atomic_batch_size
+        conf.accumulation_steps = choice.accumulation_steps
+    elastic = sections.elastic
+    if elastic is not None:
+        for i, entry in enumerate(message.plan.jobs):
+            out = entry.elastic
+            out.workers = int(elastic.workers[i])
+            out.parameter_servers = int(elastic.parameter_servers[i])
+            out.base_devices = int(elastic.base_devices[i])
+            if elastic.parameter_server_nodes:
+                for node, devices in elastic.parameter_server_nodes[i]:
+                    out.parameter_server_nodes[node] = out.parameter_server_nodes[node] + devices
+            for name in ("remaining_steps", "remaining_time_s", "loss_reduction"):
+                values = getattr(elastic, name)
+                if values is not None and math.isfinite(float(values[i])):
+                    setattr(out, name, float(values[i]))
+            if elastic.preempted is not None:
+                out.preempted = bool(elastic.preempted[i])
+    message.SerializeToString()
+    return time.perf_counter() - started
 
 
 def _queue_messages(plan: Plan, problem: Problem, policy: PolicyRequest, limit_s: float
