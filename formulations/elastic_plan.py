@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -54,7 +55,8 @@ BoolArray = NDArray[np.bool_]
 Ledger = list[tuple[int, int]]
 """(node index, devices) a job's tasks hold, in placement order."""
 EXACT_SHARE = 0.8
-"""Fraction of the time left that the exact solve may use when it only certifies the greedy."""
+"""Fraction of the time left that the exact solve may use (after the greedy when it only
+certifies it; before it otherwise)."""
 CERTIFY_LIMIT_S = 30.0
 """Longest exact solve (s) run only to certify the greedy (a MILP on large parameter-server
 menus); the request's own deadline applies when earlier."""
@@ -68,7 +70,7 @@ PLAN_S_PER_ADMITTED = 5e-5
 """Time (s) per admitted job left for placing its extra tasks, settling it and writing its
 configuration into the plan (measured: 0.13 s and 0.15 s for 6,500 admitted jobs, under the
 profiler, 100,000 jobs, 2-core machine)."""
-PLACE_S_PER_STEP = 6e-5
+PLACE_S_PER_STEP = 1e-4
 """Time (s) per greedy step the greedy leaves for placing the task it adds (placing a moved
 job's tasks takes about 40-70 us on 9,375 nodes)."""
 WRITE_S_PER_ADMITTED = 2.5e-5
@@ -150,11 +152,21 @@ class TaskRequest:
     """Nodes the job already uses: tried first within each preference group."""
 
 
-def place_tasks(layout: NodeLayout, free: IntArray, request: TaskRequest) -> Ledger:
+def type_nodes(layout: NodeLayout) -> tuple[IntArray, ...]:
+    """Per accelerator type, its node indices (ascending)."""
+    types = int(layout.node_type.max()) + 1 if layout.node_type.size else 0
+    order = np.argsort(layout.node_type, kind="stable")
+    bounds = np.searchsorted(layout.node_type[order], np.arange(types + 1))
+    return tuple(order[bounds[j]:bounds[j + 1]] for j in range(types))
+
+
+def place_tasks(layout: NodeLayout, free: IntArray, request: TaskRequest,
+                nodes_of_type: Sequence[IntArray] | None = None) -> Ledger:
     """Place up to `request.tasks` tasks, taking devices from `free` (nodes,): kept nodes
     first, then the preferred nodes of the type, the job's own nodes (`near`, and those just
     kept) before others, most free first (fewest servers), ties by node index. Returns (node,
-    devices) pairs (fewer tasks when the nodes are too full)."""
+    devices) pairs (fewer tasks when the nodes are too full). `nodes_of_type`: `type_nodes`
+    of the layout, when at hand."""
     left, unit = request.tasks, request.unit
     placed: Ledger = []
     for node, held in request.keep:
@@ -167,19 +179,26 @@ def place_tasks(layout: NodeLayout, free: IntArray, request: TaskRequest) -> Led
             free[node] -= take * unit
             placed.append((node, take * unit))
             left -= take
-    of_type = layout.node_type == request.type_index
-    groups = [of_type] if request.prefer is None else [of_type & request.prefer,
-                                                       of_type & ~request.prefer]
-    near = np.zeros(of_type.size, dtype=bool)
-    near[list(request.near) + [node for node, _ in placed]] = True
-    groups = [part for group in groups for part in (group & near, group & ~near)]
+    if left <= 0:
+        return placed
+    j = request.type_index
+    nodes = (nodes_of_type[j] if nodes_of_type is not None and j < len(nodes_of_type)
+             else np.flatnonzero(layout.node_type == j))
+    every = np.ones(nodes.size, dtype=bool)
+    groups = [every] if request.prefer is None else [request.prefer[nodes],
+                                                     ~request.prefer[nodes]]
+    used = list(request.near) + [node for node, _ in placed]
+    if used:  # the job's own nodes first within each group
+        near = np.isin(nodes, used)
+        groups = [part for group in groups for part in (group & near, group & ~near)]
     for group in groups:
         while left > 0:
-            room = np.where(group, free // unit, 0)
-            node = int(np.argmax(room))
-            if room[node] <= 0:
+            room = np.where(group, free[nodes] // unit, 0)
+            k = int(np.argmax(room))
+            if room[k] <= 0:
                 break
-            take = min(int(room[node]), left)
+            node = int(nodes[k])
+            take = min(int(room[k]), left)
             free[node] -= take * unit
             placed.append((node, take * unit))
             left -= take
@@ -234,6 +253,11 @@ class Placement:
     prefer_base: BoolArray | None = None
     prefer_extra: BoolArray | None = None
 
+    @cached_property
+    def type_nodes(self) -> tuple[IntArray, ...]:
+        """Per accelerator type, its node indices (`type_nodes`)."""
+        return type_nodes(self.layout)
+
 
 def place_base(placement: Placement, i: int, o: TypeOptions, state: int = 0) -> Ledger | None:
     """Place the tasks of a state (default the base: parameter servers, then workers); None
@@ -244,13 +268,14 @@ def place_base(placement: Placement, i: int, o: TypeOptions, state: int = 0) -> 
     if o.parameter_server_type >= 0 and o.parameter_servers[state] > 0:
         p = int(o.parameter_servers[state])
         per = int(o.parameter_server_devices[state]) // p
-        ledger += place_tasks(layout, free, TaskRequest(o.parameter_server_type, p, per, keep))
+        ledger += place_tasks(layout, free, TaskRequest(o.parameter_server_type, p, per, keep),
+                              placement.type_nodes)
         if placed_count(ledger, layout, o.parameter_server_type) < p * per:
             release(ledger, free)
             return None
     want = int(o.workers[state])
     got = place_tasks(layout, free, TaskRequest(o.type_index, want, o.unit, keep,
-                                                placement.prefer_base))
+                                                placement.prefer_base), placement.type_nodes)
     ledger += got
     if sum(d for _, d in got) < want * o.unit:
         release(ledger, free)
@@ -401,16 +426,22 @@ def solve_menu(
     with_exact: bool = True,
 ) -> MenuSolve:
     """The greedy (and the exact solve for its gap when `with_exact`), or the exact allocation
-    (the greedy's when the exact solve finds nothing in time)."""
+    (the greedy's when the exact solve finds nothing in time). Under a deadline, the exact
+    solve that certifies the greedy leaves `PLACE_S_PER_STEP` per job the greedy moved (for
+    placing their tasks) and takes `EXACT_SHARE` of the rest; the exact solve of method
+    `exact` takes `EXACT_SHARE` of the time, leaving the rest to the greedy should it find
+    nothing."""
     if method is ElasticMethod.EXACT:
-        result = exact(menu, capacity, deadline, tolerance, threads)
+        result = exact(menu, capacity, deadline.child(EXACT_SHARE), tolerance, threads)
         if result.allocation is not None:
             return MenuSolve(result.allocation, result, True)
         return MenuSolve(greedy(menu, capacity, deadline, PLACE_S_PER_STEP), result, False)
     allocation = greedy(menu, capacity, deadline, PLACE_S_PER_STEP)
     if not with_exact:
         return MenuSolve(allocation, None, False)
-    budget = deadline.child(EXACT_SHARE).within(CERTIFY_LIMIT_S)
+    moved = int(np.count_nonzero(allocation.state))
+    budget = deadline.leaving(PLACE_S_PER_STEP * moved).child(EXACT_SHARE).within(
+        CERTIFY_LIMIT_S)
     result = exact(menu, capacity, budget, tolerance, threads)
     return MenuSolve(allocation, result, False)
 
@@ -497,13 +528,14 @@ def place_extras(phases: Phases, placement: Placement, deadline: Deadline | None
             servers = placed_count(ledger, layout, o.parameter_server_type) // per
             if o.parameter_servers[s] > servers:
                 ledger += place_tasks(layout, free, TaskRequest(
-                    o.parameter_server_type, int(o.parameter_servers[s]) - servers, per, keep))
+                    o.parameter_server_type, int(o.parameter_servers[s]) - servers, per, keep),
+                    placement.type_nodes)
                 servers = placed_count(ledger, layout, o.parameter_server_type) // per
         workers = placed_count(ledger, layout, o.type_index) // o.unit
         if o.workers[s] > workers:
             ledger += place_tasks(layout, free, TaskRequest(
                 o.type_index, int(o.workers[s]) - workers, o.unit, keep, placement.prefer_extra,
-                near=tuple(node for node, _ in ledger)))
+                near=tuple(node for node, _ in ledger)), placement.type_nodes)
             workers = placed_count(ledger, layout, o.type_index) // o.unit
         if workers < o.workers[s] or servers < o.parameter_servers[s]:
             fits = (o.workers <= workers) & (o.parameter_servers <= servers)
