@@ -43,8 +43,8 @@ jobs (best of 3; 2026-12-02, 2-core machine), with room for a busy machine: time
 device queues written as bytes) 2.3 us, market plans (the Fisher market: a spending per job
 message) 2.4 us, configurations (written as bytes with the allocations; at load average 2.7:
 Optimus 1.2 us, Sia 2.5 us, Pollux 3.1 us wall, against 3.4, 3.0 and 3.5 us when written a
-message per job; the reserve keeps twice the largest), groups (IADeep) 4.4 us. Planning windows (Shockwave, 8,192 jobs at most)
-keep the former single figure."""
+message per job; the reserve keeps twice the largest), groups (IADeep) 4.4 us. Planning
+windows (Shockwave, 8,192 jobs at most) keep the former single figure."""
 RESPONSE_MAX_SHARE = 0.5
 """The response reserve never takes more than this share of the time left before the solve."""
 

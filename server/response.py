@@ -20,9 +20,9 @@ from apportion.server.group_wire import GroupWire
 from apportion.server.packed_fields import encode_varints, write_packed
 from apportion.server.plan_wire import job_allocations
 from apportion.server.queue_wire import device_queue_records, job_queue_fields
-from apportion.server.wire_records import Bytes, Ints, copy_ranges
 from apportion.server.sharing_inputs import fill_sharing_response
 from apportion.server.topology_inputs import fill_placement_response
+from apportion.server.wire_records import Bytes, Ints, copy_ranges
 from apportion.solver.model import FloatArray, PolicyRequest, Problem
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 from apportion.v1 import allocation_service_pb2 as service_pb

@@ -14,8 +14,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apportion.formulations.optimus import optimus
 from apportion.formulations.elastic_plan import to_plan
+from apportion.formulations.optimus import optimus
 from apportion.server.response import plan_response
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import PolicyRequest, Problem, SolveOptions
