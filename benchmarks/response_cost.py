@@ -17,9 +17,10 @@ short at this load).
 from __future__ import annotations
 
 import argparse
-import math
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from time_limits import snapshot
 
@@ -77,44 +78,15 @@ def _configuration_messages(plan: Plan, problem: Problem, policy: PolicyRequest,
                             limit_s: float) -> float:
     """The wall time of a configuration plan's response written the way it was before its
     configurations and elastic section were written with the allocations' records: a
-    `ConfigurationChoice` and an `ElasticAllocation` message per job."""
-    sections = plan.configurations
-    if sections is None:
+    `ConfigurationChoice` and an `ElasticAllocation` message per job (the reference builder
+    of the test that compares the two)."""
+    if plan.configurations is None:
         return float("nan")
-    names = problem.cluster.type_names
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.server.test_elastic_wire import reference
+
     started = time.perf_counter()
-    message = plan_response(replace(plan, configurations=None), problem, policy, 0.0,
-                            limit_s).message()
-    for entry, choice in zip(message.plan.jobs, sections.choices, strict=False):
-        if choice is None:
-            continue
-        conf = entry.configuration
-        conf.accelerator_type = names[choice.type_index]
-        conf.nodes, conf.devices = choice.nodes, choice.devices
-        conf.goodput, conf.normalized_goodput = choice.goodput, choice.normalized_goodput
-        conf.restart_factor, conf.unchanged = choice.restart_factor, choice.unchanged
-        for node, devices in choice.node_devices:
-            conf.node_devices[node] = conf.node_devices[node] + devices
-        conf.placed, conf.placement_detail = choice.placed, choice.placement_detail
-        conf.atomic_batch_size = choice.atomic_batch_size
-        conf.accumulation_steps = choice.accumulation_steps
-    elastic = sections.elastic
-    if elastic is not None:
-        for i, entry in enumerate(message.plan.jobs):
-            out = entry.elastic
-            out.workers = int(elastic.workers[i])
-            out.parameter_servers = int(elastic.parameter_servers[i])
-            out.base_devices = int(elastic.base_devices[i])
-            if elastic.parameter_server_nodes:
-                for node, devices in elastic.parameter_server_nodes[i]:
-                    out.parameter_server_nodes[node] = out.parameter_server_nodes[node] + devices
-            for name in ("remaining_steps", "remaining_time_s", "loss_reduction"):
-                values = getattr(elastic, name)
-                if values is not None and math.isfinite(float(values[i])):
-                    setattr(out, name, float(values[i]))
-            if elastic.preempted is not None:
-                out.preempted = bool(elastic.preempted[i])
-    message.SerializeToString()
+    reference(plan, problem, policy).SerializeToString()
     return time.perf_counter() - started
 
 

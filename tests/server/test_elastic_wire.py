@@ -32,13 +32,14 @@ from tests.formulations.elastic_cases import elastic_problem, sync_model
 POLICY = PolicyRequest("optimus", OptimusParameters())
 
 
-def reference(plan: Plan, problem: Problem) -> service_pb.SolveResponse:
+def reference(plan: Plan, problem: Problem, policy: PolicyRequest = POLICY
+              ) -> service_pb.SolveResponse:
     """The response with the elastic section written a message field at a time, as the
     service wrote it before (the plan's other sections as `plan_response` writes them)."""
     assert plan.configurations is not None
     section = plan.configurations.elastic
     bare = replace(plan, configurations=None)
-    response = plan_response(bare, problem, POLICY, 0.0, 0.0).message()
+    response = plan_response(bare, problem, policy, 0.0, 0.0).message()
     names = problem.cluster.type_names
     for entry, choice in zip(response.plan.jobs, plan.configurations.choices, strict=False):
         if choice is None:
