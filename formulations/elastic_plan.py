@@ -62,23 +62,23 @@ CERTIFY_LIMIT_S = 30.0
 menus); the request's own deadline applies when earlier."""
 DEADLINE_CHECK_EVERY = 64
 """Jobs between two reads of the deadline in admission and placement."""
-PLAN_S_PER_JOB = 1.5e-6
+PLAN_S_PER_JOB = 6e-7
 """Time (s) per job of the problem that the stages before the plan leave for the per-job
-closing work (the waiting jobs' reasons, the certificate, the plan's arrays; measured below
-1 us a job at 100,000 jobs on a 2-core machine)."""
-PLAN_S_PER_ADMITTED = 5e-5
+closing work (the waiting jobs' reasons, the certificate, the plan's arrays; measured: about
+0.3 us a job at 100,000 jobs on a 2-core machine)."""
+PLAN_S_PER_ADMITTED = 3e-5
 """Time (s) per admitted job left for placing its extra tasks, settling it and writing its
-configuration into the plan (measured: 0.13 s and 0.15 s for 6,500 admitted jobs, under the
-profiler, 100,000 jobs, 2-core machine)."""
-PLACE_S_PER_STEP = 1e-4
-"""Time (s) per greedy step the greedy leaves for placing the task it adds (placing a moved
-job's tasks takes about 40-70 us on 9,375 nodes)."""
-WRITE_S_PER_ADMITTED = 2.5e-5
+configuration into the plan (measured at 100,000 jobs, about 12,000 admitted, 2-core machine:
+16-33 us a job, the most for Lyra, whose extras go to loaned nodes first)."""
+PLACE_S_PER_STEP = 7e-5
+"""Time (s) per greedy step the greedy leaves for placing the task it adds (measured: 20-60 us
+a step on 9,375 nodes, the most for Lyra)."""
+WRITE_S_PER_ADMITTED = 1.5e-5
 """The part of `PLAN_S_PER_ADMITTED` that placing the extras leaves for writing the admitted
-job's configuration into the plan."""
-MENU_S_PER_ADMITTED = 2e-5
+job's configuration into the plan (measured: 12 us a job)."""
+MENU_S_PER_ADMITTED = 1.5e-5
 """Time (s) per admitted job for valuing its states, building the menu and the greedy's first
-moves (measured: 0.1 s for 6,500 admitted jobs under the profiler)."""
+moves (measured: 6-8 us a job)."""
 MENU_CELL_LIMIT = 30_000_000
 """Most (jobs x states x types) entries of a menu (about 240 MB of demands): beyond it every
 job's worker counts are thinned geometrically (`elastic_speed.thinned`)."""
