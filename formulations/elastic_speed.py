@@ -155,10 +155,25 @@ def type_options(problem: Problem, i: int, j: int, default_max: int,
     return None
 
 
+def job_entries(problem: Problem, i: int) -> list[tuple[int, int, int, float]]:
+    """Job i's given goodputs as (type index, nodes, devices, goodput), read from the columns'
+    slices (`GivenGoodputs.entries` without making Python lists of every job's columns: a
+    policy under a deadline may read few jobs)."""
+    given = problem.jobs.given_goodput
+    if not len(given):
+        return []
+    first, end = int(given.start[i]), int(given.start[i + 1])
+    if first == end:
+        return []
+    return list(zip(given.type_index[first:end].tolist(), given.nodes[first:end].tolist(),
+                    given.devices[first:end].tolist(), given.goodput[first:end].tolist(),
+                    strict=True))
+
+
 def job_options(problem: Problem, i: int, default_max: int) -> list[TypeOptions]:
     """Job i's states on every type it can use, in type order."""
     out = []
-    entries = problem.jobs.given_goodput.entries(i)  # read once for every type
+    entries = job_entries(problem, i)  # read once for every type
     for j in range(problem.cluster.num_types):
         options = type_options(problem, i, j, default_max, entries)
         if options is not None:

@@ -15,11 +15,12 @@ from hypothesis import strategies as st
 
 from apportion.formulations import elastic_menu, elastic_plan
 from apportion.formulations.elastic_menu import Menu, exact, greedy, ladder_moves
+from apportion.formulations.elastic_speed import job_entries
 from apportion.formulations.optimus import optimus
 from apportion.solver import deadline as deadline_module
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
-from apportion.solver.model import SolveOptions
+from apportion.solver.model import GivenGoodput, SolveOptions
 from apportion.solver.parameters import OptimusParameters
 from apportion.solver.result import JobStatus
 from tests.countdown import CountdownDeadline, FrozenClock
@@ -166,3 +167,16 @@ def test_admission_order_is_running_then_arrival_then_id(
     running = np.array([r for r, _, _ in jobs], bool)
     expected = sorted(range(m), key=lambda k: (not jobs[k][0], jobs[k][1], jobs[k][2]))
     assert elastic_plan.admission_order(problem, running).tolist() == expected
+
+
+def test_a_jobs_entries_are_read_from_its_slices() -> None:
+    """`job_entries` (read when the job's turn comes) gives the model's entries of each job,
+    also for a job without any."""
+    configurations = [
+        [GivenGoodput(0, 1, 1, 10.0), GivenGoodput(0, 1, 2, 18.0), GivenGoodput(1, 2, 4, 30.0)],
+        [],
+        [GivenGoodput(1, 1, 1, 5.0)],
+    ]
+    problem = elastic_problem([4, 4], [1e3] * 3, configurations=configurations)
+    for i in range(3):
+        assert job_entries(problem, i) == problem.jobs.given_goodput.entries(i)
