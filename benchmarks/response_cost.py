@@ -6,7 +6,8 @@ response reserve, `server/pipeline.py` RESPONSE_RESERVE).
 For one policy of each plan kind: the time_limits benchmark's seeded snapshot (smaller where
 that benchmark builds it smaller), solved in process with a time limit (`POLICY`), then the response
 written as the service writes it (`plan_response(...).serialize()`), best of 3; for the queue
-plan also as it was written before (a message per queue entry), the reference. Printed: the
+and configuration plans also as they were written before (a message per queue entry, per
+configuration and per elastic section), the reference. Printed: the
 wall seconds, wall and CPU microseconds per job (the CPU time does not grow when other work
 shares the cores) and, as the reference in the same run, the per-job reserve the pipeline
 holds back for that kind and the ratio of the wall time to it (above 1 = the reserve is
@@ -16,8 +17,10 @@ short at this load).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from time_limits import snapshot
 
@@ -63,10 +66,28 @@ def measure(kind: PlanKind, jobs: int | None) -> None:
           f" {wall / size * 1e6:5.2f} us/job  cpu {cpu / size * 1e6:5.2f} us/job"
           f"  reserve {reserve * 1e6:5.2f} us/job  wall/reserve {wall / size / reserve:4.2f}"
           f"  ({plan.certificate.termination.value})", flush=True)
-    if kind is PlanKind.QUEUE and plan.queues is not None:
-        wall = min(_queue_messages(plan, problem, policy, limit_s) for _ in range(3))
+    reference = {PlanKind.QUEUE: _queue_messages,
+                 PlanKind.CONFIGURATION: _configuration_messages}.get(kind)
+    if reference is not None:
+        wall = min(reference(plan, problem, policy, limit_s) for _ in range(3))
         print(f"{'':<14} {'(a message per entry)':<26} {size:>7} jobs  wall {wall:6.3f} s"
               f" {wall / size * 1e6:5.2f} us/job", flush=True)
+
+
+def _configuration_messages(plan: Plan, problem: Problem, policy: PolicyRequest,
+                            limit_s: float) -> float:
+    """The wall time of a configuration plan's response written the way it was before its
+    configurations and elastic section were written with the allocations' records: a
+    `ConfigurationChoice` and an `ElasticAllocation` message per job (the reference builder
+    of the test that compares the two)."""
+    if plan.configurations is None:
+        return float("nan")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.server.test_elastic_wire import reference
+
+    started = time.perf_counter()
+    reference(plan, problem, policy).SerializeToString()
+    return time.perf_counter() - started
 
 
 def _queue_messages(plan: Plan, problem: Problem, policy: PolicyRequest, limit_s: float

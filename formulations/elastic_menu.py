@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from apportion.solver.backends.highs import INFINITY, HighsSettings, LinearModel, solve_highs
+from apportion.solver.backends.highs_startup import MILP
 from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import NO_DEADLINE, Deadline
 from apportion.solver.model import FloatArray, IntArray
@@ -40,7 +41,7 @@ DP_CELL_LIMIT = 400_000_000
 """Largest sum over resources of jobs x states x (capacity + 1) solved by dynamic programming
 (about 2 s of numpy on one core); larger instances go to the MILP."""
 DEADLINE_CHECK_EVERY = 64
-"""Greedy steps (or DP jobs) between two reads of the deadline."""
+"""Greedy steps between two reads of the deadline (the dynamic program reads it every job)."""
 FREE_MOVE_SHARE = 1e-12
 """Dominant share given to a move that adds no resource (so a free positive gain goes first)."""
 
@@ -118,9 +119,12 @@ def _shares(added: IntArray, capacity: IntArray) -> FloatArray:
     return np.asarray(np.where(share > 0, share, FREE_MOVE_SHARE), np.float64)
 
 
-def greedy(menu: Menu, capacity: IntArray, deadline: Deadline = NO_DEADLINE) -> MenuAllocation:
+def greedy(menu: Menu, capacity: IntArray, deadline: Deadline = NO_DEADLINE,
+           step_reserve_s: float = 0.0) -> MenuAllocation:
     """Optimus's and SLAQ's marginal-gain rule (module docstring). Ties: the lower job index,
-    then the earlier move."""
+    then the earlier move. Stops (incomplete) at the deadline, or once no more than
+    `step_reserve_s` per step taken is left before it (the time a later stage needs for each
+    move, such as placing its task)."""
     m = menu.num_jobs
     state = np.zeros(m, np.int64)
     left = np.asarray(capacity, np.int64) - menu.demand[:, 0, :].sum(axis=0)
@@ -144,13 +148,15 @@ def greedy(menu: Menu, capacity: IntArray, deadline: Deadline = NO_DEADLINE) -> 
         k = int(np.argmax(score))
         heapq.heappush(heap, (-float(score[k]), i, int(targets[k])))
 
-    for i in range(m):
-        push_best(i)
+    heap.extend(_first_moves(menu, by_source.get(0), left, capacity))
+    heapq.heapify(heap)
     steps = 0
     complete = True
     while heap:
         steps += 1
-        if steps % DEADLINE_CHECK_EVERY == 0 and deadline.expired():
+        if steps % DEADLINE_CHECK_EVERY == 0 and (
+                deadline.expired()
+                or (step_reserve_s > 0 and deadline.remaining() <= step_reserve_s * steps)):
             complete = False
             break
         _, i, target = heapq.heappop(heap)
@@ -161,6 +167,24 @@ def greedy(menu: Menu, capacity: IntArray, deadline: Deadline = NO_DEADLINE) -> 
         push_best(i)  # the next move from the new state, or a move that still fits
     objective, used = evaluate(menu, state)
     return MenuAllocation(state, objective, used, f"greedy ({steps} steps)", complete)
+
+
+def _first_moves(menu: Menu, targets: IntArray | None, left: IntArray, capacity: IntArray
+                 ) -> list[tuple[float, int, int]]:
+    """Every job's best move from its base, as the greedy's heap entries (-score, job, target
+    state), all jobs at once: what the greedy's per-job step gives for state 0 and `left`
+    (R,) leftover units."""
+    if targets is None or targets.size == 0 or menu.num_jobs == 0:
+        return []
+    gain = menu.value[:, targets] - menu.value[:, :1]  # (m, T)
+    added = menu.demand[:, targets] - menu.demand[:, :1]  # (m, T, R)
+    fits = np.all(added <= left, axis=2) & (gain > 0) & np.isfinite(gain)
+    with np.errstate(invalid="ignore"):
+        score = np.where(fits, gain / _shares(added, capacity), -np.inf)
+    best = np.argmax(score, axis=1)
+    jobs = np.flatnonzero(fits.any(axis=1))
+    return list(zip((-score[jobs, best[jobs]]).tolist(), jobs.tolist(),
+                    targets[best[jobs]].tolist(), strict=True))
 
 
 @dataclass(frozen=True)
@@ -237,7 +261,7 @@ def _dynamic_program(menu: Menu, capacity: IntArray, deadline: Deadline) -> Exac
         choice = np.zeros((jobs.size, cap + 1), np.int32)
         columns = np.arange(cap + 1)
         for k, i in enumerate(jobs):
-            if k % DEADLINE_CHECK_EVERY == 0 and k and deadline.expired():
+            if k and deadline.expired():  # a job's row costs S x (capacity + 1) cells
                 return _stopped(menu, started, "dynamic program cut by the deadline")
             d = menu.demand[i, :, r]
             v = menu.value[i]
@@ -295,7 +319,7 @@ def _milp(
         integer=np.ones(nv, dtype=bool),
         maximize=True,
     )
-    settings = HighsSettings(mip_rel_gap=relative_gap, threads=threads)
+    settings = HighsSettings(mip_rel_gap=relative_gap, threads=threads, startup=MILP)
     result = solve_highs(model, settings, deadline)
     allocation: MenuAllocation | None = None
     if result.has_solution:

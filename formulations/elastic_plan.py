@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -54,12 +55,30 @@ BoolArray = NDArray[np.bool_]
 Ledger = list[tuple[int, int]]
 """(node index, devices) a job's tasks hold, in placement order."""
 EXACT_SHARE = 0.8
-"""Fraction of the time left that the exact solve may use when it only certifies the greedy."""
+"""Fraction of the time left that the exact solve may use (after the greedy when it only
+certifies it; before it otherwise)."""
 CERTIFY_LIMIT_S = 30.0
 """Longest exact solve (s) run only to certify the greedy (a MILP on large parameter-server
 menus); the request's own deadline applies when earlier."""
 DEADLINE_CHECK_EVERY = 64
 """Jobs between two reads of the deadline in admission and placement."""
+PLAN_S_PER_JOB = 6e-7
+"""Time (s) per job of the problem that the stages before the plan leave for the per-job
+closing work (the waiting jobs' reasons, the certificate, the plan's arrays; measured: about
+0.3 us a job at 100,000 jobs on a 2-core machine)."""
+PLAN_S_PER_ADMITTED = 3e-5
+"""Time (s) per admitted job left for placing its extra tasks, settling it and writing its
+configuration into the plan (measured at 100,000 jobs, about 12,000 admitted, 2-core machine:
+16-33 us a job, the most for Lyra, whose extras go to loaned nodes first)."""
+PLACE_S_PER_STEP = 7e-5
+"""Time (s) per greedy step the greedy leaves for placing the task it adds (measured: 20-60 us
+a step on 9,375 nodes, the most for Lyra)."""
+WRITE_S_PER_ADMITTED = 1.5e-5
+"""The part of `PLAN_S_PER_ADMITTED` that placing the extras leaves for writing the admitted
+job's configuration into the plan (measured: 12 us a job)."""
+MENU_S_PER_ADMITTED = 1.5e-5
+"""Time (s) per admitted job for valuing its states, building the menu and the greedy's first
+moves (measured: 6-8 us a job)."""
 MENU_CELL_LIMIT = 30_000_000
 """Most (jobs x states x types) entries of a menu (about 240 MB of demands): beyond it every
 job's worker counts are thinned geometrically (`elastic_speed.thinned`)."""
@@ -98,9 +117,23 @@ def holdings(problem: Problem, i: int) -> tuple[tuple[int, int], ...]:
 def admission_order(problem: Problem, running: BoolArray) -> IntArray:
     """Running jobs first, then by arrival time, then id."""
     jobs = problem.jobs
-    keys = sorted(range(jobs.num_jobs),
-                  key=lambda i: (not running[i], jobs.arrival_time_s[i], jobs.ids[i]))
-    return np.asarray(keys, np.int64)
+    if jobs.num_jobs == 0:
+        return np.zeros(0, np.int64)
+    ids = np.asarray(jobs.ids, dtype=str)
+    return np.lexsort((ids, jobs.arrival_time_s, ~np.asarray(running, bool))).astype(np.int64)
+
+
+def plan_reserve(num_jobs: int, admitted: int) -> float:
+    """Time (s) to leave, after the menu is solved, for placing the admitted jobs' extra tasks
+    and writing the certificate and the plan: `PLAN_S_PER_JOB` per job of the problem and
+    `PLAN_S_PER_ADMITTED` per admitted job."""
+    return PLAN_S_PER_JOB * num_jobs + PLAN_S_PER_ADMITTED * admitted
+
+
+def admission_reserve(num_jobs: int, admitted: int) -> float:
+    """Time (s) admission leaves when `admitted` jobs are in: `plan_reserve` and building and
+    starting the menu (`MENU_S_PER_ADMITTED` per admitted job)."""
+    return plan_reserve(num_jobs, admitted) + MENU_S_PER_ADMITTED * admitted
 
 
 @dataclass(frozen=True)
@@ -119,11 +152,21 @@ class TaskRequest:
     """Nodes the job already uses: tried first within each preference group."""
 
 
-def place_tasks(layout: NodeLayout, free: IntArray, request: TaskRequest) -> Ledger:
+def type_nodes(layout: NodeLayout) -> tuple[IntArray, ...]:
+    """Per accelerator type, its node indices (ascending)."""
+    types = int(layout.node_type.max()) + 1 if layout.node_type.size else 0
+    order = np.argsort(layout.node_type, kind="stable")
+    bounds = np.searchsorted(layout.node_type[order], np.arange(types + 1))
+    return tuple(order[bounds[j]:bounds[j + 1]] for j in range(types))
+
+
+def place_tasks(layout: NodeLayout, free: IntArray, request: TaskRequest,
+                nodes_of_type: Sequence[IntArray] | None = None) -> Ledger:
     """Place up to `request.tasks` tasks, taking devices from `free` (nodes,): kept nodes
     first, then the preferred nodes of the type, the job's own nodes (`near`, and those just
     kept) before others, most free first (fewest servers), ties by node index. Returns (node,
-    devices) pairs (fewer tasks when the nodes are too full)."""
+    devices) pairs (fewer tasks when the nodes are too full). `nodes_of_type`: `type_nodes`
+    of the layout, when at hand."""
     left, unit = request.tasks, request.unit
     placed: Ledger = []
     for node, held in request.keep:
@@ -136,19 +179,26 @@ def place_tasks(layout: NodeLayout, free: IntArray, request: TaskRequest) -> Led
             free[node] -= take * unit
             placed.append((node, take * unit))
             left -= take
-    of_type = layout.node_type == request.type_index
-    groups = [of_type] if request.prefer is None else [of_type & request.prefer,
-                                                       of_type & ~request.prefer]
-    near = np.zeros(of_type.size, dtype=bool)
-    near[list(request.near) + [node for node, _ in placed]] = True
-    groups = [part for group in groups for part in (group & near, group & ~near)]
+    if left <= 0:
+        return placed
+    j = request.type_index
+    nodes = (nodes_of_type[j] if nodes_of_type is not None and j < len(nodes_of_type)
+             else np.flatnonzero(layout.node_type == j))
+    every = np.ones(nodes.size, dtype=bool)
+    groups = [every] if request.prefer is None else [request.prefer[nodes],
+                                                     ~request.prefer[nodes]]
+    used = list(request.near) + [node for node, _ in placed]
+    if used:  # the job's own nodes first within each group
+        near = np.isin(nodes, used)
+        groups = [part for group in groups for part in (group & near, group & ~near)]
     for group in groups:
         while left > 0:
-            room = np.where(group, free // unit, 0)
-            node = int(np.argmax(room))
-            if room[node] <= 0:
+            room = np.where(group, free[nodes] // unit, 0)
+            k = int(np.argmax(room))
+            if room[k] <= 0:
                 break
-            take = min(int(room[node]), left)
+            node = int(nodes[k])
+            take = min(int(room[k]), left)
             free[node] -= take * unit
             placed.append((node, take * unit))
             left -= take
@@ -203,6 +253,11 @@ class Placement:
     prefer_base: BoolArray | None = None
     prefer_extra: BoolArray | None = None
 
+    @cached_property
+    def type_nodes(self) -> tuple[IntArray, ...]:
+        """Per accelerator type, its node indices (`type_nodes`)."""
+        return type_nodes(self.layout)
+
 
 def place_base(placement: Placement, i: int, o: TypeOptions, state: int = 0) -> Ledger | None:
     """Place the tasks of a state (default the base: parameter servers, then workers); None
@@ -213,13 +268,14 @@ def place_base(placement: Placement, i: int, o: TypeOptions, state: int = 0) -> 
     if o.parameter_server_type >= 0 and o.parameter_servers[state] > 0:
         p = int(o.parameter_servers[state])
         per = int(o.parameter_server_devices[state]) // p
-        ledger += place_tasks(layout, free, TaskRequest(o.parameter_server_type, p, per, keep))
+        ledger += place_tasks(layout, free, TaskRequest(o.parameter_server_type, p, per, keep),
+                              placement.type_nodes)
         if placed_count(ledger, layout, o.parameter_server_type) < p * per:
             release(ledger, free)
             return None
     want = int(o.workers[state])
     got = place_tasks(layout, free, TaskRequest(o.type_index, want, o.unit, keep,
-                                                placement.prefer_base))
+                                                placement.prefer_base), placement.type_nodes)
     ledger += got
     if sum(d for _, d in got) < want * o.unit:
         release(ledger, free)
@@ -250,11 +306,13 @@ def admit(
     placement: Placement,
     skip: Callable[[int], str] | None = None,
     deadline: Deadline | None = None,
+    reserve: Callable[[int], float] | None = None,
 ) -> Admission:
     """Phase 1 (module docstring): `options_of(i)` job i's states on every type it can use,
     asked when its turn comes. `skip(i)` returns a reason to leave a job out as FINISHED
-    (e.g. no remaining work), "" to consider it. Past the deadline the remaining jobs wait
-    (their states are never worked out)."""
+    (e.g. no remaining work), "" to consider it. Past the deadline, or once no more than
+    `reserve(admitted)` seconds are left before it (the later stages' time for that many
+    admitted jobs), the remaining jobs wait (their states are never worked out)."""
     m = problem.jobs.num_jobs
     status = [JobStatus.DEFERRED] * m
     reason = [""] * m
@@ -263,7 +321,7 @@ def admit(
     ledgers: list[Ledger] = []
     for position, i in enumerate(order.tolist()):
         if (deadline is not None and position % DEADLINE_CHECK_EVERY == 0 and position
-                and deadline.expired()):
+                and _out_of_time(deadline, reserve(len(admitted)) if reserve else 0.0)):
             for j in order[position:].tolist():
                 reason[j] = "waiting: the time limit was reached before its turn"
             break
@@ -291,6 +349,11 @@ def admit(
             reason[i] = "waiting: its smallest allocation does not fit the free devices"
     return Admission(np.asarray(admitted, np.int64), tuple(chosen), tuple(ledgers),
                      tuple(status), tuple(reason))
+
+
+def _out_of_time(deadline: Deadline, reserve_s: float) -> bool:
+    """The deadline has passed, or no more than `reserve_s` seconds are left before it."""
+    return deadline.expired() or (reserve_s > 0 and deadline.remaining() <= reserve_s)
 
 
 def _within_cell_limit(admission: Admission, n: int) -> Admission:
@@ -363,16 +426,22 @@ def solve_menu(
     with_exact: bool = True,
 ) -> MenuSolve:
     """The greedy (and the exact solve for its gap when `with_exact`), or the exact allocation
-    (the greedy's when the exact solve finds nothing in time)."""
+    (the greedy's when the exact solve finds nothing in time). Under a deadline, the exact
+    solve that certifies the greedy leaves `PLACE_S_PER_STEP` per job the greedy moved (for
+    placing their tasks) and takes `EXACT_SHARE` of the rest; the exact solve of method
+    `exact` takes `EXACT_SHARE` of the time, leaving the rest to the greedy should it find
+    nothing."""
     if method is ElasticMethod.EXACT:
-        result = exact(menu, capacity, deadline, tolerance, threads)
+        result = exact(menu, capacity, deadline.child(EXACT_SHARE), tolerance, threads)
         if result.allocation is not None:
             return MenuSolve(result.allocation, result, True)
-        return MenuSolve(greedy(menu, capacity, deadline), result, False)
-    allocation = greedy(menu, capacity, deadline)
+        return MenuSolve(greedy(menu, capacity, deadline, PLACE_S_PER_STEP), result, False)
+    allocation = greedy(menu, capacity, deadline, PLACE_S_PER_STEP)
     if not with_exact:
         return MenuSolve(allocation, None, False)
-    budget = deadline.child(EXACT_SHARE).within(CERTIFY_LIMIT_S)
+    moved = int(np.count_nonzero(allocation.state))
+    budget = deadline.leaving(PLACE_S_PER_STEP * moved).child(EXACT_SHARE).within(
+        CERTIFY_LIMIT_S)
     result = exact(menu, capacity, budget, tolerance, threads)
     return MenuSolve(allocation, result, False)
 
@@ -412,13 +481,16 @@ def run_phases(
     value each admitted job's states (`value_of(i, options)`), solve by `method`. `current`
     (m,) current type per job (-1 = pending; default the history's)."""
     current = current_types(problem) if current is None else current
+    m = problem.jobs.num_jobs
     admission = admit(problem, lambda i: job_options(problem, i, default_max),
-                      admission_order(problem, current >= 0), current, placement, skip, deadline)
+                      admission_order(problem, current >= 0), current, placement, skip, deadline,
+                      lambda admitted: admission_reserve(m, admitted))
     admission = _within_cell_limit(admission, problem.cluster.num_types)
     values = tuple(np.asarray(value_of(int(i), o), np.float64)
-                   for i, o in zip(admission.order, admission.options, strict=True))
+                   for i, o in zip(admission.order.tolist(), admission.options, strict=True))
     menu = build_menu(admission.options, values, problem.cluster.num_types)
-    solved = solve_menu(menu, capacity, method, deadline, tolerance, threads, with_exact)
+    menu_deadline = deadline.leaving(plan_reserve(m, len(admission.options)))
+    solved = solve_menu(menu, capacity, method, menu_deadline, tolerance, threads, with_exact)
     return Phases(admission, values, menu, solved)
 
 
@@ -456,13 +528,14 @@ def place_extras(phases: Phases, placement: Placement, deadline: Deadline | None
             servers = placed_count(ledger, layout, o.parameter_server_type) // per
             if o.parameter_servers[s] > servers:
                 ledger += place_tasks(layout, free, TaskRequest(
-                    o.parameter_server_type, int(o.parameter_servers[s]) - servers, per, keep))
+                    o.parameter_server_type, int(o.parameter_servers[s]) - servers, per, keep),
+                    placement.type_nodes)
                 servers = placed_count(ledger, layout, o.parameter_server_type) // per
         workers = placed_count(ledger, layout, o.type_index) // o.unit
         if o.workers[s] > workers:
             ledger += place_tasks(layout, free, TaskRequest(
                 o.type_index, int(o.workers[s]) - workers, o.unit, keep, placement.prefer_extra,
-                near=tuple(node for node, _ in ledger)))
+                near=tuple(node for node, _ in ledger)), placement.type_nodes)
             workers = placed_count(ledger, layout, o.type_index) // o.unit
         if workers < o.workers[s] or servers < o.parameter_servers[s]:
             fits = (o.workers <= workers) & (o.parameter_servers <= servers)
@@ -492,21 +565,39 @@ class Settled:
     """Per job, (node index, devices) of all its tasks."""
     lowered: int
     """Jobs that got a smaller state than phase 2 chose (fragmented nodes)."""
+    admitted: IntArray
+    """The admitted jobs' indices (in admission order): the jobs with options."""
 
     def held(self, i: int) -> tuple[TypeOptions, int] | None:
         o = self.options[i]
         return None if o is None else (o, int(self.state[i]))
 
     def with_reasons(self, reason: Sequence[str]) -> Settled:
-        return Settled(self.status, tuple(reason), self.options, self.state, self.node_devices,
-                       self.lowered)
+        return replace(self, reason=tuple(reason))
+
+    def speeds(self) -> tuple[FloatArray, FloatArray]:
+        """(m,) training speed (steps/s) of each job's state and of its base (0 = not
+        admitted)."""
+        m = len(self.options)
+        speed, base = np.zeros(m), np.zeros(m)
+        admitted = self.admitted.tolist()
+        speed[admitted] = [self.options[i].speed[s]  # type: ignore[union-attr]
+                           for i, s in zip(admitted, self.state[admitted].tolist(), strict=True)]
+        base[admitted] = [self.options[i].speed[0]  # type: ignore[union-attr]
+                          for i in admitted]
+        return speed, base
 
 
 def settle(problem: Problem, phases: Phases, placement: Placement,
            deadline: Deadline | None = None) -> Settled:
-    """Place the extras and give the per-job view of the allocation."""
-    states, lowered = place_extras(phases, placement, deadline)
+    """Place the extras and give the per-job view of the allocation. The extras are placed
+    until `WRITE_S_PER_ADMITTED` per admitted job and `PLAN_S_PER_JOB` per job are left
+    before the deadline (the later jobs keep their base)."""
     m = problem.jobs.num_jobs
+    if deadline is not None:
+        deadline = deadline.leaving(PLAN_S_PER_JOB * m
+                                    + WRITE_S_PER_ADMITTED * len(phases.admission.options))
+    states, lowered = place_extras(phases, placement, deadline)
     options: list[TypeOptions | None] = [None] * m
     state = np.full(m, -1, np.int64)
     nodes: list[tuple[tuple[int, int], ...]] = [()] * m
@@ -518,7 +609,7 @@ def settle(problem: Problem, phases: Phases, placement: Placement,
             total[node] = total.get(node, 0) + devices
         nodes[i] = tuple(sorted((v, d) for v, d in total.items() if d > 0))
     return Settled(phases.admission.status, phases.admission.reason, tuple(options), state,
-                   tuple(nodes), lowered)
+                   tuple(nodes), lowered, phases.admission.order)
 
 
 def certify(
@@ -588,14 +679,12 @@ def remaining_time_certificate(
     sum. Shared by Optimus and Lyra."""
     m = problem.jobs.num_jobs
     job_time = np.full(m, np.inf)
-    offset = 0.0
-    for i in range(m):
-        held = settled.held(i)
-        if held is None or not np.isfinite(remaining[i]):
-            continue
-        o, s = held
-        job_time[i] = remaining[i] / o.speed[s]
-        offset += remaining[i] / o.speed[0]
+    speed, base = settled.speeds()
+    counted = np.zeros(m, dtype=bool)
+    counted[settled.admitted] = True
+    counted &= np.isfinite(remaining)
+    job_time[counted] = remaining[counted] / speed[counted]
+    offset = float(np.sum(remaining[counted] / base[counted]))
     objective = float(job_time[np.isfinite(job_time)].sum())
     notes = [f"{settled.lowered} job(s) lowered by placement"] if settled.lowered else []
     cert = certify(False, objective, offset, phases.solve, tolerance, formulation,
@@ -634,32 +723,28 @@ def to_plan(problem: Problem, outcome: ElasticOutcome) -> Plan:
     settled = outcome.settled
     layout = layout_of(problem)
     share = np.zeros((m, n))
-    speed = np.zeros(m)
-    base_speed = np.zeros(m)
+    speed, base_speed = settled.speeds()
     workers = np.zeros(m, np.int64)
     servers = np.zeros(m, np.int64)
     base_devices = np.zeros(m, np.int64)
     hist = problem.history
-    configurations: list[ConfigurationChoice | None] = []
-    ps_nodes: list[tuple[tuple[str, int], ...]] = []
-    for i in range(m):
-        held = settled.held(i)
-        if held is None:
-            configurations.append(None)
-            ps_nodes.append(())
-            continue
-        o, s = held
+    configurations: list[ConfigurationChoice | None] = [None] * m
+    ps_nodes: list[tuple[tuple[str, int], ...]] = [()] * m
+    node_type = layout.node_type.tolist()
+    current_type, current_devices = hist.current_type.tolist(), hist.current_devices.tolist()
+    for i in settled.admitted.tolist():
+        o = settled.options[i]
+        assert o is not None
+        s = int(settled.state[i])
         j = o.type_index
         share[i, j] = 1.0
-        speed[i], base_speed[i] = o.speed[s], o.speed[0]
         workers[i], servers[i] = o.workers[s], o.parameter_servers[s]
         base_devices[i] = o.devices[0]
-        mine = [(v, d) for v, d in settled.node_devices[i] if layout.node_type[v] == j]
-        ps_nodes.append(tuple((layout.names[v], d) for v, d in settled.node_devices[i]
-                              if layout.node_type[v] != j and layout.names[v]))
-        current = (int(hist.current_type[i]) == j
-                   and int(hist.current_devices[i]) == int(o.devices[s]))
-        configurations.append(ConfigurationChoice(
+        mine = [(v, d) for v, d in settled.node_devices[i] if node_type[v] == j]
+        ps_nodes[i] = tuple((layout.names[v], d) for v, d in settled.node_devices[i]
+                            if node_type[v] != j and layout.names[v])
+        current = current_type[i] == j and current_devices[i] == int(o.devices[s])
+        configurations[i] = ConfigurationChoice(
             type_index=j,
             nodes=max(len(mine), 1),
             devices=int(o.devices[s]),
@@ -668,7 +753,7 @@ def to_plan(problem: Problem, outcome: ElasticOutcome) -> Plan:
             restart_factor=1.0,
             unchanged=bool(current),
             node_devices=tuple((layout.names[v], d) for v, d in mine if layout.names[v]),
-        ))
+        )
     section = ElasticSection(
         workers=workers,
         parameter_servers=servers,

@@ -102,8 +102,11 @@ def device_range(problem: Problem, i: int, j: int, default_max: int) -> tuple[in
     return max(lo, 1), hi, max(unit, 1)
 
 
-def type_options(problem: Problem, i: int, j: int, default_max: int) -> TypeOptions | None:
-    """Job i's states on type j (module docstring), None when it cannot use the type."""
+def type_options(problem: Problem, i: int, j: int, default_max: int,
+                 entries: list[tuple[int, int, int, float]] | None = None
+                 ) -> TypeOptions | None:
+    """Job i's states on type j (module docstring), None when it cannot use the type.
+    `entries`: job i's given goodputs (`GivenGoodputs.entries`), when already read."""
     count = int(problem.cluster.count[j])
     if count <= 0:
         return None
@@ -127,8 +130,9 @@ def type_options(problem: Problem, i: int, j: int, default_max: int) -> TypeOpti
             j, w_grid * unit, w_grid, p_grid, model.parameter_server_type, ps_devices,
             optimus_speed(model, p_grid, w_grid), unit, workers.size, "speed model",
         )
-    rows = [(nodes, gpus, goodput)
-            for t, nodes, gpus, goodput in problem.jobs.given_goodput.entries(i)
+    if entries is None:
+        entries = problem.jobs.given_goodput.entries(i)
+    rows = [(nodes, gpus, goodput) for t, nodes, gpus, goodput in entries
             if t == j and lo <= gpus <= hi and gpus % unit == 0 and goodput > 0]
     if rows:
         best: dict[int, tuple[int, float]] = {}
@@ -151,11 +155,27 @@ def type_options(problem: Problem, i: int, j: int, default_max: int) -> TypeOpti
     return None
 
 
+def job_entries(problem: Problem, i: int) -> list[tuple[int, int, int, float]]:
+    """Job i's given goodputs as (type index, nodes, devices, goodput), read from the columns'
+    slices (`GivenGoodputs.entries` without making Python lists of every job's columns: a
+    policy under a deadline may read few jobs)."""
+    given = problem.jobs.given_goodput
+    if not len(given):
+        return []
+    first, end = int(given.start[i]), int(given.start[i + 1])
+    if first == end:
+        return []
+    return list(zip(given.type_index[first:end].tolist(), given.nodes[first:end].tolist(),
+                    given.devices[first:end].tolist(), given.goodput[first:end].tolist(),
+                    strict=True))
+
+
 def job_options(problem: Problem, i: int, default_max: int) -> list[TypeOptions]:
     """Job i's states on every type it can use, in type order."""
     out = []
+    entries = job_entries(problem, i)  # read once for every type
     for j in range(problem.cluster.num_types):
-        options = type_options(problem, i, j, default_max)
+        options = type_options(problem, i, j, default_max, entries)
         if options is not None:
             out.append(options)
     return out

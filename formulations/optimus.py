@@ -58,9 +58,10 @@ def remaining_work(
     jobs = problem.jobs
     out = np.where(jobs.total_steps > 0, np.maximum(jobs.total_steps - jobs.steps_done, 0.0),
                    np.nan)
-    source = ["progress" if jobs.total_steps[i] > 0 else "unknown" for i in range(m)]
+    source = np.where(jobs.total_steps > 0, "progress", "unknown").tolist()
     elastic = problem.elastic
-    fitted = [i for i in range(m) if elastic is not None and elastic.history(i) is not None]
+    fitted = [] if elastic is None else [
+        i for i, history in enumerate(elastic.loss_history[:m]) if history is not None]
     if not fitted or deadline.expired():
         return out, source
     assert elastic is not None
@@ -124,8 +125,8 @@ def optimus(
     build = clock()
     settled = settle(problem, phases, placement, deadline)
     reason = list(settled.reason)
-    for i in range(problem.jobs.num_jobs):
-        if settled.held(i) is not None and source[i] == "unknown":
+    for i in settled.admitted.tolist():
+        if source[i] == "unknown":
             reason[i] = "remaining work unknown (no loss history, no total_steps): base only"
     formulation = (
         f"optimus: {parameters.method.value} allocation minimizing the sum of predicted "

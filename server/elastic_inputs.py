@@ -22,7 +22,10 @@ from typing import Any
 import numpy as np
 
 from apportion.formulations.loss_curve import MIN_POINTS
+from apportion.server.choice_wire import serialized
 from apportion.server.job_wire import JobFields
+from apportion.server.wire_fields import Fields
+from apportion.server.wire_records import Bytes, Ints
 from apportion.solver.elastic_model import ElasticInputs, LossHistory, SpeedModel
 from apportion.solver.errors import Violation
 from apportion.solver.model import PartitionMode, PolicyRequest, Problem, SolveOptions
@@ -400,7 +403,8 @@ def fill_partition_stats(plan: Plan, stats: service_pb.SolveStats) -> None:
 
 def fill_elastic_response(plan: Plan, problem: Problem, response: service_pb.SolveResponse
                           ) -> None:
-    """The elastic section per job and Lyra's reclaiming (after the plan's jobs are written)."""
+    """Lyra's reclaiming (the per-job elastic section is written with the allocations'
+    records, `elastic_job_fields`)."""
     section = plan.configurations.elastic if plan.configurations is not None else None
     if section is None:
         return
@@ -418,17 +422,35 @@ def fill_elastic_response(plan: Plan, problem: Problem, response: service_pb.Sol
             reclaim.termination = service_pb.TerminationReason.Value(
                 f"TERMINATION_REASON_{cert.termination.name}")
             reclaim.method = "; ".join(filter(None, (cert.formulation, cert.detail)))
-    for i, entry in enumerate(response.plan.jobs):
-        out = entry.elastic
-        out.workers = int(section.workers[i])
-        out.parameter_servers = int(section.parameter_servers[i])
-        out.base_devices = int(section.base_devices[i])
-        if section.parameter_server_nodes:
-            for node, devices in section.parameter_server_nodes[i]:
-                out.parameter_server_nodes[node] = out.parameter_server_nodes[node] + devices
-        for name in ("remaining_steps", "remaining_time_s", "loss_reduction"):
-            values = getattr(section, name)
-            if values is not None and math.isfinite(float(values[i])):
-                setattr(out, name, float(values[i]))
-        if section.preempted is not None:
-            out.preempted = bool(section.preempted[i])
+
+
+_ELASTIC = service_pb.ElasticAllocation
+
+
+def elastic_job_fields(plan: Plan, m: int) -> tuple[Bytes, Ints] | None:
+    """Every job's serialized `JobAllocation.elastic` field (workers, parameter servers, base
+    devices, parameter servers' devices per node, the finite predictions and whether Lyra
+    preempted it), written column by column: the bytes of the m jobs one after another and
+    each job's length in them; None when the plan has no elastic section."""
+    section = plan.configurations.elastic if plan.configurations is not None else None
+    if section is None or not m:
+        return None
+    inner = Fields(m)
+    inner.varint(_ELASTIC.WORKERS_FIELD_NUMBER, np.asarray(section.workers[:m]))
+    inner.varint(_ELASTIC.PARAMETER_SERVERS_FIELD_NUMBER,
+                 np.asarray(section.parameter_servers[:m]))
+    inner.varint(_ELASTIC.BASE_DEVICES_FIELD_NUMBER, np.asarray(section.base_devices[:m]))
+    if section.parameter_server_nodes:
+        inner.name_counts(_ELASTIC.PARAMETER_SERVER_NODES_FIELD_NUMBER,
+                          section.parameter_server_nodes[:m])
+    for number, values in ((_ELASTIC.REMAINING_STEPS_FIELD_NUMBER, section.remaining_steps),
+                           (_ELASTIC.REMAINING_TIME_S_FIELD_NUMBER, section.remaining_time_s),
+                           (_ELASTIC.LOSS_REDUCTION_FIELD_NUMBER, section.loss_reduction)):
+        if values is not None:
+            column = np.asarray(values, np.float64)[:m]
+            inner.double(number, column, np.isfinite(column))
+    if section.preempted is not None:
+        inner.varint(_ELASTIC.PREEMPTED_FIELD_NUMBER, np.asarray(section.preempted[:m], bool))
+    outer = Fields(m)
+    outer.message(service_pb.JobAllocation.ELASTIC_FIELD_NUMBER, np.ones(m, bool), inner)
+    return serialized(outer)

@@ -32,7 +32,7 @@ RESPONSE_RESERVE: Mapping[PlanKind, float] = MappingProxyType({
     PlanKind.TIME_SHARE: 1e-6,
     PlanKind.QUEUE: 3e-6,
     PlanKind.MARKET: 5e-6,
-    PlanKind.CONFIGURATION: 1e-5,
+    PlanKind.CONFIGURATION: 6e-6,
     PlanKind.WINDOW: 4e-6,
     PlanKind.GROUPS: 1e-5,
 })
@@ -41,9 +41,10 @@ it, by plan kind: the CPU time `benchmarks/response_cost.py` measured in process
 jobs (best of 3; 2026-12-02, 2-core machine), with room for a busy machine: time shares
 (weighted max-min fairness, records written as bytes) 0.5 us, queues (allox, the places and
 device queues written as bytes) 2.3 us, market plans (the Fisher market: a spending per job
-message) 2.4 us, configurations (Optimus: a configuration message per job) 13.6 us wall at
-load average 6, groups (IADeep) 4.4 us. Planning windows (Shockwave, 8,192 jobs at most)
-keep the former single figure."""
+message) 2.4 us, configurations (written as bytes with the allocations; at load average 2.7:
+Optimus 1.2 us, Sia 2.5 us, Pollux 3.1 us wall, against 3.4, 3.0 and 3.5 us when written a
+message per job; the reserve keeps twice the largest), groups (IADeep) 4.4 us. Planning
+windows (Shockwave, 8,192 jobs at most) keep the former single figure."""
 RESPONSE_MAX_SHARE = 0.5
 """The response reserve never takes more than this share of the time left before the solve."""
 

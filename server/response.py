@@ -9,7 +9,12 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from apportion.server.elastic_inputs import fill_elastic_response, fill_partition_stats
+from apportion.server.choice_wire import configuration_fields
+from apportion.server.elastic_inputs import (
+    elastic_job_fields,
+    fill_elastic_response,
+    fill_partition_stats,
+)
 from apportion.server.fairness_inputs import fill_fairness_response
 from apportion.server.group_wire import GroupWire
 from apportion.server.packed_fields import encode_varints, write_packed
@@ -17,6 +22,7 @@ from apportion.server.plan_wire import job_allocations
 from apportion.server.queue_wire import device_queue_records, job_queue_fields
 from apportion.server.sharing_inputs import fill_sharing_response
 from apportion.server.topology_inputs import fill_placement_response
+from apportion.server.wire_records import Bytes, Ints, copy_ranges
 from apportion.solver.model import FloatArray, PolicyRequest, Problem
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -149,7 +155,6 @@ def plan_response(
     fill_share_response(plan, problem, out)
     device_queues = device_queue_bytes(plan, problem)
     fill_market_response(plan, problem, out)
-    fill_configuration_response(plan, problem, out)
     fill_elastic_response(plan, problem, response)
     fill_fairness_response(plan, problem, out)
     fill_placement_response(plan, problem, out)  # after the rounds: it adds their devices
@@ -159,10 +164,11 @@ def plan_response(
     return WireResponse(response, jobs, device_queues, group_records)
 
 
-_JOB_SECTIONS = ("configurations", "market", "window", "auction", "stride", "usage",
+_JOB_SECTIONS = ("market", "window", "auction", "stride", "usage",
                  "placement", "admission")
-"""Plan sections that write into the `JobAllocation`s (the queue places and the groups' fields
-are written with the allocations' records, `job_allocation_bytes`)."""
+"""Plan sections that write into the `JobAllocation`s (the queue places, the configurations,
+the elastic section and the groups' fields are written with the allocations' records,
+`job_allocation_bytes`)."""
 
 
 def _core_only(plan: Plan) -> bool:
@@ -245,13 +251,35 @@ def job_allocation_bytes(plan: Plan, problem: Problem, groups: GroupWire | None 
         groups = GroupWire(plan.groups)
     names = problem.cluster.type_names
     places = job_queue_fields(plan.queues, names) if plan.queues is not None else None
+    # the fields above the share state, in number order: configuration (30), the group's
+    # (70-73), elastic (90)
+    tails = [
+        configuration_fields(plan.configurations.choices, m, names)
+        if plan.configurations is not None else None,
+        groups.member_fields(m) if groups is not None else None,
+        elastic_job_fields(plan, m),
+    ]
+    tail = _joined([part for part in tails if part is not None])
     return job_allocations(
         problem.jobs.ids, _statuses(plan, m), plan.job_reason or ("",) * m, plan.time_share,
         names,
         (plan.effective_throughput, plan.normalized_throughput, plan.objective_value,
-         plan.job_dual), state, places,
-        groups.member_fields(m) if groups is not None else None,
+         plan.job_dual), state, places, tail,
     )
+
+
+def _joined(parts: list[tuple[Bytes, Ints]]) -> tuple[Bytes, Ints] | None:
+    """Per job, the serialized fields of each part in turn (a part: the bytes of the jobs one
+    after another, and each job's length in them); None for no part."""
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    size = np.sum([length for _, length in parts], axis=0)
+    at = np.cumsum(size) - size
+    out = np.zeros(int(size.sum()), np.uint8)
+    for data, length in parts:
+        copy_ranges(out, at, data, np.cumsum(length) - length, length)
+        at = at + length
+    return out, size
 
 
 def _statuses(plan: Plan, m: int) -> NDArray[np.int32]:
@@ -356,27 +384,3 @@ def fill_market_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> 
             grant.job_id = problem.jobs.ids[job]
             grant.accelerator_type = type_name
             grant.devices = int(problem.jobs.scale_factor[job])
-
-
-def fill_configuration_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
-    """`JobAllocation.configuration` for configuration policies (sia, pollux)."""
-    if plan.configurations is None:
-        return
-    names = problem.cluster.type_names
-    for entry, choice in zip(out.jobs, plan.configurations.choices, strict=False):
-        if choice is None:
-            continue
-        conf = entry.configuration
-        conf.accelerator_type = names[choice.type_index]
-        conf.nodes = choice.nodes
-        conf.devices = choice.devices
-        conf.goodput = choice.goodput
-        conf.normalized_goodput = choice.normalized_goodput
-        conf.restart_factor = choice.restart_factor
-        conf.unchanged = choice.unchanged
-        for node, devices in choice.node_devices:
-            conf.node_devices[node] = conf.node_devices[node] + devices
-        conf.placed = choice.placed
-        conf.placement_detail = choice.placement_detail
-        conf.atomic_batch_size = choice.atomic_batch_size
-        conf.accumulation_steps = choice.accumulation_steps

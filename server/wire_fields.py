@@ -119,12 +119,13 @@ class Fields:
 
         self._add((len(tag) + 8) * write, put)
 
-    def string(self, number: int, table: Texts, which: Ints) -> None:
-        """A string field: message k's string is table's `which[k]` (-1 = none)."""
+    def string(self, number: int, table: Texts, which: Ints, always: bool = False) -> None:
+        """A string field: message k's string is table's `which[k]` (-1 = none); written
+        unless empty, or for every message with `always` (a map entry's key)."""
         tag = _tag(number, LEN)
         length = np.zeros(self.count, np.int64)
         length[which >= 0] = table.length[which[which >= 0]]
-        write = length > 0
+        write = np.ones(self.count, bool) if always else length > 0
         size = np.where(write, len(tag) + varint_sizes(length) + length, 0)
 
         def put(out: Bytes, at: Ints) -> None:
@@ -224,9 +225,10 @@ class Fields:
         total = np.bincount(where, weights=values, minlength=first.size).astype(np.int64)
         total = (total + 2**31) % 2**32 - 2**31  # int32, as the map's values
         order = np.argsort(first, kind="stable")
-        entries = Fields(order.size)  # a key or value at its default is left out: parsed the same
-        entries.string(_MAP_KEY, Texts([str(n) for n in unique.tolist()]), code[first[order]])
-        entries.varint(_MAP_VALUE, total[order])
+        entries = Fields(order.size)  # key and value also at their defaults, as the runtime
+        entries.string(_MAP_KEY, Texts([str(n) for n in unique.tolist()]), code[first[order]],
+                       always=True)
+        entries.varint(_MAP_VALUE, total[order], np.ones(order.size, bool))
         offsets = np.zeros(self.count + 1, np.int64)
         np.cumsum(np.bincount(owner[first[order]], minlength=self.count), out=offsets[1:])
         self.messages(number, offsets, entries)
