@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from apportion.server.job_wire import JobFields
 from apportion.solver.errors import Violation
@@ -297,8 +298,22 @@ def _fill_lease(entry: service_pb.JobAllocation, lease: Lease, names: tuple[str,
     entry.lease.kept = lease.kept
 
 
+def fairness_job_doubles(plan: Plan) -> list[tuple[str, NDArray[np.float64]]]:
+    """(`JobAllocation` field, per-job values; NaN = unset) of the stride passes (a pass
+    that is not finite is not written) and the device-time, written with the allocations'
+    records."""
+    out: list[tuple[str, NDArray[np.float64]]] = []
+    if plan.stride is not None:
+        passes = np.asarray(plan.stride.stride_pass, np.float64)
+        out.append(("stride_pass", np.where(np.isfinite(passes), passes, np.nan)))
+    if plan.usage is not None:
+        out.append(("gpu_time_s", np.asarray(plan.usage.job_gpu_time_s, np.float64)))
+    return out
+
+
 def fill_fairness_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
-    """Leases, auction outcomes, stride passes, device-time, user shares and trades."""
+    """Leases, auction outcomes, user shares, trades and tenants' usage (the per-job stride
+    passes and device-time: `fairness_job_doubles`)."""
     if plan.auction is None and plan.stride is None and plan.usage is None:
         return
     names = problem.cluster.type_names
@@ -320,9 +335,6 @@ def fill_fairness_response(plan: Plan, problem: Problem, out: service_pb.Plan) -
                 auction.bundle = outcome.bundle
     if plan.stride is not None:
         stride = plan.stride
-        for i, value in enumerate(stride.stride_pass):
-            if np.isfinite(value):
-                entries[i].stride_pass = float(value)
         for user in stride.users:
             out.user_shares.add(
                 user=user.user, tickets=user.tickets,
@@ -337,8 +349,6 @@ def fill_fairness_response(plan: Plan, problem: Problem, out: service_pb.Plan) -
                            fast_type=names[trade.fast_type], slow_type=names[trade.slow_type],
                            fast_devices=trade.fast_devices, price=trade.price)
     if plan.usage is not None:
-        for i, value in enumerate(plan.usage.job_gpu_time_s):
-            entries[i].gpu_time_s = float(value)
         for usage in plan.usage.tenants:
             out.tenant_usage.add(tenant=usage.tenant, gpu_time_s=usage.gpu_time_s,
                                  entitled_gpu_time_s=usage.entitled_gpu_time_s)

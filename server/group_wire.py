@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from apportion.server.wire_fields import SPARE, Fields, Texts, records
+from apportion.server.wire_fields import SPARE, Fields, Texts, offsets_of, records
 from apportion.server.wire_records import Bytes, Ints, collection_paused
 from apportion.solver.groups import GroupSection
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -71,9 +71,11 @@ class GroupWire:
         if not count:
             return b""
         fields = Fields(count)
-        fields.strings(_GROUP.JOB_IDS_FIELD_NUMBER, Texts(ids), _offsets(self.owner, count),
+        fields.strings(_GROUP.JOB_IDS_FIELD_NUMBER, Texts(ids),
+                       offsets_of(np.bincount(self.owner, minlength=count)),
                        self.member)
-        fields.packed_doubles(_GROUP.SLOWDOWN_FIELD_NUMBER, _offsets(self.slowed, count),
+        fields.packed_doubles(_GROUP.SLOWDOWN_FIELD_NUMBER,
+                              offsets_of(np.bincount(self.slowed, minlength=count)),
                               self.slowdown)
         fields.string(_GROUP.ACCELERATOR_TYPE_FIELD_NUMBER, Texts(type_names), self.type_index)
         fields.varint(_GROUP.DEVICES_FIELD_NUMBER, self.devices)
@@ -113,15 +115,9 @@ class GroupWire:
         return out[:-SPARE], fields.size
 
 
-def _offsets(owner: Ints, count: int) -> Ints:
-    """CSR offsets of items owned by `owner` (ascending) among `count` messages."""
-    offsets = np.zeros(count + 1, np.int64)
-    np.cumsum(np.bincount(owner, minlength=count), out=offsets[1:])
-    return offsets
-
-
 def _texts(fields: Fields, owner: Ints, number: int, texts: Sequence[str]) -> None:
     """A repeated string field's records (`owner`: each text's message, ascending)."""
     if texts:
-        fields.strings(number, Texts(texts), _offsets(owner, fields.count),
+        fields.strings(number, Texts(texts),
+                       offsets_of(np.bincount(owner, minlength=fields.count)),
                        np.arange(len(texts)))

@@ -15,11 +15,12 @@ from apportion.server.elastic_inputs import (
     fill_elastic_response,
     fill_partition_stats,
 )
-from apportion.server.fairness_inputs import fill_fairness_response
+from apportion.server.fairness_inputs import fairness_job_doubles, fill_fairness_response
 from apportion.server.group_wire import GroupWire
 from apportion.server.packed_fields import encode_varints, write_packed
 from apportion.server.plan_wire import job_allocations
 from apportion.server.queue_wire import device_queue_records, job_queue_fields
+from apportion.server.round_wire import round_records
 from apportion.server.sharing_inputs import fill_sharing_response
 from apportion.server.topology_inputs import fill_placement_response
 from apportion.server.wire_records import Bytes, Ints, copy_ranges
@@ -62,14 +63,16 @@ def plan_to_response(
 class WireResponse:
     """A `SolveResponse` as `plan_response` builds it: the message, and `Plan` records kept
     serialized beside it: the `JobAllocation`s of a plan whose allocations hold only what
-    `job_allocation_bytes` writes, a queue plan's device queues, a plan's co-location groups
-    (`serialize` writes them without ever building their messages)."""
+    `job_allocation_bytes` writes, a time-share plan's rounds (without the placement stage), a
+    queue plan's device queues, a plan's co-location groups (`serialize` writes them without
+    ever building their messages)."""
 
     def __init__(self, message: service_pb.SolveResponse, jobs: bytes = b"",
-                 device_queues: bytes = b"", groups: bytes = b"") -> None:
+                 device_queues: bytes = b"", groups: bytes = b"", rounds: bytes = b"") -> None:
         self._message = message
         self._kept = [(number, records) for number, records in (
             (service_pb.Plan.JOBS_FIELD_NUMBER, jobs),
+            (service_pb.Plan.ROUNDS_FIELD_NUMBER, rounds),
             (service_pb.Plan.DEVICE_QUEUES_FIELD_NUMBER, device_queues),
             (service_pb.Plan.GROUPS_FIELD_NUMBER, groups)) if records]
         """Serialized `Plan` records not yet in the message, by increasing field number."""
@@ -105,8 +108,9 @@ class WireResponse:
 
 
 def _plan_fields(plan: service_pb.Plan, above: int, below: int) -> bytes:
-    """The plan's fields numbered in (above, below), serialized."""
-    inside = [field.name for field, _ in plan.ListFields() if above < field.number < below]
+    """The plan's fields numbered in (above, below], serialized (a repeated field also kept
+    serialized: the message's entries first)."""
+    inside = [field.name for field, _ in plan.ListFields() if above < field.number <= below]
     if not inside:
         return b""
     if len(inside) == len(plan.ListFields()):
@@ -152,7 +156,7 @@ def plan_response(
             if jobs:
                 out.MergeFromString(jobs)
             jobs = b""
-    fill_share_response(plan, problem, out)
+    rounds = fill_share_response(plan, problem, out)
     device_queues = device_queue_bytes(plan, problem)
     fill_market_response(plan, problem, out)
     fill_elastic_response(plan, problem, response)
@@ -161,19 +165,19 @@ def plan_response(
     fill_sharing_response(plan, response)
     group_records = (b"" if groups is None
                      else groups.records(problem.jobs.ids, problem.cluster.type_names))
-    return WireResponse(response, jobs, device_queues, group_records)
+    return WireResponse(response, jobs, device_queues, group_records, rounds)
 
 
-_JOB_SECTIONS = ("market", "window", "auction", "stride", "usage",
-                 "placement", "admission")
+_JOB_SECTIONS = ("market", "window", "auction", "placement", "admission")
 """Plan sections that write into the `JobAllocation`s (the queue places, the configurations,
-the elastic section and the groups' fields are written with the allocations' records,
-`job_allocation_bytes`)."""
+the elastic section, the stride passes, the device-time and the groups' fields are written
+with the allocations' records, `job_allocation_bytes`; a usage plan's leases are not)."""
 
 
 def _core_only(plan: Plan) -> bool:
     """The plan's `JobAllocation`s hold only what `job_allocation_bytes` writes."""
-    return all(getattr(plan, name) is None for name in _JOB_SECTIONS)
+    leases = plan.usage is not None and any(lease is not None for lease in plan.usage.leases)
+    return not leases and all(getattr(plan, name) is None for name in _JOB_SECTIONS)
 
 
 _ROW_SECTIONS = ("auction", "usage", "stride", "admission", "placement")
@@ -242,11 +246,12 @@ def job_allocation_bytes(plan: Plan, problem: Problem, groups: GroupWire | None 
     """Every job's core allocation as serialized `Plan.jobs` records: status, reason, time
     shares (positive cells only), throughputs, objective term and dual, the queue place of a
     queue plan, the finish-time-fairness and SLO state (NaN slo_shortfall = the job has no
-    SLO), and in a plan of co-location groups (`groups`, gathered from `plan.groups`) each
+    SLO), the stride pass and device-time of a fairness plan, and in a plan of co-location
+    groups (`groups`, gathered from `plan.groups`) each
     job's group fields."""
     m = problem.jobs.num_jobs
     state = [(service_pb.JobAllocation.DESCRIPTOR.fields_by_name[name].number, values)
-             for name, values in _share_state(plan)]
+             for name, values in [*_share_state(plan), *fairness_job_doubles(plan)]]
     if groups is None and plan.groups is not None:
         groups = GroupWire(plan.groups)
     names = problem.cluster.type_names
@@ -325,12 +330,15 @@ def fill_columns(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
     write_packed(columns, dict(_share_state(plan)))
 
 
-def fill_share_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
-    """Time-share plans: pairs sharing devices and the round schedule."""
+def fill_share_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> bytes:
+    """Time-share plans: pairs sharing devices and the round schedule; the rounds are
+    returned as serialized records unless the placement stage adds its devices to them."""
     shares, names, ids = plan.shares, problem.cluster.type_names, problem.jobs.ids
     for job_a, job_b, type_index, share in shares.colocated:
         out.colocated.add(job_a=ids[job_a], job_b=ids[job_b],
                           accelerator_type=names[type_index], time_share=share)
+    if plan.placement is None:
+        return round_records(shares.rounds, ids, names)
     for scheduled in shares.rounds:
         round_msg = out.rounds.add(index=scheduled.index)
         for grant in scheduled.grants:
@@ -342,6 +350,7 @@ def fill_share_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> N
                 colocated_with=ids[grant.colocated_with] if grant.colocated_with >= 0 else "",
                 lease_extended=grant.lease_extended,
             )
+    return b""
 
 
 def device_queue_bytes(plan: Plan, problem: Problem) -> bytes:

@@ -65,6 +65,14 @@ class Texts:
         self.start = np.cumsum(self.length) - self.length
 
 
+def offsets_of(counts: Ints) -> Ints:
+    """CSR offsets (message r's items are offsets[r]:offsets[r + 1]) from each message's
+    count of items."""
+    offsets = np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
+
+
 def item_offsets(offsets: Ints, size: Ints) -> Ints:
     """Where each CSR item (message r's items are offsets[r]:offsets[r + 1]) starts from its
     message's first item, given every item's size."""
@@ -229,9 +237,8 @@ class Fields:
         entries.string(_MAP_KEY, Texts([str(n) for n in unique.tolist()]), code[first[order]],
                        always=True)
         entries.varint(_MAP_VALUE, total[order], np.ones(order.size, bool))
-        offsets = np.zeros(self.count + 1, np.int64)
-        np.cumsum(np.bincount(owner[first[order]], minlength=self.count), out=offsets[1:])
-        self.messages(number, offsets, entries)
+        self.messages(number, offsets_of(np.bincount(owner[first[order]], minlength=self.count)),
+                      entries)
 
 
 FEW_STRINGS = 16
