@@ -9,19 +9,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from apportion.server.wire_fields import SPARE, Fields, Texts
+from apportion.server.wire_fields import Fields, Texts
 from apportion.server.wire_records import Bytes, Ints
 from apportion.solver.result import ConfigurationChoice
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 _CHOICE = service_pb.ConfigurationChoice
-
-
-def serialized(fields: Fields) -> tuple[Bytes, Ints]:
-    """The messages' bytes one after another, and each one's length in them."""
-    out = np.zeros(int(fields.size.sum()) + SPARE, np.uint8)
-    fields.write(out, np.cumsum(fields.size) - fields.size)
-    return out[:-SPARE], fields.size
 
 
 def configuration_fields(choices: Sequence[ConfigurationChoice | None], m: int,
@@ -55,4 +48,4 @@ def configuration_fields(choices: Sequence[ConfigurationChoice | None], m: int,
     inner.varint(_CHOICE.ACCUMULATION_STEPS_FIELD_NUMBER, ints("accumulation_steps"))
     outer = Fields(m)
     outer.message(service_pb.JobAllocation.CONFIGURATION_FIELD_NUMBER, present, inner)
-    return serialized(outer)
+    return outer.bodies()

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from apportion.formulations.loss_curve import MIN_POINTS
-from apportion.server.choice_wire import serialized
 from apportion.server.job_wire import JobFields
 from apportion.server.wire_fields import Fields
 from apportion.server.wire_records import Bytes, Ints
@@ -453,4 +452,4 @@ def elastic_job_fields(plan: Plan, m: int) -> tuple[Bytes, Ints] | None:
         inner.varint(_ELASTIC.PREEMPTED_FIELD_NUMBER, np.asarray(section.preempted[:m], bool))
     outer = Fields(m)
     outer.message(service_pb.JobAllocation.ELASTIC_FIELD_NUMBER, np.ones(m, bool), inner)
-    return serialized(outer)
+    return outer.bodies()

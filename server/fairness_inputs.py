@@ -29,7 +29,6 @@ from apportion.solver.fairness_model import (
     FairnessInputs,
     TenantUsage,
 )
-from apportion.solver.fairness_result import Lease
 from apportion.solver.model import Cluster, History, Jobs, PolicyRequest, Problem
 from apportion.solver.parameters import (
     MAX_QUANTA,
@@ -289,15 +288,6 @@ def fairness_input_violations(problem: Problem, policy: PolicyRequest) -> list[V
     return out
 
 
-def _fill_lease(entry: service_pb.JobAllocation, lease: Lease, names: tuple[str, ...]) -> None:
-    entry.lease.accelerator_type = names[lease.type_index]
-    entry.lease.devices = lease.devices
-    entry.lease.nodes.extend(lease.nodes)
-    entry.lease.expires_s = lease.expires_s
-    entry.lease.time_share = lease.time_share
-    entry.lease.kept = lease.kept
-
-
 def fairness_job_doubles(plan: Plan) -> list[tuple[str, NDArray[np.float64]]]:
     """(`JobAllocation` field, per-job values; NaN = unset) of the stride passes (a pass
     that is not finite is not written) and the device-time, written with the allocations'
@@ -312,16 +302,12 @@ def fairness_job_doubles(plan: Plan) -> list[tuple[str, NDArray[np.float64]]]:
 
 
 def fill_fairness_response(plan: Plan, problem: Problem, out: service_pb.Plan) -> None:
-    """Leases, auction outcomes, user shares, trades and tenants' usage (the per-job stride
-    passes and device-time: `fairness_job_doubles`)."""
+    """Auction outcomes, user shares, trades and tenants' usage (the per-job stride passes and
+    device-time: `fairness_job_doubles`; the leases: `lease_wire`)."""
     if plan.auction is None and plan.stride is None and plan.usage is None:
         return
     names = problem.cluster.type_names
     entries = list(out.jobs)
-    leases = plan.auction.leases if plan.auction else plan.usage.leases if plan.usage else ()
-    for i, lease in enumerate(leases):
-        if lease is not None:
-            _fill_lease(entries[i], lease, names)
     if plan.auction is not None:
         for i, outcome in enumerate(plan.auction.outcomes):
             auction = entries[i].auction

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from apportion.server.wire_fields import SPARE, Fields, Texts, offsets_of, records
+from apportion.server.wire_fields import Fields, Texts, offsets_of, records
 from apportion.server.wire_records import Bytes, Ints, collection_paused
 from apportion.solver.groups import GroupSection
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -110,9 +110,7 @@ class GroupWire:
         group[member[chosen]] = self.owner[chosen]
         fields.double(_ALLOCATION.SLOWDOWN_FIELD_NUMBER, slowdown, placed)
         fields.varint(_ALLOCATION.GROUP_FIELD_NUMBER, group, placed)
-        out = np.zeros(int(fields.size.sum()) + SPARE, np.uint8)
-        fields.write(out, np.cumsum(fields.size) - fields.size)
-        return out[:-SPARE], fields.size
+        return fields.bodies()
 
 
 def _texts(fields: Fields, owner: Ints, number: int, texts: Sequence[str]) -> None:

@@ -17,6 +17,7 @@ from apportion.server.elastic_inputs import (
 )
 from apportion.server.fairness_inputs import fairness_job_doubles, fill_fairness_response
 from apportion.server.group_wire import GroupWire
+from apportion.server.lease_wire import lease_fields
 from apportion.server.packed_fields import encode_varints, write_packed
 from apportion.server.plan_wire import job_allocations
 from apportion.server.queue_wire import device_queue_records, job_queue_fields
@@ -91,8 +92,8 @@ class WireResponse:
     def serialize(self) -> bytes:
         """The serialized response, as `message().SerializeToString()` would write it (the
         fields in number order; map entries in any order, as the runtime's)."""
-        if not self._kept:
-            return self._message.SerializeToString()
+        if not self._kept or self._message.plan.jobs:  # copying such a message costs more
+            return self.message().SerializeToString()
         rest = service_pb.SolveResponse()
         rest.CopyFrom(self._message)
         rest.ClearField("plan")  # written first (field 1): its records, then the rest
@@ -170,14 +171,13 @@ def plan_response(
 
 _JOB_SECTIONS = ("market", "window", "auction", "placement", "admission")
 """Plan sections that write into the `JobAllocation`s (the queue places, the configurations,
-the elastic section, the stride passes, the device-time and the groups' fields are written
-with the allocations' records, `job_allocation_bytes`; a usage plan's leases are not)."""
+the elastic section, the stride passes, the device-time, the leases and the groups' fields
+are written with the allocations' records, `job_allocation_bytes`)."""
 
 
 def _core_only(plan: Plan) -> bool:
     """The plan's `JobAllocation`s hold only what `job_allocation_bytes` writes."""
-    leases = plan.usage is not None and any(lease is not None for lease in plan.usage.leases)
-    return not leases and all(getattr(plan, name) is None for name in _JOB_SECTIONS)
+    return all(getattr(plan, name) is None for name in _JOB_SECTIONS)
 
 
 _ROW_SECTIONS = ("auction", "usage", "stride", "admission", "placement")
@@ -246,9 +246,8 @@ def job_allocation_bytes(plan: Plan, problem: Problem, groups: GroupWire | None 
     """Every job's core allocation as serialized `Plan.jobs` records: status, reason, time
     shares (positive cells only), throughputs, objective term and dual, the queue place of a
     queue plan, the finish-time-fairness and SLO state (NaN slo_shortfall = the job has no
-    SLO), the stride pass and device-time of a fairness plan, and in a plan of co-location
-    groups (`groups`, gathered from `plan.groups`) each
-    job's group fields."""
+    SLO), the stride pass, device-time and lease of a fairness plan, and in a plan of
+    co-location groups (`groups`, gathered from `plan.groups`) each job's group fields."""
     m = problem.jobs.num_jobs
     state = [(service_pb.JobAllocation.DESCRIPTOR.fields_by_name[name].number, values)
              for name, values in [*_share_state(plan), *fairness_job_doubles(plan)]]
@@ -256,12 +255,14 @@ def job_allocation_bytes(plan: Plan, problem: Problem, groups: GroupWire | None 
         groups = GroupWire(plan.groups)
     names = problem.cluster.type_names
     places = job_queue_fields(plan.queues, names) if plan.queues is not None else None
+    leases = plan.auction.leases if plan.auction else plan.usage.leases if plan.usage else ()
     # the fields above the share state, in number order: configuration (30), the group's
-    # (70-73), elastic (90)
+    # (70-73), lease (80), elastic (90)
     tails = [
         configuration_fields(plan.configurations.choices, m, names)
         if plan.configurations is not None else None,
         groups.member_fields(m) if groups is not None else None,
+        lease_fields(leases, m, names) if any(lease is not None for lease in leases) else None,
         elastic_job_fields(plan, m),
     ]
     tail = _joined([part for part in tails if part is not None])

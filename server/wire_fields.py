@@ -94,6 +94,13 @@ class Fields:
         self._fields.append((self.size.copy(), writer))
         self.size += size
 
+    def bodies(self) -> tuple[Bytes, Ints]:
+        """The messages' bytes one after another (no tags or lengths), and each one's length
+        in them."""
+        out = np.zeros(int(self.size.sum()) + SPARE, np.uint8)
+        self.write(out, np.cumsum(self.size) - self.size)
+        return out[:-SPARE], self.size
+
     def write(self, out: Bytes, at: Ints) -> None:
         """Write every message's fields, message k from offset at[k] on (`out` holds SPARE
         bytes after the last message)."""
