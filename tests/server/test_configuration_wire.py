@@ -7,6 +7,7 @@ any values (unknown types, nodes and devices out of range, goodputs NaN, negativ
 from __future__ import annotations
 
 import struct
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -157,6 +158,18 @@ EACH_RULE = {  # one job's configurations -> the violation's field and its start
 }
 
 
+def both_routes(cluster: snapshot_pb.Cluster, jobs: list[bytes]) -> tuple[Any, Any]:
+    """What a sia request of `jobs` (serialized) on `cluster` converts to, decoding the jobs
+    from the request's bytes, and reading every job's message."""
+    data = record(1, LEN, record(2, LEN, cluster.SerializeToString())
+                  + b"".join(record(3, LEN, job) for job in jobs))
+    data += record(2, LEN, record(1, LEN, b"sia"))
+    request = service_pb.SolveRequest.FromString(data)
+    with mock.patch.object(job_inputs, "DECODE_FROM_JOBS", 1):
+        wire = outcome(request, data)
+    return wire, outcome(request, data)
+
+
 def test_jobs_read_from_their_messages_are_read_once() -> None:
     """A job that also sets elasticity (or a Pollux model: the same rule), or that the job
     decoder leaves to its message (progress given twice), keeps its configurations once, as
@@ -166,15 +179,8 @@ def test_jobs_read_from_their_messages_are_read_once() -> None:
     configurations = plain(b"v100", 1, 1, 2.0) + plain(b"v100", 1, 2, 3.5)
     tails = [b"", record(11, LEN, record(2, VARINT, b"\x04")),
              record(7, LEN, record(1, I64, struct.pack("<d", 1.0))) * 2, b""]
-    jobs = [record(1, LEN, f"j{k}".encode()) + configurations + tail
-            for k, tail in enumerate(tails)]
-    data = record(1, LEN, record(2, LEN, cluster.SerializeToString())
-                  + b"".join(record(3, LEN, job) for job in jobs))
-    data += record(2, LEN, record(1, LEN, b"sia"))
-    request = service_pb.SolveRequest.FromString(data)
-    with mock.patch.object(job_inputs, "DECODE_FROM_JOBS", 1):
-        wire = outcome(request, data)
-    messages = outcome(request, data)
+    wire, messages = both_routes(cluster, [record(1, LEN, f"j{k}".encode()) + configurations
+                                           + tail for k, tail in enumerate(tails)])
     assert not isinstance(messages, list), messages
     assert [len(messages.jobs.given_goodput[i]) for i in range(4)] == [2] * 4
     assert_same_model(wire, messages)
@@ -191,16 +197,10 @@ def test_each_rule_names_the_offending_entry_on_the_wire_route(rule: str) -> Non
         for v in range(2):
             cluster.nodes.add(name=f"{name}-{v}", accelerator_type=name, devices=4)
     good = plain(b"v100", 1, 2, 5.0) + plain(b"p100", 2, 8, 9.0)
-    jobs = [record(1, LEN, f"j{k}".encode())
-            + (good if k != 2 else plain(b"v100", 1, 1, 1.0) + bad)
-            for k in range(4)]
-    data = record(1, LEN, record(2, LEN, cluster.SerializeToString())
-                  + b"".join(record(3, LEN, job) for job in jobs))
-    data += record(2, LEN, record(1, LEN, b"sia"))
-    request = service_pb.SolveRequest.FromString(data)
-    with mock.patch.object(job_inputs, "DECODE_FROM_JOBS", 1):
-        wire = outcome(request, data)
-    assert wire == outcome(request, data)
+    wire, messages = both_routes(cluster, [record(1, LEN, f"j{k}".encode())
+                                           + (good if k != 2 else plain(b"v100", 1, 1, 1.0) + bad)
+                                           for k in range(4)])
+    assert wire == messages
     assert [f for f, _ in wire] == [f"snapshot.jobs[2].{field}"]
     assert wire[0][1].startswith(start), wire
 
