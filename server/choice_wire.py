@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from apportion.server.wire_fields import Fields, Texts
-from apportion.server.wire_records import Bytes, Ints
+from apportion.server.wire_records import Ints
 from apportion.solver.result import ConfigurationChoice
 from apportion.v1 import allocation_service_pb2 as service_pb
 
@@ -18,9 +18,9 @@ _CHOICE = service_pb.ConfigurationChoice
 
 
 def configuration_fields(choices: Sequence[ConfigurationChoice | None], m: int,
-                         type_names: Sequence[str]) -> tuple[Bytes, Ints]:
-    """The serialized `JobAllocation.configuration` field of each of the m jobs (b"" for a
-    job without a choice): the bytes of the jobs one after another, and each one's length."""
+                         type_names: Sequence[str]) -> Fields:
+    """The `JobAllocation.configuration` field of each of the m jobs (none for a job without
+    a choice)."""
     chosen = [c for c in choices[:m] if c is not None]
     present = np.zeros(m, bool)
     present[[k for k, c in enumerate(choices[:m]) if c is not None]] = True
@@ -48,4 +48,4 @@ def configuration_fields(choices: Sequence[ConfigurationChoice | None], m: int,
     inner.varint(_CHOICE.ACCUMULATION_STEPS_FIELD_NUMBER, ints("accumulation_steps"))
     outer = Fields(m)
     outer.message(service_pb.JobAllocation.CONFIGURATION_FIELD_NUMBER, present, inner)
-    return outer.bodies()
+    return outer

@@ -24,7 +24,6 @@ import numpy as np
 from apportion.formulations.loss_curve import MIN_POINTS
 from apportion.server.job_wire import JobFields
 from apportion.server.wire_fields import Fields
-from apportion.server.wire_records import Bytes, Ints
 from apportion.solver.elastic_model import ElasticInputs, LossHistory, SpeedModel
 from apportion.solver.errors import Violation
 from apportion.solver.model import PartitionMode, PolicyRequest, Problem, SolveOptions
@@ -426,11 +425,10 @@ def fill_elastic_response(plan: Plan, problem: Problem, response: service_pb.Sol
 _ELASTIC = service_pb.ElasticAllocation
 
 
-def elastic_job_fields(plan: Plan, m: int) -> tuple[Bytes, Ints] | None:
+def elastic_job_fields(plan: Plan, m: int) -> Fields | None:
     """Every job's serialized `JobAllocation.elastic` field (workers, parameter servers, base
     devices, parameter servers' devices per node, the finite predictions and whether Lyra
-    preempted it), written column by column: the bytes of the m jobs one after another and
-    each job's length in them; None when the plan has no elastic section."""
+    preempted it), written column by column; None when the plan has no elastic section."""
     section = plan.configurations.elastic if plan.configurations is not None else None
     if section is None or not m:
         return None
@@ -452,4 +450,4 @@ def elastic_job_fields(plan: Plan, m: int) -> tuple[Bytes, Ints] | None:
         inner.varint(_ELASTIC.PREEMPTED_FIELD_NUMBER, np.asarray(section.preempted[:m], bool))
     outer = Fields(m)
     outer.message(service_pb.JobAllocation.ELASTIC_FIELD_NUMBER, np.ones(m, bool), inner)
-    return outer.bodies()
+    return outer

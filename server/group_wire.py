@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from apportion.server.wire_fields import Fields, Texts, offsets_of, records
-from apportion.server.wire_records import Bytes, Ints, collection_paused
+from apportion.server.wire_records import Ints, collection_paused
 from apportion.solver.groups import GroupSection
 from apportion.v1 import allocation_service_pb2 as service_pb
 
@@ -86,11 +86,10 @@ class GroupWire:
                self.configurations)
         return records(_GROUPS_NUMBER, fields)
 
-    def member_fields(self, m: int) -> tuple[Bytes, Ints]:
-        """Per job, the serialized `JobAllocation` fields of its group: cpus and memory_gib
+    def member_fields(self, m: int) -> Fields:
+        """Per job, the `JobAllocation` fields of its group: cpus and memory_gib
         where finite, and, for a member of a group, its slowdown and group index (a job in
-        two groups: the later one's). The bytes, and each job's length in them (jobs in
-        order)."""
+        two groups: the later one's)."""
         member = self.member
         kept = np.flatnonzero(member < m)[::-1]
         _, back = np.unique(member[kept], return_index=True)
@@ -110,7 +109,7 @@ class GroupWire:
         group[member[chosen]] = self.owner[chosen]
         fields.double(_ALLOCATION.SLOWDOWN_FIELD_NUMBER, slowdown, placed)
         fields.varint(_ALLOCATION.GROUP_FIELD_NUMBER, group, placed)
-        return fields.bodies()
+        return fields
 
 
 def _texts(fields: Fields, owner: Ints, number: int, texts: Sequence[str]) -> None:

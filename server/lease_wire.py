@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from apportion.server.wire_fields import Fields, Texts, offsets_of
-from apportion.server.wire_records import Bytes, Ints, collection_paused
+from apportion.server.wire_records import collection_paused
 from apportion.solver.fairness_result import Lease
 from apportion.v1 import allocation_service_pb2 as service_pb
 
@@ -25,10 +25,9 @@ _COLUMNS = operator.attrgetter("type_index", "devices", "nodes", "expires_s", "t
 
 
 def lease_fields(leases: Sequence[Lease | None], m: int, type_names: Sequence[str]
-                 ) -> tuple[Bytes, Ints]:
-    """The serialized `JobAllocation.lease` field of each of the m jobs (none for a job
-    without a lease, or beyond `leases`): the bytes of the jobs one after another, and each
-    one's length."""
+                 ) -> Fields:
+    """The `JobAllocation.lease` field of each of the m jobs (none for a job without a
+    lease, or beyond `leases`)."""
     listed = min(len(leases), m)
     present = np.zeros(m, bool)
     present[:listed] = np.fromiter((lease is not None for lease in leases[:listed]), bool,
@@ -51,4 +50,4 @@ def lease_fields(leases: Sequence[Lease | None], m: int, type_names: Sequence[st
     inner.varint(_LEASE.KEPT_FIELD_NUMBER, np.fromiter(kept, bool, count))
     outer = Fields(m)
     outer.message(service_pb.JobAllocation.LEASE_FIELD_NUMBER, present, inner)
-    return outer.bodies()
+    return outer

@@ -77,16 +77,15 @@ def job_allocations(
     doubles: Sequence[NDArray[np.float64]],
     optional: Sequence[tuple[int, NDArray[np.float64]]] = (),
     further: Fields | None = None,
-    tail: tuple[NDArray[np.uint8], Ints] | None = None,
+    tail: Fields | None = None,
 ) -> bytes:
     """The serialized `Plan.jobs` records of m jobs: ids, `JobStatus` values, reasons ("" =
     none), the (m, n) time shares over `type_names` (entries for shares > 0), the effective
     throughput, normalized throughput, objective value and dual (m each), and `optional`
     double fields as (field number, m values; NaN = unset), in increasing numbers above the
     dual's; `further` (None = none): fields of the m jobs numbered between the dual's and
-    the optional ones' (the queue place); `tail`: more serialized fields of each job,
-    numbered above all those (the bytes of all jobs one after another, and each job's length
-    in them), written at its record's end (the group fields)."""
+    the optional ones' (the queue place); `tail` (None = none): more fields of the m jobs,
+    written at each record's end (configuration, group fields, lease, elastic section)."""
     m = len(ids)
     if not m:
         return b""
@@ -118,7 +117,7 @@ def job_allocations(
     if further is not None:
         body += further.size
     if tail is not None:
-        body += tail[1]
+        body += tail.size
     head = 1 + varint_sizes(body)
     at = np.cumsum(head + body) - (head + body)
     out = np.zeros(int((head + body).sum()) + 8, np.uint8)  # 8 spare bytes for the views
@@ -161,5 +160,5 @@ def job_allocations(
         further.write(out, here)
         here += further.size
     if tail is not None:
-        copy_ranges(out, here, tail[0], np.cumsum(tail[1]) - tail[1], tail[1])
+        tail.write(out, here)
     return out[:-8].tobytes()

@@ -24,7 +24,7 @@ from apportion.server.queue_wire import device_queue_records, job_queue_fields
 from apportion.server.round_wire import round_records
 from apportion.server.sharing_inputs import fill_sharing_response
 from apportion.server.topology_inputs import fill_placement_response
-from apportion.server.wire_records import Bytes, Ints, copy_ranges
+from apportion.server.wire_fields import Fields
 from apportion.solver.model import FloatArray, PolicyRequest, Problem
 from apportion.solver.result import Certificate, JobStatus, Plan, Termination
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -265,27 +265,16 @@ def job_allocation_bytes(plan: Plan, problem: Problem, groups: GroupWire | None 
         lease_fields(leases, m, names) if any(lease is not None for lease in leases) else None,
         elastic_job_fields(plan, m),
     ]
-    tail = _joined([part for part in tails if part is not None])
+    tail = Fields(m)
+    for part in tails:
+        if part is not None:
+            tail.then(part)
     return job_allocations(
         problem.jobs.ids, _statuses(plan, m), plan.job_reason or ("",) * m, plan.time_share,
         names,
         (plan.effective_throughput, plan.normalized_throughput, plan.objective_value,
          plan.job_dual), state, places, tail,
     )
-
-
-def _joined(parts: list[tuple[Bytes, Ints]]) -> tuple[Bytes, Ints] | None:
-    """Per job, the serialized fields of each part in turn (a part: the bytes of the jobs one
-    after another, and each job's length in them); None for no part."""
-    if len(parts) <= 1:
-        return parts[0] if parts else None
-    size = np.sum([length for _, length in parts], axis=0)
-    at = np.cumsum(size) - size
-    out = np.zeros(int(size.sum()), np.uint8)
-    for data, length in parts:
-        copy_ranges(out, at, data, np.cumsum(length) - length, length)
-        at = at + length
-    return out, size
 
 
 def _statuses(plan: Plan, m: int) -> NDArray[np.int32]:

@@ -94,6 +94,11 @@ class Fields:
         self._fields.append((self.size.copy(), writer))
         self.size += size
 
+    def then(self, other: Fields) -> None:
+        """Append `other`'s fields (of as many messages) after these."""
+        self._fields += [(self.size + before, writer) for before, writer in other._fields]
+        self.size = self.size + other.size
+
     def bodies(self) -> tuple[Bytes, Ints]:
         """The messages' bytes one after another (no tags or lengths), and each one's length
         in them."""

@@ -89,7 +89,7 @@ def leases(draw: st.DrawFn) -> tuple[tuple[Lease | None, ...], int, list[str]]:
 @given(leases())
 def test_leases_written_from_columns_are_the_messages(case: tuple[Any, ...]) -> None:
     listed, m, names = case
-    data, length = lease_fields(listed, m, names)
+    data, length = lease_fields(listed, m, names).bodies()
     assert length.size == m
     starts = np.cumsum(length) - length
     for k in range(m):
