@@ -94,35 +94,17 @@ def _queue_messages(plan: Plan, problem: Problem, policy: PolicyRequest, limit_s
                     ) -> float:
     """The wall time of the queue plan's response written the way it was before its records
     were written as bytes: a `QueueAssignment` message per job and a `DeviceQueue` per device
-    (the entry objects are built before the clock starts)."""
+    (the reference builders of the test that compares the two)."""
     queues = plan.queues
     assert queues is not None
-    places, devices = queues.assignments(), queues.device_queues()
-    names, ids = problem.cluster.type_names, problem.jobs.ids
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.server.test_queue_wire import device_queues_built, queue_built
+
+    names, ids = list(problem.cluster.type_names), list(problem.jobs.ids)
     started = time.perf_counter()
     message = plan_response(replace(plan, queues=None), problem, policy, 0.0, limit_s).message()
-    out = message.plan
-    for entry, placed in zip(out.jobs, places, strict=True):
-        if placed is None:
-            continue
-        queue = entry.queue
-        queue.accelerator_type = names[placed.type_index]
-        queue.devices.extend(placed.devices)
-        queue.nodes.extend(placed.nodes)
-        queue.position = placed.position
-        queue.start_time_s = placed.start_time_s
-        queue.completion_time_s = placed.completion_time_s
-        queue.start_now = placed.start_now
-        queue.running = placed.running
-    for device in devices:
-        dq = out.device_queues.add()
-        dq.accelerator_type = names[device.type_index]
-        dq.device = device.device
-        dq.node = device.node
-        dq.free_at_s = device.free_at_s
-        dq.running_job_id = ids[device.running_job] if device.running_job >= 0 else ""
-        dq.job_ids.extend(ids[i] for i in device.jobs)
-        dq.position_duals.extend(device.position_duals)
+    queue_built(queues, names, ids, message.plan.jobs)
+    message.plan.MergeFrom(device_queues_built(queues, names, ids))
     message.SerializeToString()
     return time.perf_counter() - started
 
