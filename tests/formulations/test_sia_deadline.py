@@ -19,7 +19,7 @@ from apportion.solver.backends.status import SolverStatus
 from apportion.solver.deadline import Deadline
 from apportion.solver.model import Compat, PolicyRequest, Problem, SolveOptions
 from apportion.solver.parameters import PolluxParameters, SiaParameters
-from apportion.solver.result import ModelSize, Plan, Termination
+from apportion.solver.result import Certificate, ModelSize, Plan, Termination
 from apportion.solver.solve import solve
 from tests.countdown import CountdownDeadline, ReservingDeadline
 from tests.formulations.test_pollux_policy import brute_force_fitness
@@ -44,6 +44,19 @@ def assert_within_capacity(problem: Problem, plan: Plan) -> None:
     assert np.all(used <= problem.cluster.count)
 
 
+def assert_brackets(cert: Certificate, optimum: float, tolerance: float) -> None:
+    """The plan's objective and the proven bound lie on either side of `optimum` (within
+    `tolerance`, relative); a `feasible` answer says it stopped at the time limit."""
+    assert cert.objective is not None and cert.bound is not None
+    slack = tolerance * max(1.0, abs(optimum))
+    if cert.maximize:
+        assert cert.objective <= optimum + slack and cert.bound >= optimum - slack
+    else:
+        assert cert.objective >= optimum - slack and cert.bound <= optimum + slack
+    if cert.termination is Termination.FEASIBLE:
+        assert "time limit" in cert.detail
+
+
 def test_a_cut_at_every_look_gives_a_plan_with_a_valid_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -61,14 +74,7 @@ def test_a_cut_at_every_look_gives_a_plan_with_a_valid_bound(
         seen.add(cert.termination)
         assert cert.termination in (Termination.OPTIMAL, Termination.FEASIBLE), cert.detail
         assert_within_capacity(problem, plan)
-        assert cert.objective is not None and cert.bound is not None
-        slack = 1e-4 * max(1.0, abs(optimum))
-        if cert.maximize:
-            assert cert.objective <= optimum + slack and cert.bound >= optimum - slack
-        else:
-            assert cert.objective >= optimum - slack and cert.bound <= optimum + slack
-        if cert.termination is Termination.FEASIBLE:
-            assert "time limit" in cert.detail
+        assert_brackets(cert, optimum, 1e-4)
     assert Termination.FEASIBLE in seen, seen  # some cuts answer with the plan so far
 
 
@@ -232,14 +238,7 @@ def test_a_plan_at_a_passed_deadline_is_feasible_with_a_valid_bound(
     assert len(plan.job_status) == problem.jobs.num_jobs
     assert_within_capacity(problem, plan)
     exact = brute_force(instance_of(problem, SiaParameters(fairness_power=p)))
-    assert cert.objective is not None and cert.bound is not None
-    slack = 1e-7 * max(1.0, abs(exact))
-    if cert.maximize:
-        assert cert.objective <= exact + slack and cert.bound >= exact - slack
-    else:
-        assert cert.objective >= exact - slack and cert.bound <= exact + slack
-    if cert.termination is Termination.FEASIBLE:
-        assert "time limit" in cert.detail
+    assert_brackets(cert, exact, 1e-7)
 
 
 @settings(max_examples=40)
