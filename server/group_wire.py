@@ -13,13 +13,12 @@ group plans).
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from apportion.server.wire_fields import Fields, Texts, offsets_of, records
+from apportion.server.wire_fields import Fields, Texts, attribute_columns, offsets_of, records
 from apportion.server.wire_records import Ints, collection_paused
 from apportion.solver.groups import GroupSection
 from apportion.v1 import allocation_service_pb2 as service_pb
@@ -40,8 +39,8 @@ def _flat(nested: Sequence[Sequence[Any]], dtype: Any = None) -> tuple[Any, Ints
     return np.fromiter(items, dtype, int(count.sum())), owner
 
 
-_COLUMNS = operator.attrgetter("members", "slowdown", "type_index", "devices", "node_devices",
-                               "device_ids", "period_s", "configurations")
+_COLUMNS = ("members", "slowdown", "type_index", "devices", "node_devices", "device_ids",
+            "period_s", "configurations")
 
 
 class GroupWire:
@@ -52,17 +51,16 @@ class GroupWire:
         self.section = section
         self.count = count = len(section.groups)
         with collection_paused():
-            columns = list(zip(*map(_COLUMNS, section.groups), strict=True)) or [()] * 8
             members, slowdown, type_index, devices, node_devices, device_ids, period, names = (
-                columns)
+                attribute_columns(section.groups, _COLUMNS))
             self.member, self.owner = _flat(members, np.int64)
             self.slowdown, self.slowed = _flat(slowdown, np.float64)
             self.type_index = np.fromiter(type_index, np.int64, count)
             self.devices = np.fromiter(devices, np.int64, count)
             self.node_devices: Sequence[Sequence[tuple[str, int]]] = node_devices
-            self.device_ids, self.device_owner = _flat(device_ids)
+            self.device_ids: Sequence[Sequence[str]] = device_ids
             self.period_s = np.fromiter(period, np.float64, count)
-            self.configurations, self.configuration_owner = _flat(names)
+            self.configurations: Sequence[Sequence[str]] = names
 
     def records(self, ids: Sequence[str], type_names: Sequence[str]) -> bytes:
         """The serialized `Plan.groups` records (`ids`: the jobs' ids, `type_names`: the
@@ -80,10 +78,9 @@ class GroupWire:
         fields.string(_GROUP.ACCELERATOR_TYPE_FIELD_NUMBER, Texts(type_names), self.type_index)
         fields.varint(_GROUP.DEVICES_FIELD_NUMBER, self.devices)
         fields.name_counts(_GROUP.NODE_DEVICES_FIELD_NUMBER, self.node_devices)
-        _texts(fields, self.device_owner, _GROUP.DEVICE_IDS_FIELD_NUMBER, self.device_ids)
+        fields.string_lists(_GROUP.DEVICE_IDS_FIELD_NUMBER, self.device_ids)
         fields.double(_GROUP.PERIOD_S_FIELD_NUMBER, self.period_s)
-        _texts(fields, self.configuration_owner, _GROUP.CONFIGURATIONS_FIELD_NUMBER,
-               self.configurations)
+        fields.string_lists(_GROUP.CONFIGURATIONS_FIELD_NUMBER, self.configurations)
         return records(_GROUPS_NUMBER, fields)
 
     def member_fields(self, m: int) -> Fields:
@@ -110,11 +107,3 @@ class GroupWire:
         fields.double(_ALLOCATION.SLOWDOWN_FIELD_NUMBER, slowdown, placed)
         fields.varint(_ALLOCATION.GROUP_FIELD_NUMBER, group, placed)
         return fields
-
-
-def _texts(fields: Fields, owner: Ints, number: int, texts: Sequence[str]) -> None:
-    """A repeated string field's records (`owner`: each text's message, ascending)."""
-    if texts:
-        fields.strings(number, Texts(texts),
-                       offsets_of(np.bincount(owner, minlength=fields.count)),
-                       np.arange(len(texts)))

@@ -9,20 +9,17 @@ gives the messages the builder makes (tested on random schedules).
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Sequence
 
 import numpy as np
 
-from apportion.server.wire_fields import Fields, Texts, offsets_of, records
-from apportion.server.wire_records import collection_paused
+from apportion.server.wire_fields import Fields, Texts, attribute_columns, offsets_of, records
 from apportion.solver.result import ScheduledRound
 from apportion.v1 import allocation_service_pb2 as service_pb
 
 _ROUND = service_pb.Round
 _GRANT = service_pb.RoundGrant
-_COLUMNS = operator.attrgetter("job", "type_index", "devices", "nodes", "colocated_with",
-                               "lease_extended")
+_COLUMNS = ("job", "type_index", "devices", "nodes", "colocated_with", "lease_extended")
 
 
 def round_records(rounds: Sequence[ScheduledRound], ids: Sequence[str],
@@ -34,19 +31,15 @@ def round_records(rounds: Sequence[ScheduledRound], ids: Sequence[str],
     counts = np.fromiter((len(r.grants) for r in rounds), np.int64, len(rounds))
     grants = list(itertools.chain.from_iterable(r.grants for r in rounds))
     count = len(grants)
-    with collection_paused():
-        columns = list(zip(*map(_COLUMNS, grants), strict=True)) or [()] * 6
-    job, type_index, devices, nodes, colocated_with, lease_extended = columns
+    job, type_index, devices, nodes, colocated_with, lease_extended = attribute_columns(
+        grants, _COLUMNS)
     ids_table = Texts(ids)
     inner = Fields(count)
     inner.string(_GRANT.JOB_ID_FIELD_NUMBER, ids_table, np.fromiter(job, np.int64, count))
     inner.string(_GRANT.ACCELERATOR_TYPE_FIELD_NUMBER, Texts(type_names),
                  np.fromiter(type_index, np.int64, count))
     inner.varint(_GRANT.DEVICES_FIELD_NUMBER, np.fromiter(devices, np.int64, count))
-    node_counts = np.fromiter(map(len, nodes), np.int64, count)
-    names = list(itertools.chain.from_iterable(nodes))
-    inner.strings(_GRANT.NODES_FIELD_NUMBER, Texts(names), offsets_of(node_counts),
-                  np.arange(len(names)))
+    inner.string_lists(_GRANT.NODES_FIELD_NUMBER, nodes)
     inner.string(_GRANT.COLOCATED_WITH_FIELD_NUMBER, ids_table,
                  np.fromiter(colocated_with, np.int64, count))
     inner.varint(_GRANT.LEASE_EXTENDED_FIELD_NUMBER, np.fromiter(lease_extended, bool, count))

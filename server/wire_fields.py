@@ -12,7 +12,9 @@ empty). `records` writes each message as a record of a repeated message field.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -24,12 +26,14 @@ from apportion.server.wire_records import (
     VARINT,
     Bytes,
     Ints,
+    collection_paused,
     copy_ranges,
     put_varints,
     utf8,
     varint_sizes,
 )
 
+T = TypeVar("T")
 Writer = Callable[[Bytes, Ints], None]
 """Writes a field of every message at the given offsets (one per message) of a buffer."""
 
@@ -63,6 +67,22 @@ class Texts:
     def __init__(self, texts: Sequence[str]) -> None:
         self.data, self.length = utf8(texts)
         self.start = np.cumsum(self.length) - self.length
+
+
+def attribute_columns(items: Sequence[Any], names: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The attributes `names` of every item, one tuple per name (in one pass over the items,
+    with the garbage collector paused while the tuples are made)."""
+    with collection_paused():
+        columns = list(zip(*map(operator.attrgetter(*names), items), strict=True))
+    return columns or [()] * len(names)
+
+
+def present_items(items: Sequence[T | None], m: int) -> tuple[NDArray[np.bool_], list[T]]:
+    """Which of m messages have an item (none beyond `items`), and those items in order."""
+    listed = min(len(items), m)
+    present = np.zeros(m, bool)
+    present[:listed] = np.fromiter((item is not None for item in items[:listed]), bool, listed)
+    return present, [item for item in items[:listed] if item is not None]
 
 
 def offsets_of(counts: Ints) -> Ints:
@@ -152,6 +172,13 @@ class Fields:
             _put_strings(out, _put_tag(out, at[write], tag), table, which[write])
 
         self._add(size, put)
+
+    def string_lists(self, number: int, lists: Sequence[Sequence[str]]) -> None:
+        """A repeated string field: message k's strings are `lists[k]`."""
+        flat = list(itertools.chain.from_iterable(lists))
+        self.strings(number, Texts(flat), offsets_of(np.fromiter(map(len, lists), np.int64,
+                                                                 len(lists))),
+                     np.arange(len(flat)))
 
     def strings(self, number: int, table: Texts, offsets: Ints, which: Ints) -> None:
         """A repeated string field: message k's strings are table's `which[offsets[k]:
