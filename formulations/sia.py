@@ -346,12 +346,10 @@ def not_started(problem: Problem, deadline: Deadline, formulation: str, maximize
     left = deadline.remaining()
     if needed <= left + MAX_OVERRUN_S:
         return None
-    cert = Certificate(
-        Termination.NO_SOLUTION, maximize, solver="none", formulation=formulation,
-        detail=(f"not started: {left:.3g} s left, and the work for {m} jobs that the time "
-                f"limit cannot cut (goodput table, a plan read off zero prices, its placement) "
-                f"takes about {needed:.3g} s"))
-    return Plan.empty(m, problem.cluster.num_types, cert)
+    return Plan.not_started(
+        m, problem.cluster.num_types,
+        Certificate(Termination.NO_SOLUTION, maximize, solver="none", formulation=formulation),
+        left, needed, "goodput table, a plan read off zero prices, its placement")
 
 
 PLAN_PER_JOB_S = 5e-7

@@ -514,14 +514,11 @@ def _not_started(
     needed_s: float, build: float,
 ) -> Plan:
     """No plan: the time left cannot cover the epoch's work that no deadline cuts."""
-    m, n = problem.jobs.num_jobs, problem.cluster.num_types
-    cert = Certificate(
-        Termination.NO_SOLUTION, True, solver="closed form",
-        formulation=_formulation(parameters, epoch, 0), build_time_s=build,
-        detail=(f"not started: {left_s:.3g} s left, and the auction's work for {m} jobs that "
-                f"the time limit cannot cut (bids, placement, leftover allocation, the plan) "
-                f"takes about {needed_s:.3g} s"))
-    return Plan.empty(m, n, cert)
+    cert = Certificate(Termination.NO_SOLUTION, True, solver="closed form",
+                       formulation=_formulation(parameters, epoch, 0), build_time_s=build)
+    return Plan.not_started(problem.jobs.num_jobs, problem.cluster.num_types, cert, left_s,
+                            needed_s, "the auction's bids, placement, leftover allocation, "
+                                      "the plan")
 
 
 def _plan(

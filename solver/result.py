@@ -338,3 +338,14 @@ class Plan:
             job_status=(JobStatus.ALLOCATED,) * m,
             job_reason=("",) * m,
         )
+
+    @staticmethod
+    def not_started(m: int, n: int, certificate: Certificate, left_s: float, needed_s: float,
+                    work: str) -> Plan:
+        """No plan, said at once: the `left_s` seconds left cannot cover the `needed_s` of
+        `work` (for the m jobs) that no deadline cuts. `certificate` gives the rest (its
+        termination becomes NO_SOLUTION)."""
+        detail = (f"not started: {left_s:.3g} s left, and the work for {m} jobs that the time "
+                  f"limit cannot cut ({work}) takes about {needed_s:.3g} s")
+        return Plan.empty(m, n, replace(certificate, termination=Termination.NO_SOLUTION,
+                                        detail=detail))
